@@ -1,0 +1,71 @@
+"""`Config`: the resolved options of a run, read by every phase and plugin."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """Every problem found in a config, reported together."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = list(errors)
+        super().__init__(f"{len(errors)} problem(s) in the config:\n" + "\n".join(f"  - {e}" for e in errors))
+
+
+class Config:
+    """Option values by key (``config.rollout_batch_size``), plus pass-through dicts.
+
+    ``sglang`` and ``router`` hold the ``--sglang-*`` / ``--router-*`` options slime does not
+    declare itself, keyed without their prefix, for the SGLang servers and the router.
+    ``sources`` says where each value came from: ``default``, ``FILE:LINE`` or ``command line``.
+    """
+
+    def __init__(
+        self,
+        values: dict[str, Any],
+        sources: dict[str, str] | None = None,
+        sglang: dict[str, Any] | None = None,
+        router: dict[str, Any] | None = None,
+    ):
+        self.__dict__["_values"] = dict(values)
+        self.__dict__["sources"] = dict(sources or {})
+        self.__dict__["sglang"] = dict(sglang or {})
+        self.__dict__["router"] = dict(router or {})
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        values = self.__dict__["_values"]
+        if name in values:
+            return values[name]
+        close = difflib.get_close_matches(name, list(values), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise AttributeError(f"config has no option '{name}'{hint}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in self._values:
+            raise AttributeError(f"config has no option '{name}'; declare it with the slime_add_options hook")
+        self._values[name] = value
+
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._values
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._values.get(name, default)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every value, with the pass-through options under ``sglang`` and ``router``."""
+        return {**self._values, "sglang": dict(self.sglang), "router": dict(self.router)}
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)

@@ -1,0 +1,116 @@
+"""The options slime-core declares (slime's flag names, so launch scripts port easily).
+
+Backends, engines and the router declare their own options through the same hook.
+"""
+
+from __future__ import annotations
+
+from slime_core.config.options import OptionSet
+
+def add_core_options(options: OptionSet) -> None:
+    """Declare every core option, grouped as `slime run --help` shows them."""
+    for add in (_run, _cluster, _data, _rollout, _reward, _algorithm, _training, _checkpoint, _custom_paths):
+        add(options)
+
+
+def _run(o: OptionSet) -> None:
+    g = "run"
+    o.add("--output-dir", help="run directory (config, logs, metrics, checkpoints); default runs/<timestamp>", group=g)
+    o.add("--train-mode", default="sync", choices=["sync", "async"], help="overlap generation with training (async)", group=g)
+    o.add("--dry-run", type=bool, default=False, help="print the resolved config and the plugins that would run, then exit", group=g)
+    o.add("--num-rollout", type=int, default=None, help="number of rollouts (generate + train iterations)", group=g)
+    o.add("--seed", type=int, default=1234, help="random seed for training", group=g)
+
+
+def _cluster(o: OptionSet) -> None:
+    g = "cluster"
+    o.add("--actor-num-nodes", type=int, default=1, help="nodes for the training actor", group=g)
+    o.add("--actor-num-gpus-per-node", type=int, default=1, help="GPUs (or CPU ranks) per node for training", group=g)
+    o.add("--rollout-num-gpus", type=int, default=None, help="GPUs for rollout engines (disaggregated mode)", group=g)
+    o.add("--rollout-num-gpus-per-engine", type=int, default=1, help="GPUs per rollout engine (its tensor-parallel size)", group=g)
+    o.add("--colocate", type=bool, default=False, help="training and rollout share devices, taking turns", group=g)
+
+
+def _data(o: OptionSet) -> None:
+    g = "data"
+    o.add("--prompt-data", required=True, help="JSONL or Parquet prompts; path@[start:end] uses a slice", group=g)
+    o.add("--input-key", default="prompt", help="record key holding the prompt (text or chat messages)", group=g)
+    o.add("--label-key", default="label", help="record key holding the label; '' for none", group=g)
+    o.add("--metadata-key", default="metadata", help="record key holding per-sample metadata", group=g)
+    o.add("--tool-key", default="tools", help="record key holding tool schemas for the chat template", group=g)
+    o.add("--apply-chat-template", type=bool, default=False, help="render prompts with the tokenizer's chat template", group=g)
+    o.add("--rollout-max-prompt-len", type=int, default=None, help="drop prompts longer than this many tokens", group=g)
+    o.add("--rollout-shuffle", type=bool, default=True, help="shuffle prompts each epoch", group=g)
+    o.add("--rollout-seed", type=int, default=42, help="seed of the prompt order", group=g)
+    o.add("--data-source", default="prompt", help="registered data source", group=g)
+    o.add("--buffer-filter", default="fifo", help="registered buffer filter: which partial groups go out first", group=g)
+    o.add("--eval-prompt-data", nargs="+", default=None, help="NAME PATH pairs of evaluation prompts", group=g)
+
+
+def _rollout(o: OptionSet) -> None:
+    g = "rollout"
+    o.add("--rollout-batch-size", type=int, required=True, help="prompt groups per rollout", group=g)
+    o.add("--n-samples-per-prompt", type=int, default=1, help="responses generated per prompt (group size)", group=g)
+    o.add("--rollout-max-response-len", type=int, default=1024, help="maximum new tokens per response", group=g)
+    o.add("--rollout-temperature", type=float, default=1.0, help="sampling temperature", group=g)
+    o.add("--rollout-top-p", type=float, default=1.0, help="nucleus sampling threshold", group=g)
+    o.add("--rollout-top-k", type=int, default=-1, help="top-k sampling (-1: off)", group=g)
+    o.add("--rollout-stop", nargs="+", default=None, help="stop strings", group=g)
+    o.add("--over-sampling-batch-size", type=int, default=None, help="prompt groups submitted at once (>= rollout batch)", group=g)
+    o.add("--partial-rollout", type=bool, default=False, help="continue aborted groups in a later rollout", group=g)
+    o.add("--rollout-engine", default="sglang", help="registered rollout engine", group=g)
+    o.add("--rollout-function", default="default", help="registered rollout function", group=g)
+    o.add("--generate-function", default="default", help="registered per-sample generate function", group=g)
+    o.add("--dynamic-sampling-filter", default=None, help="registered filter that accepts or rejects whole groups", group=g)
+    o.add("--sample-filter", nargs="+", default=None, help="registered filters that drop single samples from training", group=g)
+
+
+def _reward(o: OptionSet) -> None:
+    g = "reward"
+    o.add("--rm-type", default=None, help="registered reward function (per-sample metadata['rm_type'] overrides)", group=g)
+    o.add("--reward-key", default=None, help="key of a dict reward to train on", group=g)
+    o.add("--group-rm", type=bool, default=False, help="the reward function scores a whole group at once", group=g)
+
+
+def _algorithm(o: OptionSet) -> None:
+    g = "algorithm"
+    o.add("--advantage-estimator", default="grpo", help="registered advantage estimator (`slime plugins` lists them)", group=g)
+    o.add("--loss-type", default="policy_loss", help="registered loss: policy_loss, sft_loss, ...", group=g)
+    o.add("--eps-clip", type=float, default=0.2, help="PPO clip range (low side)", group=g)
+    o.add("--eps-clip-high", type=float, default=None, help="PPO clip range, high side (default: --eps-clip)", group=g)
+    o.add("--eps-clip-c", type=float, default=None, help="dual-clip constant (> 1)", group=g)
+    o.add("--kl-coef", type=float, default=0.0, help="KL penalty in the reward (REINFORCE++)", group=g)
+    o.add("--use-kl-loss", type=bool, default=False, help="add a KL loss to the reference model", group=g)
+    o.add("--kl-loss-coef", type=float, default=0.0, help="weight of the KL loss", group=g)
+    o.add("--kl-loss-type", default="low_var_kl", choices=["k1", "k2", "k3", "low_var_kl"], help="KL estimator", group=g)
+    o.add("--entropy-coef", type=float, default=0.0, help="entropy bonus weight", group=g)
+    o.add("--gamma", type=float, default=1.0, help="discount factor", group=g)
+    o.add("--lambd", type=float, default=1.0, help="GAE lambda", group=g)
+    o.add("--normalize-advantages", type=bool, default=False, help="whiten advantages over the batch", group=g)
+    o.add("--calculate-per-token-loss", type=bool, default=False, help="token-mean loss over the global batch", group=g)
+
+
+def _training(o: OptionSet) -> None:
+    g = "training"
+    o.add("--train-backend", default="fsdp", help="registered train backend: fsdp or megatron", group=g)
+    o.add("--hf-checkpoint", required=True, help="Hugging Face model directory (weights, config, tokenizer)", group=g)
+    o.add("--global-batch-size", type=int, default=None, help="samples per optimizer step (derived if unset)", group=g)
+    o.add("--num-steps-per-rollout", type=int, default=None, help="optimizer steps per rollout (derived if unset)", group=g)
+    o.add("--micro-batch-size", type=int, default=1, help="samples per forward/backward", group=g)
+    o.add("--lr", type=float, default=1e-6, help="learning rate", group=g)
+
+
+def _checkpoint(o: OptionSet) -> None:
+    g = "checkpoint"
+    o.add("--save", default=None, help="checkpoint directory", group=g)
+    o.add("--save-interval", type=int, default=None, help="save every N rollouts", group=g)
+    o.add("--load", default=None, help="checkpoint directory to resume from", group=g)
+
+
+def _custom_paths(o: OptionSet) -> None:
+    """slime's ``--custom-*-path`` flags: a dotted path to a one-off function (see custom_paths.py)."""
+    g = "custom functions (dotted paths)"
+    from slime_core.plugins.custom_paths import CUSTOM_PATHS
+
+    for path_key, (kind, _selector) in CUSTOM_PATHS.items():
+        o.add("--" + path_key.replace("_", "-"), default=None, help=f"module.function used as the {kind.rstrip('s').replace('_', ' ')}", group=g)

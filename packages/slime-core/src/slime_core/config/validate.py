@@ -1,0 +1,77 @@
+"""Checks that span several options: required options, the batch constraint, data paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slime_core.config.config import Config
+from slime_core.config.options import OptionSet, key_to_flag
+from slime_core.data.slicing import split_path_slice
+
+
+def validate(config: Config, options: OptionSet) -> list[str]:
+    """Every cross-option problem in ``config`` (derived batch sizes are filled in place)."""
+    errors = [
+        f"{option.flag} is required: {option.help}"
+        for option in options.options.values()
+        if option.required and config.get(option.key) is None
+    ]
+    errors += _check_batch(config)
+    errors += _check_data_paths(config)
+    return errors
+
+
+def _check_batch(config: Config) -> list[str]:
+    """slime's constraint: rollout_batch_size × n_samples_per_prompt = global_batch_size × num_steps_per_rollout.
+
+    A missing global_batch_size or num_steps_per_rollout is derived from the others.
+    """
+    if "rollout_batch_size" not in config or config.rollout_batch_size is None:
+        return []
+    errors = [
+        f"{key_to_flag(key)} must be a positive integer, got {config.get(key)}"
+        for key in ("rollout_batch_size", "n_samples_per_prompt", "global_batch_size", "num_steps_per_rollout")
+        if config.get(key) is not None and config.get(key) <= 0
+    ]
+    if errors:
+        return errors
+    rb, n = config.rollout_batch_size, config.n_samples_per_prompt
+    gb, steps = config.global_batch_size, config.num_steps_per_rollout
+    total = rb * n
+    per_rollout = f"rollout_batch_size × n_samples_per_prompt = {rb} × {n} = {total} samples per rollout"
+    if gb is None:
+        steps = steps or 1
+        if total % steps:
+            return [f"{per_rollout}, which does not split into {steps} optimizer steps; pick --num-steps-per-rollout dividing {total}"]
+        config.global_batch_size, config.num_steps_per_rollout = total // steps, steps
+    elif steps is None:
+        if total % gb:
+            return [f"{per_rollout}, which is not a multiple of --global-batch-size {gb}; pick a global batch size dividing {total}"]
+        config.num_steps_per_rollout = total // gb
+    elif gb * steps != total:
+        return [
+            f"{per_rollout}, but global_batch_size × num_steps_per_rollout = {gb} × {steps} = {gb * steps}; "
+            f"they must be equal: set --num-steps-per-rollout {total // gb if total % gb == 0 else '?'} "
+            f"or --global-batch-size {total // steps if total % steps == 0 else '?'}, or leave one unset to derive it"
+        ]
+    return []
+
+
+def _check_data_paths(config: Config) -> list[str]:
+    errors = []
+    if config.get("prompt_data"):
+        errors += _missing_file("--prompt-data", config.prompt_data)
+    eval_data = config.get("eval_prompt_data") or []
+    if len(eval_data) % 2:
+        errors.append(f"--eval-prompt-data takes NAME PATH pairs, got {len(eval_data)} values: {' '.join(eval_data)}")
+    else:
+        for name, path in zip(eval_data[::2], eval_data[1::2]):
+            errors += _missing_file(f"--eval-prompt-data {name}", path)
+    return errors
+
+
+def _missing_file(flag: str, spec: str) -> list[str]:
+    path, _ = split_path_slice(spec)
+    if Path(path).is_file():
+        return []
+    return [f"{flag}: data file '{path}' does not exist; check the path (relative paths start at the current directory)"]

@@ -1,0 +1,1 @@
+"""Prompt data: reading JSONL/Parquet, turning records into samples, and the data source."""

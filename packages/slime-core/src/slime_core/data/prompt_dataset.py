@@ -1,0 +1,90 @@
+"""Turning data-file records into prompt samples: keys, chat templates, length filtering."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from slime_core.data.records import DataError, read_records
+from slime_core.data.slicing import split_path_slice
+from slime_core.sample import Sample
+
+logger = logging.getLogger("slime.data")
+
+
+@dataclass
+class PromptFormat:
+    """Which record keys hold what, and how prompts are rendered (slime's option names)."""
+
+    input_key: str = "prompt"
+    label_key: str | None = "label"
+    metadata_key: str | None = "metadata"
+    tool_key: str | None = "tools"
+    apply_chat_template: bool = False
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    max_prompt_len: int | None = None  # in tokens; longer prompts are dropped and counted
+
+
+class PromptDataset:
+    """The prompts of one data file (or a slice of it), as template `Sample`s.
+
+    With a tokenizer, each prompt is tokenized once here (``sample.tokens``), which is also
+    how over-long prompts are found.
+    """
+
+    def __init__(self, spec: str, fmt: PromptFormat, tokenizer=None):
+        path, part = split_path_slice(spec)
+        self.path = path
+        self.format = fmt
+        self.tokenizer = tokenizer
+        if (fmt.apply_chat_template or fmt.max_prompt_len) and tokenizer is None:
+            raise ValueError("a tokenizer is needed to apply the chat template or to filter by --rollout-max-prompt-len")
+        records = list(read_records(path))[part]
+        samples = [self._to_sample(where, record) for where, record in records]
+        self.samples = [s for s in samples if not self._too_long(s)]
+        self.dropped_too_long = len(samples) - len(self.samples)
+        if self.dropped_too_long:
+            logger.warning(
+                "%s: dropped %d of %d prompts longer than %d tokens (--rollout-max-prompt-len)",
+                path, self.dropped_too_long, len(samples), fmt.max_prompt_len,
+            )
+        if not self.samples:
+            raise DataError(f"{spec}: no prompts left (read {len(samples)}, dropped {self.dropped_too_long} as too long)")
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def _to_sample(self, where: str, record: dict[str, Any]) -> Sample:
+        fmt = self.format
+        if fmt.input_key not in record:
+            raise DataError(f"{where}: no '{fmt.input_key}' key (keys: {', '.join(record)}); set --input-key to the prompt's key")
+        prompt = record[fmt.input_key]
+        if not isinstance(prompt, (str, list)):
+            raise DataError(f"{where}: '{fmt.input_key}' must be text or a list of chat messages, got {type(prompt).__name__}")
+        if fmt.label_key and fmt.label_key not in record:
+            raise DataError(f"{where}: no '{fmt.label_key}' key (keys: {', '.join(record)}); set --label-key, or --label-key '' for none")
+        metadata = dict(record.get(fmt.metadata_key) or {}) if fmt.metadata_key else {}
+        tools = record.get(fmt.tool_key) if fmt.tool_key else None
+        if tools is not None:
+            metadata["tools"] = tools
+        metadata["source"] = where
+        sample = Sample(prompt=prompt, label=record.get(fmt.label_key) if fmt.label_key else None, metadata=metadata)
+        if fmt.apply_chat_template:
+            sample.prompt = self._render(prompt, tools, where)
+        if self.tokenizer is not None and isinstance(sample.prompt, str):
+            sample.tokens = list(self.tokenizer.encode(sample.prompt, add_special_tokens=False))
+        return sample
+
+    def _render(self, prompt: str | list, tools: Any, where: str) -> str:
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        try:
+            return self.tokenizer.apply_chat_template(
+                messages, tools=tools, tokenize=False, add_generation_prompt=True, **self.format.chat_template_kwargs
+            )
+        except Exception as exc:
+            raise DataError(f"{where}: the chat template failed on this prompt ({type(exc).__name__}: {exc})") from exc
+
+    def _too_long(self, sample: Sample) -> bool:
+        limit = self.format.max_prompt_len
+        return limit is not None and len(sample.tokens) > limit

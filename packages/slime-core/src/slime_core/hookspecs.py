@@ -1,0 +1,396 @@
+"""Every hook a slime plugin can implement.
+
+A plugin is a module or object with functions named like these specs, decorated with
+``slime_core.hookimpl``. There are three kinds of hook:
+
+1. options: a package adds its command-line/config options and subcommands;
+2. registration: ``slime_register_<things>(register)`` adds named implementations that the
+   config then selects by name (``register(name, obj)``; ``obj`` may be the object itself or
+   a ``"module:attribute"`` string imported on first use, which keeps plugin modules light);
+3. lifecycle: before/after pairs around each phase of the loop.
+
+Unless a spec says otherwise, hooks run in the driver process (the one that runs
+``slime run``).
+"""
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("slime")
+
+# --------------------------------------------------------------------------------------
+# options
+# --------------------------------------------------------------------------------------
+
+
+@hookspec
+def slime_add_options(options):
+    """Add this plugin's options to ``slime run`` (command line and YAML config).
+
+    Called once when the option set is built, before any config is read.
+
+    :param options: a ``slime_core.config.options.OptionSet``; call
+        ``options.add("--flag-name", type=int, default=..., help=..., group=...)``.
+    :return: nothing.
+
+    Runs in the driver.
+    """
+
+
+@hookspec
+def slime_validate_config(config):
+    """Check a resolved config for problems only this plugin understands.
+
+    Called after the config is merged and type-checked, before anything starts. Errors
+    from every plugin are collected and reported together.
+
+    :param config: the resolved ``slime_core.config.Config``.
+    :return: a list of error strings (what is wrong and how to fix it), or None.
+
+    Runs in the driver.
+    """
+
+
+@hookspec
+def slime_add_commands(subparsers):
+    """Add subcommands to the ``slime`` command (e.g. ``slime reward score``).
+
+    Called when the ``slime`` command line is built.
+
+    :param subparsers: the ``argparse`` subparsers action of the ``slime`` parser; set
+        ``func=`` with ``set_defaults`` to the callable that runs the command (it gets the
+        parsed ``argparse.Namespace`` and returns an exit code).
+    :return: nothing.
+
+    Runs in the process that runs the ``slime`` command.
+    """
+
+
+# --------------------------------------------------------------------------------------
+# registration
+# --------------------------------------------------------------------------------------
+
+
+@hookspec
+def slime_register_train_backends(register):
+    """Register train backends, selected with ``--train-backend NAME``.
+
+    Called the first time a train backend is looked up.
+
+    :param register: ``register(name, backend_class_or_ref)``.
+    :return: nothing.
+
+    Runs in the driver.
+    """
+
+
+@hookspec
+def slime_register_rollout_engines(register):
+    """Register rollout engines, selected with ``--rollout-engine NAME``.
+
+    Called the first time a rollout engine is looked up.
+
+    :param register: ``register(name, engine_class_or_ref)``.
+    :return: nothing.
+
+    Runs in the driver.
+    """
+
+
+@hookspec
+def slime_register_reward_functions(register):
+    """Register reward functions, selected with ``--rm-type NAME`` or per sample with
+    ``metadata["rm_type"]``.
+
+    Called the first time a reward function is looked up.
+
+    :param register: ``register(name, reward_fn_or_ref)``.
+    :return: nothing.
+
+    Runs in the driver and in the rollout process that scores samples.
+    """
+
+
+@hookspec
+def slime_register_sample_filters(register):
+    """Register sample filters: dynamic-sampling filters that accept or reject a whole
+    group (``--dynamic-sampling-filter NAME``) and filters that drop single samples from
+    training (``--sample-filter NAME ...``).
+
+    Called the first time a sample filter is looked up.
+
+    :param register: ``register(name, filter_fn_or_ref)``.
+    :return: nothing.
+
+    Runs in the driver and in the rollout process.
+    """
+
+
+@hookspec
+def slime_register_buffer_filters(register):
+    """Register buffer filters, which choose the partial groups the data source hands out
+    first (``--buffer-filter NAME``).
+
+    Called the first time a buffer filter is looked up.
+
+    :param register: ``register(name, buffer_filter_fn_or_ref)``.
+    :return: nothing.
+
+    Runs in the driver.
+    """
+
+
+@hookspec
+def slime_register_advantage_estimators(register):
+    """Register advantage estimators, selected with ``--advantage-estimator NAME``.
+
+    Called the first time an advantage estimator is looked up.
+
+    :param register: ``register(name, estimator_fn_or_ref)``.
+    :return: nothing.
+
+    Runs in each train rank.
+    """
+
+
+@hookspec
+def slime_register_policy_losses(register):
+    """Register policy losses, selected with ``--loss-type NAME``.
+
+    Called the first time a policy loss is looked up.
+
+    :param register: ``register(name, loss_fn_or_ref)``.
+    :return: nothing.
+
+    Runs in each train rank.
+    """
+
+
+@hookspec
+def slime_register_data_sources(register):
+    """Register data sources, selected with ``--data-source NAME``.
+
+    Called the first time a data source is looked up.
+
+    :param register: ``register(name, data_source_class_or_ref)``.
+    :return: nothing.
+
+    Runs in the driver.
+    """
+
+
+@hookspec
+def slime_register_rollout_functions(register):
+    """Register rollout functions (a whole rollout: prompts in, scored groups out),
+    selected with ``--rollout-function NAME``.
+
+    Called the first time a rollout function is looked up.
+
+    :param register: ``register(name, rollout_fn_or_ref)``.
+    :return: nothing.
+
+    Runs in the rollout process.
+    """
+
+
+@hookspec
+def slime_register_generate_functions(register):
+    """Register per-sample generate functions (e.g. a multi-turn tool loop), selected with
+    ``--generate-function NAME``.
+
+    Called the first time a generate function is looked up.
+
+    :param register: ``register(name, generate_fn_or_ref)``.
+    :return: nothing.
+
+    Runs in the rollout process.
+    """
+
+
+@hookspec
+def slime_register_router_middlewares(register):
+    """Register router middlewares, enabled with ``--router-middleware NAME ...``.
+
+    A middleware is a factory ``factory(next_app, config) -> app`` composed once at
+    start-up in front of the router. Called the first time a router middleware is looked up.
+
+    :param register: ``register(name, middleware_factory_or_ref)``.
+    :return: nothing.
+
+    Runs in the router process.
+    """
+
+
+# --------------------------------------------------------------------------------------
+# lifecycle: the run
+# --------------------------------------------------------------------------------------
+
+
+@hookspec
+def slime_before_run(config):
+    """Called once after the config is resolved, before any Ray actor starts.
+
+    :param config: the resolved ``Config``.
+    :return: nothing.
+
+    Runs in the driver.
+    """
+
+
+@hookspec
+def slime_after_run(config, status):
+    """Called once when the run ends, after actors are shut down.
+
+    :param config: the resolved ``Config``.
+    :param status: ``"completed"``, ``"failed"`` or ``"interrupted"``.
+    :return: nothing.
+
+    Runs in the driver.
+    """
+
+
+# --------------------------------------------------------------------------------------
+# lifecycle: rollout
+# --------------------------------------------------------------------------------------
+
+
+@hookspec
+def slime_before_rollout(rollout_id, config):
+    """Called before generation of a rollout starts.
+
+    :param rollout_id: index of the rollout (0-based, continues after a resume).
+    :param config: the resolved ``Config``.
+    :return: nothing.
+
+    Runs in the driver.
+    """
+
+
+@hookspec
+def slime_after_rollout(rollout_id, groups, metrics):
+    """Called after a rollout is generated, scored and filtered, before training on it.
+
+    :param rollout_id: index of the rollout.
+    :param groups: ``list[list[Sample]]``, one inner list per prompt group; plugins may
+        read and annotate samples (metadata) but should not change their tokens.
+    :param metrics: dict of rollout metrics; plugins may add keys.
+    :return: nothing.
+
+    Runs in the driver.
+    """
+
+
+# --------------------------------------------------------------------------------------
+# lifecycle: training
+# --------------------------------------------------------------------------------------
+
+
+@hookspec
+def slime_before_train_step(rollout_id, step):
+    """Called before an optimizer step on a rollout's data.
+
+    :param rollout_id: index of the rollout being trained on.
+    :param step: optimizer step index within the rollout (0..num_steps_per_rollout-1).
+    :return: nothing.
+
+    Runs in the driver.
+    """
+
+
+@hookspec
+def slime_after_train_step(rollout_id, step, metrics):
+    """Called after an optimizer step, with its metrics.
+
+    :param rollout_id: index of the rollout being trained on.
+    :param step: optimizer step index within the rollout.
+    :param metrics: dict of train metrics (losses, KL, grad norm, ...); plugins may add keys.
+    :return: nothing.
+
+    Runs in the driver.
+    """
+
+
+# --------------------------------------------------------------------------------------
+# lifecycle: weight update
+# --------------------------------------------------------------------------------------
+
+
+@hookspec
+def slime_before_weight_update(rollout_id, version):
+    """Called before new weights are pushed to the rollout engines.
+
+    :param rollout_id: index of the rollout just trained on.
+    :param version: the weight version about to be pushed.
+    :return: nothing.
+
+    Runs in the driver.
+    """
+
+
+@hookspec
+def slime_after_weight_update(rollout_id, version, metrics):
+    """Called after every engine has the new weights.
+
+    :param rollout_id: index of the rollout just trained on.
+    :param version: the weight version now served.
+    :param metrics: dict with the update's time and bytes; plugins may add keys.
+    :return: nothing.
+
+    Runs in the driver.
+    """
+
+
+# --------------------------------------------------------------------------------------
+# lifecycle: evaluation
+# --------------------------------------------------------------------------------------
+
+
+@hookspec
+def slime_before_eval(rollout_id):
+    """Called before an evaluation rollout.
+
+    :param rollout_id: index of the rollout after which evaluation runs.
+    :return: nothing.
+
+    Runs in the driver.
+    """
+
+
+@hookspec
+def slime_after_eval(rollout_id, metrics):
+    """Called after an evaluation rollout, with its per-dataset scores.
+
+    :param rollout_id: index of the rollout after which evaluation ran.
+    :param metrics: dict with ``eval/<name>/...`` keys; plugins may add keys.
+    :return: nothing.
+
+    Runs in the driver.
+    """
+
+
+# --------------------------------------------------------------------------------------
+# lifecycle: checkpoint
+# --------------------------------------------------------------------------------------
+
+
+@hookspec
+def slime_before_save(rollout_id, path):
+    """Called before a checkpoint is written.
+
+    :param rollout_id: index of the last rollout the checkpoint contains.
+    :param path: directory the checkpoint is written to.
+    :return: nothing.
+
+    Runs in the driver.
+    """
+
+
+@hookspec
+def slime_after_save(rollout_id, path):
+    """Called after a checkpoint is completely written (and visible as complete).
+
+    :param rollout_id: index of the last rollout the checkpoint contains.
+    :param path: directory of the finished checkpoint; plugins may add files to it.
+    :return: nothing.
+
+    Runs in the driver.
+    """

@@ -1,0 +1,112 @@
+"""`Sample`: one trajectory, from prompt to reward, as it moves through the loop.
+
+A sample is created by the data source (prompt, label, metadata), filled by the rollout
+(tokens, response, log-probs, weight versions, status), scored by the reward hub (reward)
+and consumed by the train backend. Response-level lists (``loss_mask``,
+``rollout_log_probs``) always have ``response_length`` entries; ``append_response`` is the
+one way to grow a response and keeps every length consistent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class SampleStatus(str, enum.Enum):
+    """Where a sample is in its life; the value is what `to_dict` writes."""
+
+    PENDING = "pending"  # not generated yet, or partially generated (partial rollout)
+    COMPLETED = "completed"  # the model stopped by itself (EOS or a stop string)
+    TRUNCATED = "truncated"  # hit the response-length limit
+    ABORTED = "aborted"  # generation was cancelled (enough groups done, shutdown)
+    FAILED = "failed"  # generation or reward failed; `error` says why; not trained on
+
+
+@dataclass
+class Sample:
+    """One trajectory.
+
+    Token-level fields are plain lists so samples cross process boundaries cheaply.
+    """
+
+    group_index: int | None = None  # which prompt group this sample belongs to
+    index: int | None = None  # position within its group (0..n_samples_per_prompt-1)
+    prompt: str | list[dict[str, Any]] = ""  # text, or chat messages [{"role", "content"}]
+    tokens: list[int] = field(default_factory=list)  # (prompt_len + response_len,) token ids
+    response: str = ""  # decoded response text (model output and tool/env text)
+    response_length: int = 0  # number of response tokens at the end of `tokens`
+    label: Any = None  # reference answer for the reward function
+    reward: float | dict[str, Any] | None = None  # scalar, or a dict reduced by --reward-key
+    loss_mask: list[int] = field(default_factory=list)  # (response_len,) 1 = trained on
+    rollout_log_probs: list[float] = field(default_factory=list)  # (response_len,) engine log-probs
+    weight_versions: list[int] = field(default_factory=list)  # weight versions that generated it
+    status: SampleStatus = SampleStatus.PENDING
+    error: str | None = None  # why the sample failed (status FAILED)
+    metadata: dict[str, Any] = field(default_factory=dict)  # free-form, from data and plugins
+
+    @property
+    def prompt_length(self) -> int:
+        """Number of prompt tokens at the start of `tokens`."""
+        return len(self.tokens) - self.response_length
+
+    def append_response(
+        self,
+        tokens: list[int],
+        *,
+        log_probs: list[float] | None = None,
+        trainable: bool = True,
+        text: str = "",
+        weight_version: int | None = None,
+    ) -> None:
+        """Append response tokens and keep tokens, mask, log-probs and lengths consistent.
+
+        Model output is ``trainable`` (loss mask 1) and must come with one log-prob per
+        token. Tool or environment output is not trainable: it gets loss mask 0 and
+        log-prob 0.0, so it shapes the context without being trained on.
+        """
+        tokens = list(tokens)
+        if trainable and (log_probs is None or len(log_probs) != len(tokens)):
+            got = "none" if log_probs is None else len(log_probs)
+            raise ValueError(
+                f"append_response: {len(tokens)} trainable tokens need as many log-probs, got {got}; "
+                "pass log_probs from the engine, or trainable=False for tool/environment tokens"
+            )
+        self.tokens.extend(tokens)
+        self.response_length += len(tokens)
+        self.response += text
+        self.loss_mask.extend([1 if trainable else 0] * len(tokens))
+        self.rollout_log_probs.extend(log_probs if trainable else [0.0] * len(tokens))
+        if weight_version is not None and weight_version not in self.weight_versions:
+            self.weight_versions.append(weight_version)
+
+    def check(self) -> None:
+        """Raise ValueError if the length invariants do not hold."""
+        problems = []
+        if not 0 <= self.response_length <= len(self.tokens):
+            problems.append(f"response_length {self.response_length} outside 0..{len(self.tokens)} tokens")
+        for name in ("loss_mask", "rollout_log_probs"):
+            if len(getattr(self, name)) != self.response_length:
+                problems.append(f"{name} has {len(getattr(self, name))} entries for {self.response_length} response tokens")
+        if problems:
+            raise ValueError(f"sample {self.group_index}/{self.index} is inconsistent: " + "; ".join(problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (status as its string value)."""
+        data = dataclasses.asdict(self)
+        data["status"] = self.status.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Sample:
+        """Inverse of `to_dict`; unknown keys are an error, not silently dropped."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"Sample.from_dict: unknown keys {unknown}; known keys are {sorted(known)}")
+        data = dict(data)
+        if "status" in data:
+            data["status"] = SampleStatus(data["status"])
+        return cls(**data)

@@ -1,0 +1,3 @@
+"""slime-fsdp: see the package README."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Development setup: a .venv at the repository root with every slime package installed
+# editable, plus the test tools. Safe to run again.
+#
+#   bash scripts/setup-dev.sh            # CPU torch unless a CUDA GPU is present
+#   SLIME_TORCH=cuda bash scripts/...    # force the CUDA build (GPU machines; adds sglang)
+#   SLIME_TORCH=cpu  bash scripts/...    # force the CPU build
+#
+# The CPU build of torch comes from pip's configured find-links when it has a torch
+# wheel there (honoured through UV_FIND_LINKS, which uv reads instead of pip's config),
+# otherwise from the PyTorch CPU index. A plain `torch` from PyPI would pull several GB of
+# nvidia-* packages, so torch is always installed first and pinned to what was chosen.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3}"
+if ! command -v uv >/dev/null 2>&1; then
+    "$PYTHON" -m pip install --quiet "uv>=0.5"
+fi
+[ -x .venv/bin/python ] || uv venv --quiet --seed --python "$PYTHON" .venv
+VENV_PY=.venv/bin/python
+
+mode="${SLIME_TORCH:-auto}"
+if [ "$mode" = auto ]; then
+    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then mode=cuda; else mode=cpu; fi
+fi
+
+torch_args=("torch>=2.4")
+if [ "$mode" = cpu ]; then
+    links="${UV_FIND_LINKS:-$("$PYTHON" -m pip config get global.find-links 2>/dev/null || true)}"
+    if [ -n "$links" ] && ls "$links"/torch-*+cpu-*.whl >/dev/null 2>&1; then
+        export UV_FIND_LINKS="$links"
+        wheel=$(ls "$links"/torch-*+cpu-*.whl | sort -V | tail -n 1)
+        version=$(basename "$wheel" | cut -d- -f2)
+        torch_args=("torch==$version")
+    else
+        torch_args=("torch>=2.4" --index-url https://download.pytorch.org/whl/cpu)
+    fi
+fi
+uv pip install --quiet -p "$VENV_PY" "${torch_args[@]}"
+torch_pin=$("$VENV_PY" -c 'from importlib.metadata import version; print(version("torch"))')
+
+extras_sglang=""
+[ "$mode" = cuda ] && extras_sglang="[server]"
+uv pip install --quiet -p "$VENV_PY" "torch==$torch_pin" \
+    -e "packages/slime-core[test]" \
+    -e packages/slime-rewards \
+    -e packages/slime-router \
+    -e "packages/slime-sglang$extras_sglang" \
+    -e packages/slime-fsdp \
+    -e packages/slime-megatron
+
+if [ "$mode" = cpu ] && uv pip list -p "$VENV_PY" 2>/dev/null | grep -qiE '^(nvidia|cuda)-'; then
+    echo "setup-dev: CUDA packages were installed into a CPU setup:" >&2
+    uv pip list -p "$VENV_PY" | grep -iE '^(nvidia|cuda)-' >&2
+    exit 1
+fi
+echo "setup-dev: .venv ready (torch $torch_pin, $mode). Try: .venv/bin/slime --help"

@@ -32,8 +32,8 @@ def test_installed_plugin_is_listed_with_what_it_registers(installed):
     plugins = {p["name"]: p for p in json.loads(slime("plugins", env=installed).stdout)}
     example = plugins["example"]
     assert (example["distribution"], example["version"]) == ("slime-example-plugin", "0.1.0")
-    assert example["registers"] == {"reward_functions": ["keyword"], "sample_filters": ["reward_spread"]}
-    assert example["hooks"] == ["slime_add_options", "slime_register_reward_functions", "slime_register_sample_filters"]
+    assert example["registers"] == {"group_filters": ["reward_spread"], "reward_functions": ["keyword"]}
+    assert example["hooks"] == ["slime_add_options", "slime_register_group_filters", "slime_register_reward_functions"]
 
 
 def test_dry_run_selects_the_plugins_components_and_options(installed):

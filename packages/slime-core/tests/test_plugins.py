@@ -169,3 +169,37 @@ def test_every_registry_kind_has_a_hook():
 
     for kind in KINDS:
         assert hasattr(hookspecs, f"slime_register_{kind}")
+
+
+def test_plugin_validation_errors_are_reported_with_the_others(local_module, options, write_jsonl):
+    from slime_core.config import ConfigError, OptionSet, load_config
+
+    body = """
+    @hookimpl
+    def slime_validate_config(config):
+        if config.lr > 1e-3:
+            return [f"--lr {config.lr} is too high for this plugin; use at most 1e-3"]
+    """
+    plugins = Plugins([local_module("plug_check", body)])
+    opts = OptionSet()
+    plugins.add_options(opts)
+    argv = ["--prompt-data", str(write_jsonl([{"prompt": "x", "label": "y"}])), "--hf-checkpoint", "m",
+            "--rollout-batch-size", "1", "--lr", "0.1"]
+    with pytest.raises(ConfigError, match="--lr 0.1 is too high for this plugin"):
+        load_config(argv, opts, plugins)
+    assert load_config(argv[:-1] + ["1e-4"], opts, plugins).lr == 1e-4
+
+
+def test_plugins_add_subcommands(local_module, capsys):
+    from slime_core.cli.main import main
+
+    body = """
+    @hookimpl
+    def slime_add_commands(subparsers):
+        parser = subparsers.add_parser("hello", help="say hello")
+        parser.add_argument("name")
+        parser.set_defaults(func=lambda args: print(f"hello {args.name}") or 3)
+    """
+    local_module("plug_cmd", body)
+    assert main(["-p", "plug_cmd", "hello", "world"]) == 3
+    assert capsys.readouterr().out == "hello world\n"

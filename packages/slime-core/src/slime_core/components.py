@@ -13,7 +13,7 @@ COMPONENTS: dict[str, str] = {
     "rollout_function": "rollout_functions",
     "generate_function": "generate_functions",
     "rm_type": "reward_functions",
-    "dynamic_sampling_filter": "sample_filters",
+    "dynamic_sampling_filter": "group_filters",
     "sample_filter": "sample_filters",
     "advantage_estimator": "advantage_estimators",
     "loss_type": "policy_losses",

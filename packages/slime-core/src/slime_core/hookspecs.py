@@ -111,17 +111,33 @@ def slime_register_reward_functions(register):
 
 
 @hookspec
-def slime_register_sample_filters(register):
-    """Register sample filters: dynamic-sampling filters that accept or reject a whole
-    group (``--dynamic-sampling-filter NAME``) and filters that drop single samples from
-    training (``--sample-filter NAME ...``).
+def slime_register_group_filters(register):
+    """Register group filters for dynamic sampling, which accept or reject a whole group
+    once it is generated and scored (``--dynamic-sampling-filter NAME``).
 
-    Called the first time a sample filter is looked up.
+    A group filter is ``fn(group, config, progress) -> bool`` (True keeps the group);
+    ``progress`` is a ``slime_core.filters.RolloutProgress``. Called the first time a group
+    filter is looked up.
 
     :param register: ``register(name, filter_fn_or_ref)``.
     :return: nothing.
 
-    Runs in the driver and in the rollout process.
+    Runs in the rollout process.
+    """
+
+
+@hookspec
+def slime_register_sample_filters(register):
+    """Register sample filters, which drop single samples from training (``--sample-filter
+    NAME ...``), e.g. truncated or over-long responses.
+
+    A sample filter is ``fn(sample, config) -> bool`` (True keeps the sample). Called the
+    first time a sample filter is looked up.
+
+    :param register: ``register(name, filter_fn_or_ref)``.
+    :return: nothing.
+
+    Runs in the driver.
     """
 
 

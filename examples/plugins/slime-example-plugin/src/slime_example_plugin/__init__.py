@@ -19,7 +19,7 @@ def slime_register_reward_functions(register):
 
 
 @hookimpl
-def slime_register_sample_filters(register):
+def slime_register_group_filters(register):
     register("reward_spread", reward_spread_filter)
 
 
@@ -30,7 +30,7 @@ def keyword_reward(sample, config):
     return float(hit) + bonus if hit else 0.0
 
 
-def reward_spread_filter(group, config):
+def reward_spread_filter(group, config, progress):
     """Keep a group only if its rewards are spread enough to give a learning signal."""
     rewards = [sample.reward for sample in group]
     return max(rewards) - min(rewards) >= getattr(config, "min_reward_spread", 0.5)

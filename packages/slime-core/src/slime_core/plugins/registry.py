@@ -13,6 +13,7 @@ KINDS: dict[str, str] = {
     "train_backends": "train backend",
     "rollout_engines": "rollout engine",
     "reward_functions": "reward function",
+    "group_filters": "group filter",
     "sample_filters": "sample filter",
     "buffer_filters": "buffer filter",
     "advantage_estimators": "advantage estimator",

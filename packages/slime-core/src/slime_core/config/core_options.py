@@ -70,6 +70,9 @@ def _reward(o: OptionSet) -> None:
     o.add("--rm-type", default=None, help="registered reward function (per-sample metadata['rm_type'] overrides)", group=g)
     o.add("--reward-key", default=None, help="key of a dict reward to train on", group=g)
     o.add("--group-rm", type=bool, default=False, help="the reward function scores a whole group at once", group=g)
+    o.add("--rm-timeout", type=float, default=30.0, help="seconds one reward call may take", group=g)
+    o.add("--rm-max-concurrency", type=int, default=64, help="reward calls in flight at once", group=g)
+    o.add("--rm-failure-reward", type=float, default=None, help="reward for samples whose reward call failed (default: drop them)", group=g)
 
 
 def _algorithm(o: OptionSet) -> None:

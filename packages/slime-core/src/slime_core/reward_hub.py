@@ -1,0 +1,113 @@
+"""Scoring samples with registered reward functions: concurrent, bounded, time-limited.
+
+Reward functions are ``fn(sample, config) -> float | dict`` (or, with ``--group-rm``,
+``fn(samples, config) -> list``), sync or async. Sync functions run in a thread pool of
+``--rm-max-concurrency`` workers and async ones on the event loop, so a slow judge never
+blocks generation; at most that many calls are in flight, and each has ``--rm-timeout``
+seconds. A call that raises or times out does not stop the run: the sample records the
+error (naming the function and its plugin) and is marked failed — excluded from
+training — unless ``--rm-failure-reward`` gives it a default reward instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from slime_core.sample import Sample, SampleStatus
+
+logger = logging.getLogger("slime.reward")
+
+
+class RewardHub:
+    """Scores samples and groups with the reward functions a config selects."""
+
+    def __init__(self, config, plugins):
+        self.config = config
+        self.registry = plugins.registry("reward_functions")
+        self.timeout = config.rm_timeout
+        self._executor = ThreadPoolExecutor(max_workers=config.rm_max_concurrency, thread_name_prefix="slime-reward")
+        self._limit: asyncio.Semaphore | None = None
+        self.counts = {"calls": 0, "failed": 0, "timed_out": 0}
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def score_group(self, group: list[Sample]) -> None:
+        """Fill ``reward`` of every sample of a group (one call per sample, or one per group)."""
+        if self.config.group_rm:
+            await self._score_together(group)
+        else:
+            await asyncio.gather(*(self.score_sample(sample) for sample in group))
+
+    async def score_sample(self, sample: Sample) -> None:
+        name = sample.metadata.get("rm_type") or self.config.rm_type
+        try:
+            sample.reward = await self._call(name, sample)
+        except Exception as exc:  # any failure of a user function is recorded, not raised
+            self._record_failure([sample], name, exc)
+
+    async def _score_together(self, group: list[Sample]) -> None:
+        name = self.config.rm_type
+        try:
+            rewards = await self._call(name, group)
+            if not isinstance(rewards, (list, tuple)) or len(rewards) != len(group):
+                raise TypeError(f"a group reward function must return one reward per sample ({len(group)}), got {rewards!r:.80}")
+        except Exception as exc:
+            self._record_failure(group, name, exc)
+            return
+        for sample, reward in zip(group, rewards):
+            sample.reward = reward
+
+    async def _call(self, name: str, target: Any) -> Any:
+        if not name:
+            raise ValueError("no reward function selected; set --rm-type (or metadata['rm_type'] per sample)")
+        fn = self.registry.get(name)
+        if self._limit is None:
+            self._limit = asyncio.Semaphore(self.config.rm_max_concurrency)
+        async with self._limit:
+            self.counts["calls"] += 1
+            if inspect.iscoroutinefunction(fn):
+                call = fn(target, self.config)
+            else:
+                call = asyncio.get_running_loop().run_in_executor(self._executor, fn, target, self.config)
+            return await asyncio.wait_for(call, self.timeout)
+
+    def _record_failure(self, samples: list[Sample], name: str, exc: Exception) -> None:
+        timed_out = isinstance(exc, asyncio.TimeoutError)
+        what = f"timed out after {self.timeout}s (--rm-timeout)" if timed_out else f"raised {type(exc).__name__}: {exc}"
+        error = f"reward function '{name}'{self._provider(name)} {what}"
+        self.counts["timed_out" if timed_out else "failed"] += len(samples)
+        logger.warning("%s (sample group %s)", error, samples[0].group_index)
+        for sample in samples:
+            sample.error = error
+            if self.config.rm_failure_reward is None:
+                sample.status, sample.reward = SampleStatus.FAILED, None
+            else:
+                sample.reward = self.config.rm_failure_reward
+
+    def _provider(self, name: str) -> str:
+        if name not in self.registry:
+            return ""
+        entry = self.registry.entry(name)
+        return f" (plugin '{entry.plugin}', {entry.distribution})"
+
+    def metrics(self) -> dict[str, int]:
+        return {f"reward/{key}": value for key, value in self.counts.items()}
+
+
+def scalar_reward(sample: Sample, reward_key: str | None) -> float:
+    """The number to train on: the reward itself, or ``reward[reward_key]`` for a dict reward."""
+    reward = sample.reward
+    if isinstance(reward, dict):
+        if reward_key is None:
+            raise ValueError(f"the reward is a dict with keys {sorted(reward)}; choose one with --reward-key")
+        if reward_key not in reward:
+            raise ValueError(f"--reward-key '{reward_key}' is not in the reward dict (keys: {sorted(reward)})")
+        reward = reward[reward_key]
+    if reward is None:
+        raise ValueError(f"sample {sample.group_index}/{sample.index} has no reward (status {sample.status.value})")
+    return float(reward)

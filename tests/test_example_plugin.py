@@ -59,3 +59,17 @@ def test_plugin_option_is_an_unknown_flag_without_the_plugin():
     result = slime("run", "examples/quickstart/grpo_addition.yaml", "--min-reward-spread", "0.25", env=dict(os.environ))
     assert result.returncode == 2
     assert "unknown option --min-reward-spread" in result.stderr
+
+
+def test_reward_score_uses_the_plugins_reward_and_option(installed, tmp_path):
+    data = tmp_path / "responses.jsonl"
+    data.write_text(
+        json.dumps({"response": "ok cat", "label": "", "metadata": {"keyword": "CAT"}}) + "\n"
+        + json.dumps({"response": "a dog", "label": "", "metadata": {"keyword": "cat"}}) + "\n"
+    )
+    out = tmp_path / "scored.jsonl"
+    result = slime("reward", "score", str(data), "--rm-type", "keyword", "--keyword-length-bonus", "0.1", "-o", str(out), env=installed)
+    assert result.returncode == 0, result.stderr
+    rewards = [json.loads(line)["reward"] for line in out.read_text().splitlines()]
+    assert rewards == [pytest.approx(1.4), 0.0]
+    assert "scored 2 lines: mean reward 0.7000, 0 failed, 0 malformed" in result.stderr

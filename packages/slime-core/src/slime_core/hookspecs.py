@@ -58,7 +58,9 @@ def slime_add_commands(subparsers):
 
     :param subparsers: the ``argparse`` subparsers action of the ``slime`` parser; set
         ``func=`` with ``set_defaults`` to the callable that runs the command (it gets the
-        parsed ``argparse.Namespace`` and returns an exit code).
+        parsed ``argparse.Namespace``, with ``plugin_modules`` (the ``-p`` modules) and
+        ``extra`` (arguments argparse did not know, allowed only with
+        ``set_defaults(allow_extra=True)``), and returns an exit code).
     :return: nothing.
 
     Runs in the process that runs the ``slime`` command.

@@ -1,5 +1,40 @@
-"""slime-rewards's plugin module, found through the ``slime`` entry-point group.
+"""slime-rewards' plugin module, found through the ``slime`` entry-point group.
 
-This is where the package registers reward functions (--rm-type) and sample filters.
-It imports nothing heavy, so ``slime --help`` stays fast.
+Registers the reward functions (``--rm-type``), the group filters for dynamic sampling,
+the sample filters, their options, and ``slime reward score``. Implementations are named
+by ``"module:attribute"`` strings, so importing this module (as ``slime --help`` does)
+imports neither sympy nor the graders.
 """
+
+from slime_core import hookimpl
+
+GROUP = "rewards (slime-rewards)"
+
+
+@hookimpl
+def slime_add_options(options):
+    options.add("--rm-url", help="URL the remote reward POSTs each sample to", group=GROUP)
+    options.add("--rm-max-retries", type=int, default=3, help="retries of a failed remote reward call", group=GROUP)
+    options.add("--math-timeout", type=float, default=5.0, help="seconds per symbolic math comparison", group=GROUP)
+    options.add("--code-timeout", type=float, default=5.0, help="seconds per code test case", group=GROUP)
+    options.add("--code-memory-mb", type=int, default=512, help="memory limit of the code sandbox", group=GROUP)
+    options.add("--sample-filter-max-tokens", type=int, default=None, help="drop_over_length: most tokens a sample may have", group=GROUP)
+
+
+@hookimpl
+def slime_register_group_filters(register):
+    register("nonzero_std", "slime_rewards.group_filters:nonzero_std")
+    register("nonzero_std_unless_scarce", "slime_rewards.group_filters:nonzero_std_unless_scarce")
+
+
+@hookimpl
+def slime_register_sample_filters(register):
+    register("drop_truncated", "slime_rewards.sample_filters:drop_truncated")
+    register("drop_over_length", "slime_rewards.sample_filters:drop_over_length")
+
+
+@hookimpl
+def slime_add_commands(subparsers):
+    from slime_rewards.score_command import add_score_command
+
+    add_score_command(subparsers)

@@ -36,10 +36,13 @@ def _dispatch(argv: list[str], modules: list[str]) -> int:
 
         return run_command(argv[1:], plugins)
     parser = build_parser(plugins)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "allow_extra", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not hasattr(args, "func"):
         parser.print_help()
         return 0
+    args.extra, args.plugin_modules = extra, modules
     return args.func(args)
 
 

@@ -48,6 +48,22 @@ def load_config(argv: list[str], options: OptionSet, plugins=None) -> Config:
     return config
 
 
+def load_overrides(argv: list[str], options: OptionSet) -> Config:
+    """Defaults plus the declared flags in ``argv``, without a config file or run checks.
+
+    For tools that need a few options but no run (``slime reward score --rm-type math``).
+    """
+    got = _Collected()
+    path, cli = _scan_argv(argv, options, got)
+    if path is not None:
+        got.errors.append(f"unexpected argument '{path}'")
+    for key, (raw, where) in cli.items():
+        _set(got, options[key], raw, where)
+    if got.errors:
+        raise ConfigError(got.errors)
+    return Config({**options.defaults(), **got.values}, got.sources, **got.passthrough)
+
+
 # ---- the command line ------------------------------------------------------------------
 
 

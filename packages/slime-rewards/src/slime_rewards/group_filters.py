@@ -1,0 +1,29 @@
+"""Group filters for dynamic sampling: which scored groups a rollout keeps.
+
+A group whose rewards are all equal gives every sample the same advantage under group
+normalisation, so it carries no learning signal (DAPO's dynamic sampling drops it).
+"""
+
+from __future__ import annotations
+
+from slime_core.filters import RolloutProgress
+from slime_core.reward_hub import scalar_reward
+from slime_core.sample import Sample, SampleStatus
+
+
+def _rewards(group: list[Sample], config) -> list[float]:
+    key = getattr(config, "reward_key", None)
+    return [scalar_reward(s, key) for s in group if s.status is not SampleStatus.FAILED and s.reward is not None]
+
+
+def nonzero_std(group: list[Sample], config, progress: RolloutProgress) -> bool:
+    """Keep the group only if at least two of its rewards differ."""
+    rewards = _rewards(group, config)
+    return len(rewards) >= 2 and max(rewards) > min(rewards)
+
+
+def nonzero_std_unless_scarce(group: list[Sample], config, progress: RolloutProgress) -> bool:
+    """Like `nonzero_std`, but keep any group when the groups still in flight could no
+    longer fill the batch, so a rollout never starves on an easy (or too hard) dataset."""
+    scarce = progress.accepted + progress.in_flight < progress.needed
+    return scarce or nonzero_std(group, config, progress)

@@ -1,0 +1,56 @@
+"""``boxed_<type>`` rewards: grade only the last ``\\boxed{...}`` of the response.
+
+`boxed(fn, name)` wraps any reward function: it finds the last complete boxed span and
+calls `fn` on a copy of the sample whose response is just that answer, written the way
+`fn`'s own extraction expects (``\\boxed{X}`` for math, ``Answer: X`` for dapo,
+``</think>\\boxed{X}`` for deepscaler, the bare text otherwise). A response without a
+boxed span gets the grader's "no answer" value: 0.0, or dapo's -1 result.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+
+from slime_rewards.math.extract import last_boxed
+
+_REWRITE = {
+    "math": "\\boxed{{{}}}",
+    "deepscaler": "</think>\\boxed{{{}}}",
+    "dapo": "Answer: {}",
+}
+
+
+def boxed(fn, name: str):
+    """A reward function that applies `fn` (registered as `name`) to the last boxed span only."""
+    template = _REWRITE.get(name, "{}")
+
+    def answer_only(sample):
+        span = last_boxed(sample.response or "")
+        return None if span is None else with_response(sample, template.format(span))
+
+    def no_answer():
+        return {"score": -1.0, "acc": False, "pred": "[INVALID]"} if name == "dapo" else 0.0
+
+    if inspect.iscoroutinefunction(fn):
+        async def reward(sample, config=None):
+            inner = answer_only(sample)
+            return no_answer() if inner is None else await fn(inner, config)
+    else:
+        def reward(sample, config=None):
+            inner = answer_only(sample)
+            return no_answer() if inner is None else fn(inner, config)
+
+    reward.__name__ = reward.__qualname__ = f"boxed_{name}"
+    reward.__doc__ = f"The `{name}` reward applied to the last boxed span of the response only."
+    return reward
+
+
+def with_response(sample, response: str):
+    """A copy of `sample` with another response (the original is never modified)."""
+    if dataclasses.is_dataclass(sample):
+        return dataclasses.replace(sample, response=response)
+    clone = copy.copy(sample)
+    clone.response = response
+    return clone

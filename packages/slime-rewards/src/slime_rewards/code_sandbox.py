@@ -1,0 +1,243 @@
+"""Run a response's Python code against test cases in a sandboxed subprocess.
+
+Each test runs in its own process (``python -I -S -B code_harness.py``) with:
+
+- a fresh scratch directory (mode 0700) as the working directory, deleted afterwards;
+- a clean environment (PATH, HOME/TMPDIR = the scratch directory, a UTF-8 locale) and
+  isolated mode (no PYTHON* variables, no user or site packages: the standard library
+  only);
+- its own session (``start_new_session``): on timeout the whole process group is killed;
+- resource limits set by the harness: address space (`code_memory_mb`), CPU seconds,
+  file size, process count, no core dumps;
+- an audit hook (see `code_harness`) refusing writes outside the scratch directory,
+  process creation, native code, sockets and raising limits;
+- stdin from a file and stdout/stderr to files outside the scratch directory (sizes capped
+  by the file-size limit), so a chatty program cannot exhaust the grader's memory.
+
+What this does NOT guarantee: it is not a security boundary against a determined attacker.
+Without namespaces or a separate user the code runs with our uid: it can *read* any file
+we can read, and audit hooks can be bypassed by tricks in pure Python (e.g. descriptor-
+relative opens after opening a directory). As root, the kernel does not enforce the
+process-count limit. For untrusted models at scale, run the reward in a container
+(or nsjail/bubblewrap) and keep this layer as defence in depth.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+HARNESS = Path(__file__).with_name("code_harness.py")
+HARNESS_FAILED = 121
+OUTPUT_LIMIT_BYTES = 4 * 1024 * 1024
+_FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-test limits (the `code_timeout` and `code_memory_mb` options)."""
+
+    timeout_s: float = 5.0
+    memory_mb: int = 512
+    processes: int = 16
+    file_mb: int = 16
+
+
+@dataclass(frozen=True)
+class TestCase:
+    """Either stdin → expected stdout, or assertion code run after the solution."""
+
+    stdin: str = ""
+    expected: str | None = None  # expected stdout (stdin tests)
+    assertion: str | None = None  # test code (assert tests)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one sandboxed run did."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (could not start or set up), as opposed to a wrong program."""
+
+
+def pass_fraction(code: str, tests: list[TestCase], limits: Limits = Limits()) -> float:
+    """The share of `tests` the code passes, each test in a fresh sandbox."""
+    if not tests:
+        raise ValueError("code reward needs at least one test case; add them to sample.label or metadata['tests']")
+    return sum(passes(code, test, limits) for test in tests) / len(tests)
+
+
+def passes(code: str, test: TestCase, limits: Limits = Limits()) -> bool:
+    """Whether the code passes one test (exit 0 and matching output, or all assertions run)."""
+    token = secrets.token_hex(16) if test.assertion is not None else ""
+    result = run_python(code, test.stdin, limits, test=test.assertion, token=token)
+    if result.timed_out or result.returncode != 0:
+        return False
+    if test.assertion is not None:
+        return result.stdout.rstrip().endswith(token)
+    return outputs_match(result.stdout, test.expected or "")
+
+
+def run_python(code: str, stdin: str = "", limits: Limits = Limits(), test: str | None = None, token: str = "") -> RunResult:
+    """Run `code` (then `test`) in a fresh sandbox; see the module docstring."""
+    base = Path(tempfile.mkdtemp(prefix="slime-code-"))
+    try:
+        work = base / "work"
+        work.mkdir(mode=0o700)
+        config = base / "config.json"
+        config.write_text(json.dumps(_harness_config(code, test, token, limits)), encoding="utf-8")
+        (base / "stdin").write_text(stdin, encoding="utf-8")
+        return _execute(base, work, config, limits)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _harness_config(code: str, test: str | None, token: str, limits: Limits) -> dict:
+    return {
+        "solution": code,
+        "test": test,
+        "token": token,
+        "memory_bytes": limits.memory_mb * 1024 * 1024,
+        "cpu_seconds": math.ceil(limits.timeout_s) + 1,
+        "file_bytes": limits.file_mb * 1024 * 1024,
+        "processes": limits.processes,
+    }
+
+
+def _execute(base: Path, work: Path, config: Path, limits: Limits) -> RunResult:
+    """Start the harness, wait at most the time limit, kill its process group if needed."""
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(work), "TMPDIR": str(work), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+    command = [sys.executable, "-I", "-S", "-B", "-X", "utf8", str(HARNESS), str(config)]
+    with open(base / "stdin", "rb") as stdin, open(base / "stdout", "wb") as stdout, open(base / "stderr", "wb") as stderr:
+        try:
+            process = subprocess.Popen(command, cwd=work, env=env, stdin=stdin, stdout=stdout, stderr=stderr, start_new_session=True)
+        except OSError as error:
+            raise SandboxError(f"could not start the code sandbox ({sys.executable}): {error}") from error
+        timed_out = False
+        try:
+            process.wait(timeout=limits.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        _kill_group(process)
+    result = RunResult(process.returncode, _read(base / "stdout"), _read(base / "stderr"), timed_out)
+    if result.returncode == HARNESS_FAILED and "sandbox harness failed" in result.stderr:
+        raise SandboxError(f"the code sandbox could not set itself up: {result.stderr.strip()[-300:]}")
+    return result
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """Kill everything left in the sandbox's session (the program and any children)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.wait()
+
+
+def _read(path: Path) -> str:
+    with open(path, "rb") as f:
+        return f.read(OUTPUT_LIMIT_BYTES).decode("utf-8", errors="replace")
+
+
+def outputs_match(actual: str, expected: str) -> bool:
+    """Equal up to trailing whitespace per line and trailing blank lines; failing that,
+    equal token by token, numbers within 1e-6 (absolute or relative)."""
+    if _lines(actual) == _lines(expected):
+        return True
+    got, want = actual.split(), expected.split()
+    return len(got) == len(want) and all(_tokens_match(g, w) for g, w in zip(got, want))
+
+
+def _lines(text: str) -> list[str]:
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def _tokens_match(got: str, want: str) -> bool:
+    if got == want:
+        return True
+    try:
+        a, b = float(got), float(want)
+    except ValueError:
+        return False
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6)
+
+
+def extract_code(response: str) -> str | None:
+    """The last ```python (or ```py) fenced block; else the last fenced block of any
+    language; else, with no fences at all, the text after the last ``</think>``."""
+    blocks = _FENCE.findall(response or "")
+    python = [body for lang, body in blocks if lang.lower() in ("python", "python3", "py")]
+    if python or blocks:
+        return (python or [body for _, body in blocks])[-1]
+    text = (response or "").rsplit("</think>", 1)[-1].strip()
+    return text or None
+
+
+def parse_tests(tests) -> list[TestCase]:
+    """Test cases from a sample: a list of ``{"input", "output"}`` dicts; a dict
+    ``{"inputs": [...], "outputs": [...]}``; assert code as a string (each top-level
+    ``assert`` is one test, other statements are shared set-up) or a list of strings; or
+    any of these as a JSON string."""
+    if isinstance(tests, str):
+        decoded = _json_or_none(tests)
+        return parse_tests(decoded) if decoded is not None else _assert_tests(tests)
+    if isinstance(tests, dict) and "inputs" in tests and "outputs" in tests:
+        return [TestCase(_text(i), _text(o)) for i, o in zip(tests["inputs"], tests["outputs"])]
+    if isinstance(tests, (list, tuple)) and all(isinstance(t, dict) for t in tests):
+        return [TestCase(_text(t.get("input", "")), _text(t.get("output", ""))) for t in tests]
+    if isinstance(tests, (list, tuple)) and all(isinstance(t, str) for t in tests):
+        return [TestCase(assertion=t) for t in tests]
+    raise ValueError(
+        f"unrecognised code tests of type {type(tests).__name__}; expected a list of "
+        '{"input", "output"} dicts, {"inputs": [...], "outputs": [...]}, or assert statements'
+    )
+
+
+def _assert_tests(source: str) -> list[TestCase]:
+    """One test per top-level assert; the other statements run before each of them."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return [TestCase(assertion=source)]
+    setup = [ast.get_source_segment(source, node) for node in tree.body if not isinstance(node, ast.Assert)]
+    asserts = [ast.get_source_segment(source, node) for node in tree.body if isinstance(node, ast.Assert)]
+    if not asserts:
+        return [TestCase(assertion=source)]
+    prefix = "\n".join(setup)
+    return [TestCase(assertion=f"{prefix}\n{a}" if prefix else a) for a in asserts]
+
+
+def _json_or_none(text: str):
+    stripped = text.strip()
+    if not stripped.startswith(("[", "{")):
+        return None
+    try:
+        return json.loads(stripped)
+    except ValueError:
+        return None
+
+
+def _text(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return "\n".join(str(v) for v in value)
+    return str(value)

@@ -1,4 +1,5 @@
-"""The core's own plugin: core options and the built-in data source and buffer filter.
+"""The core's own plugin: core options, the built-in data source and buffer filter, and the
+advantage estimators and policy losses of ``slime_core.algorithms``.
 
 Built-ins are registered exactly like third-party plugins; references are strings so that
 importing this module stays cheap.
@@ -21,3 +22,35 @@ def slime_register_data_sources(register):
 @hookimpl
 def slime_register_buffer_filters(register):
     register("fifo", "slime_core.data.buffer:take_oldest")
+
+
+#: ``--advantage-estimator`` names -> ``slime_core.algorithms.advantages`` functions.
+ADVANTAGE_ESTIMATORS = {
+    "grpo": "grpo_advantages",
+    "gspo": "grpo_advantages",
+    "cispo": "grpo_advantages",
+    "dr_grpo": "dr_grpo_advantages",
+    "reinforce_plus_plus": "reinforce_plus_plus_advantages",
+    "reinforce_plus_plus_baseline": "reinforce_plus_plus_baseline_advantages",
+    "ppo": "ppo_advantages",
+}
+#: ``--loss-type`` names -> ``slime_core.algorithms.policy_loss`` functions (``POLICY_LOSSES``).
+POLICY_LOSSES = {
+    "policy_loss": "ppo_loss_fn",
+    "ppo": "ppo_loss_fn",
+    "gspo": "gspo_loss_fn",
+    "cispo": "cispo_loss_fn",
+    "sft_loss": "sft_loss_fn",
+}
+
+
+@hookimpl
+def slime_register_advantage_estimators(register):
+    for name, function in ADVANTAGE_ESTIMATORS.items():
+        register(name, f"slime_core.algorithms.advantages:{function}")
+
+
+@hookimpl
+def slime_register_policy_losses(register):
+    for name, function in POLICY_LOSSES.items():
+        register(name, f"slime_core.algorithms.policy_loss:{function}")

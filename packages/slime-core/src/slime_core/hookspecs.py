@@ -163,7 +163,9 @@ def slime_register_advantage_estimators(register):
 
     Called the first time an advantage estimator is looked up.
 
-    :param register: ``register(name, estimator_fn_or_ref)``.
+    :param register: ``register(name, estimator_fn_or_ref)``; an estimator is
+        ``fn(inputs: slime_core.algorithms.AdvantageInputs) -> (advantages, returns)``, both
+        (B, T) and 0 where ``inputs.loss_mask`` is 0.
     :return: nothing.
 
     Runs in each train rank.
@@ -176,7 +178,10 @@ def slime_register_policy_losses(register):
 
     Called the first time a policy loss is looked up.
 
-    :param register: ``register(name, loss_fn_or_ref)``.
+    :param register: ``register(name, loss_fn_or_ref)``; a loss is the per-token surrogate
+        ``fn(log_probs, old_log_probs, advantages, loss_mask, config) -> (loss, clipfrac)``, all
+        (B, T), ``config`` a ``slime_core.algorithms.PolicyLossConfig``; the core adds the
+        entropy, KL and mismatch terms and reduces it over the global batch.
     :return: nothing.
 
     Runs in each train rank.

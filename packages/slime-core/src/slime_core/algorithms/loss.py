@@ -17,6 +17,8 @@ from .policy_loss import POLICY_LOSSES, PolicyLossFn
 from .reduce import LossDenominators, reduce_loss
 
 TIS_MODES = ("truncate", "icepop")
+#: Advantage estimators whose name is also the policy loss they train with.
+SEQUENCE_ESTIMATOR_LOSSES = ("gspo", "cispo")
 
 
 @dataclass
@@ -24,7 +26,7 @@ class PolicyLossConfig:
     """Options of the policy loss; field names are slime's flags (``--eps-clip-high`` ->
     ``eps_clip_high``), so ``PolicyLossConfig.from_config(config)`` maps a config by name."""
 
-    loss_type: str = "ppo"  # POLICY_LOSSES name: "ppo", "gspo", "cispo", or a plugin's
+    loss_type: str = "policy_loss"  # POLICY_LOSSES name (ppo, gspo, cispo, sft_loss, ...) or a plugin's
     eps_clip: float = 0.2  # ρ ≥ 1 - eps_clip
     eps_clip_high: float | None = None  # ρ ≤ 1 + eps_clip_high (None: eps_clip)
     eps_clip_c: float | None = None  # dual-clip bound (> 1), None: off
@@ -47,8 +49,15 @@ class PolicyLossConfig:
 
     @classmethod
     def from_config(cls, config) -> "PolicyLossConfig":
-        """Take every field that ``config`` (any object with attributes) has, by name."""
-        present = {f.name: getattr(config, f.name) for f in fields(cls) if hasattr(config, f.name)}
+        """Take every field that ``config`` (any object with attributes) has, by name.
+
+        As in slime, ``--advantage-estimator gspo`` (or ``cispo``) with the default
+        ``--loss-type policy_loss`` selects that estimator's loss.
+        """
+        present = {f.name: getattr(config, f.name) for f in fields(cls) if getattr(config, f.name, None) is not None}
+        estimator = getattr(config, "advantage_estimator", None)
+        if present.get("loss_type", "policy_loss") == "policy_loss" and estimator in SEQUENCE_ESTIMATOR_LOSSES:
+            present["loss_type"] = estimator
         return cls(**present)
 
     @property

@@ -1,4 +1,4 @@
-"""Per-token policy-gradient losses: PPO clip (with dual clip), GSPO and CISPO.
+"""Per-token policy-gradient losses: PPO clip (with dual clip), GSPO, CISPO, and SFT.
 
 Every loss here is per token, shape (B, T); reduce it with ``reduce.reduce_loss``.
 ``POLICY_LOSSES`` maps ``--loss-type`` names to the uniform form::
@@ -7,6 +7,10 @@ Every loss here is per token, shape (B, T); reduce it with ``reduce.reduce_loss`
 
 with all tensors (B, T), ``config`` any object with ``eps_clip``, ``eps_clip_high`` and
 ``eps_clip_c`` (a ``PolicyLossConfig``), and both outputs 0 where ``loss_mask`` is 0.
+
+``policy_loss`` (slime's default name) is the PPO clip loss; ``PolicyLossConfig.from_config``
+turns it into ``gspo`` or ``cispo`` when ``--advantage-estimator`` names one of them, as in
+slime. ``sft_loss`` ignores advantages: -log π(y_t) on every valid token.
 """
 
 from typing import Callable, Protocol
@@ -134,25 +138,39 @@ def _check_dual_clip(eps_clip_c: float | None) -> None:
         )
 
 
-def _ppo(log_probs, old_log_probs, advantages, loss_mask, config: ClipConfig):
+def ppo_loss_fn(log_probs, old_log_probs, advantages, loss_mask, config: ClipConfig):
+    """``ppo_policy_loss`` in the uniform ``POLICY_LOSSES`` form, masked."""
     loss, clipfrac = ppo_policy_loss(
         log_probs, old_log_probs, advantages, config.eps_clip, config.eps_clip_high, config.eps_clip_c
     )
     return loss * loss_mask, clipfrac * loss_mask
 
 
-def _gspo(log_probs, old_log_probs, advantages, loss_mask, config: ClipConfig):
+def gspo_loss_fn(log_probs, old_log_probs, advantages, loss_mask, config: ClipConfig):
+    """``gspo_policy_loss`` in the uniform ``POLICY_LOSSES`` form, masked."""
     loss, clipfrac = gspo_policy_loss(
         log_probs, old_log_probs, advantages, loss_mask, config.eps_clip, config.eps_clip_high, config.eps_clip_c
     )
     return loss * loss_mask, clipfrac * loss_mask
 
 
-def _cispo(log_probs, old_log_probs, advantages, loss_mask, config: ClipConfig):
+def cispo_loss_fn(log_probs, old_log_probs, advantages, loss_mask, config: ClipConfig):
+    """``cispo_policy_loss`` in the uniform ``POLICY_LOSSES`` form, masked."""
     loss, clipfrac = cispo_policy_loss(log_probs, old_log_probs, advantages, config.eps_clip, config.eps_clip_high)
     return loss * loss_mask, clipfrac * loss_mask
 
 
+def sft_loss_fn(log_probs, old_log_probs, advantages, loss_mask, config):
+    """Supervised loss -log π(y_t) on valid tokens (advantages unused); clipfrac 0."""
+    return -log_probs * loss_mask, torch.zeros_like(log_probs)
+
+
 PolicyLossFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
-POLICY_LOSSES: dict[str, PolicyLossFn] = {"ppo": _ppo, "gspo": _gspo, "cispo": _cispo}
+POLICY_LOSSES: dict[str, PolicyLossFn] = {
+    "policy_loss": ppo_loss_fn,
+    "ppo": ppo_loss_fn,
+    "gspo": gspo_loss_fn,
+    "cispo": cispo_loss_fn,
+    "sft_loss": sft_loss_fn,
+}

@@ -78,7 +78,7 @@ def _reward(o: OptionSet) -> None:
 def _algorithm(o: OptionSet) -> None:
     g = "algorithm"
     o.add("--advantage-estimator", default="grpo", help="registered advantage estimator (`slime plugins` lists them)", group=g)
-    o.add("--loss-type", default="policy_loss", help="registered loss: policy_loss, sft_loss, ...", group=g)
+    o.add("--loss-type", default="policy_loss", help="registered loss: policy_loss (follows the estimator), ppo, gspo, cispo, sft_loss", group=g)
     o.add("--eps-clip", type=float, default=0.2, help="PPO clip range (low side)", group=g)
     o.add("--eps-clip-high", type=float, default=None, help="PPO clip range, high side (default: --eps-clip)", group=g)
     o.add("--eps-clip-c", type=float, default=None, help="dual-clip constant (> 1)", group=g)
@@ -91,6 +91,14 @@ def _algorithm(o: OptionSet) -> None:
     o.add("--lambd", type=float, default=1.0, help="GAE lambda", group=g)
     o.add("--normalize-advantages", type=bool, default=False, help="whiten advantages over the batch", group=g)
     o.add("--calculate-per-token-loss", type=bool, default=False, help="token-mean loss over the global batch", group=g)
+    o.add("--use-constant-denominator", type=bool, default=False, help="Dr.GRPO: divide by samples x max response length", group=g)
+    o.add("--use-unbiased-kl", type=bool, default=False, help="weight the KL loss by the importance ratio", group=g)
+    o.add("--use-tis", type=bool, default=False, help="correct the rollout/train mismatch with importance weights", group=g)
+    o.add("--tis-mode", default="truncate", choices=["truncate", "icepop"], help="truncate (TIS) or zero outside the band (ICEPOP)", group=g)
+    o.add("--tis-clip", type=float, default=2.0, help="upper bound of the mismatch weight", group=g)
+    o.add("--tis-clip-low", type=float, default=0.0, help="lower bound of the mismatch weight (ICEPOP: e.g. 0.5)", group=g)
+    o.add("--opd-kl-coef", type=float, default=0.0, help="on-policy distillation: weight of the teacher's reverse KL", group=g)
+    o.add("--value-clip", type=float, default=0.2, help="PPO critic: clip range of the value update", group=g)
 
 
 def _training(o: OptionSet) -> None:

@@ -18,3 +18,21 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs a CUDA device (gpu marker)")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray instance for the whole test session (started on first use), with its
+    token and session files in a temporary folder; shut down at the end."""
+    from slime_core.testing import ray_session
+
+    with ray_session():
+        yield
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A tiny random Qwen3-architecture model with the character tokenizer, saved once."""
+    from slime_core.tiny_models import build_tiny_qwen3
+
+    return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3"))

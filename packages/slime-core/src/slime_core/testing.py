@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 HEAVY_MODULES = ("torch", "ray", "transformers", "megatron", "sglang")
 
@@ -24,3 +27,75 @@ def check_plugin_installed(name: str, distribution: str) -> dict:
     heavy = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert heavy == "[]", f"importing {module} imports heavy modules: {heavy}"
     return described[name]
+
+
+def make_config(data_path: str, hf_checkpoint: str, **overrides):
+    """A resolved `Config` from every installed plugin's options, as ``slime run`` builds it,
+    with ``overrides`` given by key (``lr=1e-3``). Validation applies (the batch constraint
+    fills in derived sizes)."""
+    from slime_core.config import OptionSet, load_config
+    from slime_core.plugins import Plugins
+
+    plugins = Plugins()
+    options = OptionSet()
+    plugins.add_options(options)
+    argv = ["--prompt-data", str(data_path), "--hf-checkpoint", str(hf_checkpoint)]
+    for key, value in overrides.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            argv.append(flag)
+        elif value is False:
+            argv.append("--no-" + flag[2:])
+        elif value is not None:
+            argv += [flag, *(map(str, value) if isinstance(value, (list, tuple)) else [str(value)])]
+    return load_config(argv, options, plugins)
+
+
+@contextlib.contextmanager
+def ray_session(num_cpus: int = 4):
+    """A local Ray instance whose auth token and session files live in a fresh temporary
+    folder (not ``$HOME/.ray`` or the system temp folder), removed after shutdown. The
+    folder is short on purpose: Ray's Unix socket paths must stay under 108 bytes."""
+    import shutil
+    import tempfile
+
+    import ray
+
+    work_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+    saved = {key: os.environ.get(key) for key in ("HOME", "RAY_TMPDIR")}
+    os.environ.update(HOME=str(work_dir), RAY_TMPDIR=str(work_dir))
+    try:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(work_dir), log_to_driver=False)
+        yield
+    finally:
+        ray.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def synthetic_rollout_batch(num_groups: int = 4, group_size: int = 4, seed: int = 0, max_response: int = 8) -> RolloutBatch:
+    """Addition prompts (character tokenizer) with random responses of 1..``max_response``
+    tokens and random 0/1 rewards: train data for backend tests without an engine."""
+    import random
+
+    from slime_core.rollout_batch import RolloutBatch
+    from slime_core.tiny_models import build_char_tokenizer
+
+    rng = random.Random(seed)
+    tokenizer = build_char_tokenizer()
+    batch = RolloutBatch()
+    for group in range(num_groups):
+        prompt = tokenizer.encode(f"{rng.randint(0, 49)}+{rng.randint(0, 49)}=")
+        for _ in range(group_size):
+            response = [rng.randrange(4, 100) for _ in range(rng.randint(1, max_response))]
+            batch.tokens.append(prompt + response)
+            batch.response_lengths.append(len(response))
+            batch.loss_masks.append([1] * len(response))
+            batch.rewards.append(float(rng.random() < 0.5))
+            batch.group_ids.append(group)
+            batch.rollout_log_probs.append([-1.0] * len(response))
+    return batch

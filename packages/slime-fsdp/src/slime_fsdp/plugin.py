@@ -1,5 +1,20 @@
 """slime-fsdp's plugin module, found through the ``slime`` entry-point group.
 
-This is where the package registers the FSDP2 train backend (--train-backend fsdp) and its options.
-It imports nothing heavy, so ``slime --help`` stays fast.
+Registers the FSDP2 train backend (``--train-backend fsdp``) and its own options. It
+imports nothing heavy (the rank class is named by a string), so ``slime --help`` stays fast.
 """
+
+from slime_core import hookimpl
+
+GROUP = "FSDP backend (slime-fsdp)"
+
+
+@hookimpl
+def slime_add_options(options):
+    options.add("--gradient-checkpointing", type=bool, default=False, help="recompute activations in the backward pass", group=GROUP)
+    options.add("--fsdp-cpu-offload", type=bool, default=False, help="keep parameters, gradients and optimizer state on CPU (FSDP2 CPUOffloadPolicy)", group=GROUP)
+
+
+@hookimpl
+def slime_register_train_backends(register):
+    register("fsdp", "slime_fsdp.rank:FSDPTrainRank")

@@ -109,6 +109,18 @@ def _training(o: OptionSet) -> None:
     o.add("--num-steps-per-rollout", type=int, default=None, help="optimizer steps per rollout (derived if unset)", group=g)
     o.add("--micro-batch-size", type=int, default=1, help="samples per forward/backward", group=g)
     o.add("--lr", type=float, default=1e-6, help="learning rate", group=g)
+    o.add("--min-lr", type=float, default=0.0, help="learning rate at the end of the decay", group=g)
+    o.add("--lr-warmup-iters", type=int, default=0, help="optimizer steps of linear warmup", group=g)
+    o.add("--lr-decay-style", default="constant", choices=["constant", "linear", "cosine"], help="learning-rate decay after warmup", group=g)
+    o.add("--lr-decay-iters", type=int, default=None, help="optimizer steps over which the learning rate decays", group=g)
+    o.add("--weight-decay", type=float, default=0.0, help="AdamW weight decay", group=g)
+    o.add("--adam-beta1", type=float, default=0.9, help="AdamW beta1", group=g)
+    o.add("--adam-beta2", type=float, default=0.999, help="AdamW beta2", group=g)
+    o.add("--adam-eps", type=float, default=1e-8, help="AdamW epsilon", group=g)
+    o.add("--clip-grad", type=float, default=1.0, help="gradient-norm clipping", group=g)
+    o.add("--bf16", type=bool, default=False, help="bf16 compute with float32 master weights", group=g)
+    o.add("--use-dynamic-batch-size", type=bool, default=False, help="pack micro-batches up to --max-tokens-per-gpu tokens", group=g)
+    o.add("--max-tokens-per-gpu", type=int, default=None, help="token budget of a packed micro-batch", group=g)
 
 
 def _checkpoint(o: OptionSet) -> None:
@@ -116,6 +128,9 @@ def _checkpoint(o: OptionSet) -> None:
     o.add("--save", default=None, help="checkpoint directory", group=g)
     o.add("--save-interval", type=int, default=None, help="save every N rollouts", group=g)
     o.add("--load", default=None, help="checkpoint directory to resume from", group=g)
+    o.add("--save-hf", default=None, help="also write a Hugging Face model directory here with each checkpoint", group=g)
+    o.add("--ref-load", default=None, help="Hugging Face directory of the reference model (default: --hf-checkpoint)", group=g)
+    o.add("--opd-teacher-load", default=None, help="Hugging Face directory of the on-policy distillation teacher", group=g)
 
 
 def _custom_paths(o: OptionSet) -> None:

@@ -18,7 +18,15 @@ def validate(config: Config, options: OptionSet) -> list[str]:
     ]
     errors += _check_batch(config)
     errors += _check_data_paths(config)
+    errors += _check_batching(config)
     return errors
+
+
+def _check_batching(config: Config) -> list[str]:
+    """Packed micro-batches need a token budget."""
+    if config.get("use_dynamic_batch_size") and not config.get("max_tokens_per_gpu"):
+        return ["--use-dynamic-batch-size packs micro-batches up to --max-tokens-per-gpu tokens; set --max-tokens-per-gpu too"]
+    return []
 
 
 def _check_batch(config: Config) -> list[str]:

@@ -1,0 +1,105 @@
+"""Model inputs for a micro-batch, packed or padded, and per-sample response log-probs.
+
+Packed (``--use-dynamic-batch-size``): the samples are laid end to end in one row, with
+position ids restarting at 0 for each. Attention must not cross samples: with a varlen
+flash-attention implementation the restarting position ids tell the kernel where each
+sequence starts; with any other implementation (CPU: sdpa or eager) a block-diagonal
+causal mask does it.
+
+Padded (``--micro-batch-size``): one row per sample, right-padded, with a 2-D mask.
+
+Either way `MicroBatch.spans` says where each sample sits, so log-probs are read from the
+logits the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from slime_core.algorithms import log_probs_from_logits
+
+_VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3")
+
+
+@dataclass
+class MicroBatch:
+    """Model inputs plus where each sample is inside them."""
+
+    input_ids: torch.Tensor  # (rows, T) token ids
+    position_ids: torch.Tensor  # (rows, T) restart at 0 for every sample
+    attention_mask: torch.Tensor | None  # (rows, T) padding mask, (1, 1, T, T) block-causal, or None
+    spans: list[tuple[int, int, int, int]]  # per sample: (row, start, length, response_length)
+
+    def model_inputs(self) -> dict[str, torch.Tensor | None]:
+        return {"input_ids": self.input_ids, "position_ids": self.position_ids, "attention_mask": self.attention_mask}
+
+
+def packed(tokens: list[list[int]], response_lengths: list[int], device, attn_implementation: str) -> MicroBatch:
+    """All samples in one row (see the module docstring)."""
+    lengths = [len(t) for t in tokens]
+    input_ids = torch.tensor([t for seq in tokens for t in seq], device=device)[None]
+    position_ids = torch.cat([torch.arange(n, device=device) for n in lengths])[None]
+    starts = torch.tensor([0] + lengths[:-1], device=device).cumsum(0).tolist()
+    mask = None if attn_implementation in _VARLEN_ATTENTION else _block_causal_mask(lengths, device)
+    spans = [(0, start, n, r) for start, n, r in zip(starts, lengths, response_lengths)]
+    return MicroBatch(input_ids, position_ids, mask, spans)
+
+
+def padded(tokens: list[list[int]], response_lengths: list[int], device, pad_token_id: int) -> MicroBatch:
+    """One right-padded row per sample."""
+    width = max(len(t) for t in tokens)
+    input_ids = torch.full((len(tokens), width), pad_token_id, device=device)
+    mask = torch.zeros((len(tokens), width), dtype=torch.long, device=device)
+    for row, seq in enumerate(tokens):
+        input_ids[row, : len(seq)] = torch.tensor(seq, device=device)
+        mask[row, : len(seq)] = 1
+    position_ids = torch.arange(width, device=device).expand(len(tokens), width)
+    spans = [(row, 0, len(seq), r) for row, (seq, r) in enumerate(zip(tokens, response_lengths))]
+    return MicroBatch(input_ids, position_ids, mask, spans)
+
+
+def _block_causal_mask(lengths: list[int], device) -> torch.Tensor:
+    """(1, 1, T, T) bool: position i attends to j iff j <= i and both are in the same sample."""
+    segment = torch.repeat_interleave(torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device))
+    total = segment.numel()
+    causal = torch.ones(total, total, dtype=torch.bool, device=device).tril()
+    return (causal & (segment[:, None] == segment[None, :]))[None, None]
+
+
+def response_log_probs(logits: torch.Tensor, batch: MicroBatch, temperature: float) -> list[torch.Tensor]:
+    """Per sample, log π(y_t) of each response token: (response_len,) float32 tensors.
+
+    The logits at position p predict token p + 1, so a response occupying positions
+    [start + n - r, start + n) is scored by the logits at [start + n - r - 1, start + n - 1).
+    """
+    out = []
+    for row, start, length, response_length in batch.spans:
+        first = start + length - response_length
+        scores = logits[row, first - 1 : start + length - 1]  # (r, V) a view, no copy
+        targets = batch.input_ids[row, first : start + length]
+        out.append(log_probs_from_logits(scores, targets, temperature))
+    return out
+
+
+def response_entropy(logits: torch.Tensor, batch: MicroBatch, temperature: float) -> list[torch.Tensor]:
+    """Per sample, the entropy of the distribution each response token was drawn from."""
+    from slime_core.algorithms import entropy_from_logits
+
+    out = []
+    for row, start, length, response_length in batch.spans:
+        first = start + length - response_length
+        out.append(entropy_from_logits(logits[row, first - 1 : start + length - 1], temperature))
+    return out
+
+
+def pad_rows(rows: list[torch.Tensor | list], device=None, value: float = 0.0) -> torch.Tensor:
+    """Right-pad per-sample 1-D tensors (or lists) into a (B, T) float tensor."""
+    tensors = [r if isinstance(r, torch.Tensor) else torch.tensor(r, dtype=torch.float32) for r in rows]
+    width = max((t.numel() for t in tensors), default=0)
+    out = []
+    for t in tensors:
+        t = t.to(device=device if device is not None else t.device, dtype=torch.float32)
+        out.append(torch.nn.functional.pad(t, (0, width - t.numel()), value=value))
+    return torch.stack(out)

@@ -1,0 +1,68 @@
+"""Loading a Hugging Face causal LM from a local directory and sharding it with FSDP2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+
+def load_model(path: str, dtype: torch.dtype = torch.float32, gradient_checkpointing: bool = False):
+    """``AutoModelForCausalLM`` from a local directory, on CPU, in ``dtype`` (master weights)."""
+    from transformers import AutoModelForCausalLM
+
+    check_model_dir(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+    return model
+
+
+def check_model_dir(path: str) -> None:
+    """A clear error for a checkpoint directory that is not there or holds no model."""
+    directory = Path(path)
+    if not directory.is_dir():
+        raise FileNotFoundError(
+            f"--hf-checkpoint {path}: the directory does not exist; give a local Hugging Face model "
+            "directory (config.json, weights, tokenizer), e.g. one made by `huggingface-cli download`"
+        )
+    if not (directory / "config.json").is_file():
+        raise FileNotFoundError(f"--hf-checkpoint {path}: no config.json there; is this a Hugging Face model directory?")
+
+
+def load_tokenizer(path: str, model):
+    """The tokenizer saved with the model; an error if its vocabulary does not fit the model."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    vocab = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > vocab:
+        raise ValueError(
+            f"the tokenizer in {path} has {len(tokenizer)} tokens but the model's embedding has {vocab} rows: "
+            "they do not belong together; save the tokenizer the model was trained with into that directory"
+        )
+    return tokenizer
+
+
+def decoder_layers(model) -> list[torch.nn.Module]:
+    """The modules to shard one by one: those whose class the model marks as not to be split
+    (``_no_split_modules``: its decoder layers, for every transformers family)."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    if not layers:
+        raise ValueError(f"{type(model).__name__} names no decoder layer class (_no_split_modules); cannot shard it per layer")
+    return layers
+
+
+def shard(model, mesh, bf16: bool = False, cpu_offload: bool = False):
+    """FSDP2: ``fully_shard`` each decoder layer, then the root (embeddings, norm, head)."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+    kwargs = {"mesh": mesh, "offload_policy": CPUOffloadPolicy() if cpu_offload else OffloadPolicy()}
+    if bf16:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in decoder_layers(model):
+        fully_shard(layer, **kwargs)
+    fully_shard(model, **kwargs)
+    return model

@@ -1,0 +1,268 @@
+"""`FSDPTrainRank`: one rank of the FSDP2 train backend (see ``slime_core.train_backend``).
+
+Reference model: its weights are kept in CPU memory as this rank's shards and swapped into
+the one sharded model for the reference log-prob pass, then swapped back, so the device
+never holds two policies. The distillation teacher is a separate, unsharded model kept on
+the CPU and moved to the device only for its forward passes.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager, nullcontext
+
+import torch
+import torch.distributed as dist
+
+from slime_core.algorithms import AdvantageInputs, PolicyLossConfig, PolicyLossInputs, compute_policy_loss
+from slime_core.algorithms import loss_denominators, opd_advantages, whiten
+from slime_core.micro_batches import fixed_micro_batches, step_slices, token_budget_micro_batches
+from slime_core.plugins import Plugins
+from slime_core.rollout_batch import RolloutBatch
+from slime_fsdp import checkpoint, inputs, weights
+from slime_fsdp.model import load_model, load_tokenizer, shard
+from slime_fsdp.optimizer import build_optimizer
+
+
+class FSDPTrainRank:
+    """One training rank: a shard of the policy, its optimizer, and the RL step."""
+
+    def __init__(self, config, rank: int, world_size: int, master_addr: str, master_port: int):
+        from torch.distributed.device_mesh import init_device_mesh
+
+        self.config, self.rank, self.world_size = config, rank, world_size
+        cuda = torch.cuda.is_available()
+        self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+        if not cuda:  # ranks share the CPU cores instead of each using all of them
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+        url = f"tcp://{master_addr}:{master_port}"
+        dist.init_process_group("nccl" if cuda else "gloo", init_method=url, rank=rank, world_size=world_size)
+        self.mesh = init_device_mesh(self.device.type, (world_size,))
+        self.version = 0
+        self._buckets: list[list[str]] = []
+
+    # ---------------------------------------------------------------- setup and resume
+
+    def init(self) -> dict:
+        cfg = self.config
+        torch.manual_seed(cfg.seed)
+        model = load_model(cfg.hf_checkpoint, gradient_checkpointing=cfg.gradient_checkpointing)
+        self.tokenizer = load_tokenizer(cfg.hf_checkpoint, model)
+        self.attn_implementation = model.config._attn_implementation
+        self.model = shard(model.to(self.device), self.mesh, cfg.bf16, cfg.fsdp_cpu_offload)
+        self.optimizer, self.scheduler = build_optimizer(self.model, cfg)
+        self.reference = self._reference_shards()
+        self.teacher = load_model(cfg.opd_teacher_load).eval() if cfg.opd_teacher_load else None
+        plugins = Plugins()
+        self.estimator = plugins.registry("advantage_estimators").get(cfg.advantage_estimator)
+        self.loss_config = PolicyLossConfig.from_config(cfg)
+        self.loss_fn = plugins.registry("policy_losses").get(self.loss_config.loss_type)
+        return {"rollout_id": self._resume(), "weight_version": self.version}
+
+    def _reference_shards(self) -> dict[str, torch.Tensor] | None:
+        """The reference policy's shards on CPU: the starting weights, or ``--ref-load``."""
+        cfg = self.config
+        if not (cfg.use_kl_loss or cfg.kl_coef):
+            return None
+        if not cfg.ref_load:
+            return weights.snapshot_local_shards(self.model)
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        full = load_model(cfg.ref_load).state_dict()
+        with weights.swapped_weights(self.model, weights.snapshot_local_shards(self.model)):
+            set_model_state_dict(self.model, full, options=StateDictOptions(full_state_dict=True))
+            return weights.snapshot_local_shards(self.model)
+
+    def _resume(self) -> int:
+        """Restore from ``--load`` if it holds a checkpoint; the next rollout id."""
+        path = checkpoint.latest_checkpoint(self.config.load) if self.config.load else None
+        if path is None:
+            return 0
+        extra = checkpoint.load_checkpoint(path, self.model, self.optimizer)
+        self.scheduler.load_state_dict(extra["scheduler"])
+        torch.set_rng_state(extra["rng"])
+        self.version = extra["weight_version"]
+        return extra["rollout_id"] + 1
+
+    # ---------------------------------------------------------------- log-probs
+
+    @torch.no_grad()
+    def compute_log_probs(self, batch: RolloutBatch, model: str = "actor") -> list[list[float]]:
+        return [lp.tolist() for lp in self._log_probs(batch, model)]
+
+    def _log_probs(self, batch: RolloutBatch, model: str) -> list[torch.Tensor]:
+        swap = weights.swapped_weights(self.model, self.reference) if model == "ref" else nullcontext()
+        if model == "ref" and self.reference is None:
+            raise ValueError("reference log-probs need a reference model: set --use-kl-loss or --kl-coef")
+        out: list[torch.Tensor | None] = [None] * len(batch)
+        with torch.no_grad(), swap, self._teacher_on_device() if model == "teacher" else nullcontext():
+            for indices in self._plan(list(range(len(batch))), batch):
+                micro = self._inputs(batch, indices)
+                net = self.teacher if model == "teacher" else self.model
+                logits = net(**micro.model_inputs()).logits
+                for index, lp in zip(indices, inputs.response_log_probs(logits, micro, self.config.rollout_temperature)):
+                    out[index] = lp.float().cpu()
+        return out
+
+    def _teacher_on_device(self):
+        if self.teacher is None:
+            raise ValueError("teacher log-probs need a teacher model: set --opd-teacher-load DIR")
+        return _on_device(self.teacher, self.device)
+
+    # ---------------------------------------------------------------- training
+
+    def train(self, rollout_id: int, batch: RolloutBatch) -> dict[str, float]:
+        """Advantages for this rank's share, then ``--num-steps-per-rollout`` optimizer steps."""
+        cfg = self.config
+        self.model.train()
+        data = self._train_tensors(batch)
+        history = []
+        for indices in step_slices(len(batch), cfg.num_steps_per_rollout):
+            history.append(self._optimizer_step(batch, indices, data))
+        self.version += 1
+        return {key: sum(m[key] for m in history) / len(history) for key in history[0]}
+
+    def _train_tensors(self, batch: RolloutBatch) -> dict[str, torch.Tensor | None]:
+        """(N, R) tensors of the share: mask, old / ref / rollout log-probs, advantages."""
+        cfg = self.config
+        mask = inputs.pad_rows(batch.loss_masks)
+        old = inputs.pad_rows(self._log_probs(batch, "actor"))
+        ref = inputs.pad_rows(self._log_probs(batch, "ref")) if self.reference is not None else None
+        advantage_inputs = AdvantageInputs(
+            torch.tensor(batch.rewards, dtype=torch.float32), torch.tensor(batch.group_ids), mask,
+            log_probs=old, ref_log_probs=ref, kl_coef=cfg.kl_coef, kl_type=cfg.kl_loss_type,
+            gamma=cfg.gamma, lambd=cfg.lambd,
+        )
+        advantages, _ = self.estimator(advantage_inputs)
+        if self.teacher is not None:
+            teacher = inputs.pad_rows(self._log_probs(batch, "teacher"))
+            advantages = opd_advantages(advantages, old, teacher, mask, cfg.opd_kl_coef)
+        if cfg.normalize_advantages:
+            advantages = whiten(advantages, mask, group=dist.group.WORLD)
+        rollout = inputs.pad_rows(batch.rollout_log_probs) if self.loss_config.use_tis else None
+        return {"mask": mask, "old": old, "ref": ref, "rollout": rollout, "advantages": advantages}
+
+    def _optimizer_step(self, batch: RolloutBatch, indices: list[int], data: dict) -> dict[str, float]:
+        denominators = loss_denominators(
+            data["mask"][indices], max_tokens_per_sample=self.config.rollout_max_response_len, group=dist.group.WORLD
+        )
+        totals: dict[str, float] = {}
+        for micro_indices in self._plan(indices, batch):
+            for key, value in self._backward(batch, micro_indices, data, denominators).items():
+                totals[key] = totals.get(key, 0.0) + value
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad)
+        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        metrics = _sum_over_ranks(totals)
+        metrics.update(grad_norm=float(grad_norm), lr=self.scheduler.get_last_lr()[0])
+        self.scheduler.step()
+        return metrics
+
+    def _backward(self, batch, indices, data, denominators) -> dict[str, float]:
+        """Forward and backward of one micro-batch; its contribution to the step's metrics."""
+        micro = self._inputs(batch, indices)
+        logits = self.model(**micro.model_inputs()).logits
+        if not indices:  # padding micro-batch: keep this rank in step with the others' collectives
+            (logits.sum() * 0.0).backward()
+            return {}
+        temperature = self.config.rollout_temperature
+        log_probs = inputs.pad_rows(inputs.response_log_probs(logits, micro, temperature))
+        width = log_probs.shape[1]
+        entropy = None
+        if self.loss_config.entropy_coef:
+            entropy = inputs.pad_rows(inputs.response_entropy(logits, micro, temperature))
+        rows = lambda key: None if data[key] is None else data[key][indices, :width]  # noqa: E731
+        loss_inputs = PolicyLossInputs(
+            log_probs, rows("old"), rows("advantages"), rows("mask"), entropy, rows("ref"), rows("rollout")
+        )
+        loss, metrics = compute_policy_loss(loss_inputs, self.loss_config, denominators, self.loss_fn)
+        (loss * self.world_size).backward()  # FSDP averages gradients over ranks; the loss is a sum
+        return metrics
+
+    # ---------------------------------------------------------------- micro-batches
+
+    def _plan(self, indices: list[int], batch: RolloutBatch) -> list[list[int]]:
+        """Micro-batches of ``indices``; padded with empty ones to the count of the rank that
+        has the most, since every forward and backward is a collective."""
+        cfg = self.config
+        if cfg.use_dynamic_batch_size:
+            lengths = [len(t) for t in batch.tokens]
+            plan = token_budget_micro_batches(indices, lengths, cfg.max_tokens_per_gpu)
+        else:
+            plan = fixed_micro_batches(indices, cfg.micro_batch_size)
+        count = torch.tensor(len(plan))
+        dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        return plan + [[] for _ in range(int(count) - len(plan))]
+
+    def _inputs(self, batch: RolloutBatch, indices: list[int]) -> inputs.MicroBatch:
+        pad = self.tokenizer.pad_token_id or 0
+        if not indices:
+            return inputs.packed([[pad, pad]], [1], self.device, self.attn_implementation)
+        tokens = [batch.tokens[i] for i in indices]
+        response_lengths = [batch.response_lengths[i] for i in indices]
+        _check_prompts(tokens, response_lengths)
+        if self.config.use_dynamic_batch_size:
+            return inputs.packed(tokens, response_lengths, self.device, self.attn_implementation)
+        return inputs.padded(tokens, response_lengths, self.device, pad)
+
+    # ---------------------------------------------------------------- weights and checkpoints
+
+    def weight_version(self) -> int:
+        return self.version
+
+    def weight_buckets(self, bucket_bytes: int) -> int:
+        self._buckets = weights.plan_buckets(self.model, bucket_bytes)
+        return len(self._buckets)
+
+    def export_bucket(self, index: int):
+        return weights.gather_bucket(self.model, self._buckets[index], keep=self.rank == 0)
+
+    def save(self, rollout_id: int) -> str:
+        extra = {"scheduler": self.scheduler.state_dict(), "rng": torch.get_rng_state(),
+                 "weight_version": self.version, "rollout_id": rollout_id}
+        return checkpoint.save_checkpoint(self.config.save, rollout_id, self.model, self.optimizer, extra)
+
+    def save_hf(self, path: str) -> None:
+        checkpoint.save_hf(path, self.model, self.tokenizer)
+
+    def offload(self) -> None:
+        self.model.to("cpu")
+        weights.move_optimizer_state(self.optimizer, "cpu")
+
+    def onload(self) -> None:
+        self.model.to(self.device)
+        weights.move_optimizer_state(self.optimizer, self.device)
+
+    def memory(self) -> dict[str, float]:
+        if self.device.type == "cuda":
+            return {"allocated_gib": torch.cuda.memory_allocated() / 2**30, "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
+        status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+        return {"rss_gib": int(status["VmRSS"].split()[0]) / 2**20, "peak_rss_gib": int(status["VmHWM"].split()[0]) / 2**20}
+
+
+@contextmanager
+def _on_device(model, device):
+    """Move ``model`` to ``device`` for the block, then back to the CPU."""
+    model.to(device)
+    try:
+        yield
+    finally:
+        model.to("cpu")
+
+
+def _check_prompts(tokens: list[list[int]], response_lengths: list[int]) -> None:
+    for seq, response_length in zip(tokens, response_lengths):
+        if not 0 < response_length < len(seq):
+            raise ValueError(
+                f"a sample has {len(seq)} tokens and a response of {response_length}: it needs at least one prompt "
+                "token and one response token to be trained on"
+            )
+
+
+def _sum_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
+    """Per-key sums over all ranks (a rank that only ran padding micro-batches has none)."""
+    gathered: list[dict[str, float]] = [{} for _ in range(dist.get_world_size())]
+    dist.all_gather_object(gathered, metrics)
+    keys = sorted({key for part in gathered for key in part})
+    return {key: sum(part.get(key, 0.0) for part in gathered) for key in keys}

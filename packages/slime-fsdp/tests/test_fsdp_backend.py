@@ -1,0 +1,134 @@
+"""The FSDP2 backend on real Ray actors and gloo process groups, with a tiny Qwen3 model."""
+
+import pytest
+import torch
+
+from slime_core.testing import synthetic_rollout_batch as rollout_batch
+from slime_core.train_backend import TrainGroup
+from slime_fsdp.rank import FSDPTrainRank
+
+pytestmark = pytest.mark.integration
+
+
+def all_weights(group: TrainGroup) -> dict[str, torch.Tensor]:
+    return {name: tensor for bucket in group.export_weights(64 * 1024) for name, tensor in bucket}
+
+
+def start(config, num_ranks: int = 1) -> TrainGroup:
+    group = TrainGroup(FSDPTrainRank, config, num_ranks)
+    group.init()
+    return group
+
+
+def test_two_ranks_give_the_loss_and_weights_of_one_rank(ray_cluster, fsdp_config):
+    config = fsdp_config(micro_batch_size=3, use_kl_loss=True, kl_loss_coef=0.1, entropy_coef=0.01)
+    batch = rollout_batch()
+    results = {}
+    for num_ranks in (1, 2):
+        group = start(config, num_ranks)
+        try:
+            results[num_ranks] = group.train(0, batch), all_weights(group)
+        finally:
+            group.shutdown()
+    (one_metrics, one_weights), (two_metrics, two_weights) = results[1], results[2]
+    for key in ("loss", "pg_loss", "kl_loss", "entropy", "grad_norm"):
+        assert two_metrics[key] == pytest.approx(one_metrics[key], rel=1e-4, abs=1e-6), key
+    assert one_weights.keys() == two_weights.keys()
+    for name in one_weights:
+        # Adam turns float noise in near-zero gradients into updates of up to lr (1e-3); the
+        # gradient norm above catches any scale error, which Adam would hide.
+        torch.testing.assert_close(two_weights[name], one_weights[name], rtol=1e-4, atol=1e-5)
+
+
+def test_first_step_is_on_policy_and_grpo_raises_the_rewarded_token(ray_cluster, fsdp_config, tmp_path):
+    """Old log-probs from the same weights give ratio 1 (ppo_kl 0, nothing clipped) and the
+    reference equals the actor before any update; then GRPO, rewarding responses that start
+    with '7', makes '7' more likely; the exported HF directory reproduces the log-probs."""
+    config = fsdp_config(use_kl_loss=True, kl_loss_coef=0.0, use_dynamic_batch_size=True, max_tokens_per_gpu=40)
+    group = start(config)
+    try:
+        batch = rewarded_batch(seed=0)
+        assert group.compute_log_probs(batch, "ref") == group.compute_log_probs(batch, "actor")
+        before = probability_of_seven(group)
+        first = group.train(0, batch)
+        assert first["ppo_kl"] == pytest.approx(0.0, abs=1e-7) and first["pg_clipfrac"] == 0.0
+        for rollout_id in range(1, 6):
+            group.train(rollout_id, rewarded_batch(seed=rollout_id))
+        assert probability_of_seven(group) > 2 * before  # about 0.016 -> 0.04 in six steps
+        assert group.call("weight_version")[0] == 6
+        group.call("save_hf", str(tmp_path / "hf"))
+        check_hf_export(tmp_path / "hf", batch, group.compute_log_probs(batch))
+    finally:
+        group.shutdown()
+
+
+def rewarded_batch(seed: int):
+    """Random responses; reward 1 when the response starts with the token '7'."""
+    from slime_core.tiny_models import build_char_tokenizer
+
+    seven = build_char_tokenizer().convert_tokens_to_ids("7")
+    batch = rollout_batch(seed=seed)
+    for i, (tokens, length) in enumerate(zip(batch.tokens, batch.response_lengths)):
+        if i % 2 == 0:
+            tokens[len(tokens) - length] = seven
+        batch.rewards[i] = float(tokens[len(tokens) - length] == seven)
+    return batch
+
+
+def probability_of_seven(group: TrainGroup) -> float:
+    from slime_core.rollout_batch import RolloutBatch
+    from slime_core.tiny_models import build_char_tokenizer
+
+    tokenizer = build_char_tokenizer()
+    prompts = [tokenizer.encode(f"{a}+{b}=") for a, b in [(3, 4), (12, 30), (41, 8), (25, 25)]]
+    seven = tokenizer.convert_tokens_to_ids("7")
+    probe = RolloutBatch([p + [seven] for p in prompts], [1] * 4, [[1]] * 4, [0.0] * 4, [0, 1, 2, 3], [[0.0]] * 4)
+    log_probs = group.compute_log_probs(probe)
+    return sum(torch.tensor(lp).exp().item() for lp in log_probs) / len(log_probs)
+
+
+def check_hf_export(path, batch, expected):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from slime_core.algorithms import log_probs_from_logits
+
+    model = AutoModelForCausalLM.from_pretrained(path)
+    assert len(AutoTokenizer.from_pretrained(path)) == model.config.vocab_size
+    for tokens, length, want in zip(batch.tokens, batch.response_lengths, expected):
+        with torch.no_grad():
+            logits = model(torch.tensor([tokens])).logits[0]
+        got = log_probs_from_logits(logits[len(tokens) - length - 1 : -1], torch.tensor(tokens[-length:]))
+        torch.testing.assert_close(got, torch.tensor(want), rtol=1e-4, atol=1e-5)
+
+
+def test_resuming_a_checkpoint_continues_exactly(ray_cluster, fsdp_config, tmp_path):
+    config = fsdp_config(lr_warmup_iters=2, lr_decay_style="cosine", lr_decay_iters=6, weight_decay=0.01)
+    uninterrupted = start(config)
+    try:
+        for rollout_id in range(3):
+            uninterrupted.train(rollout_id, rollout_batch(seed=rollout_id))
+        expected = all_weights(uninterrupted)
+    finally:
+        uninterrupted.shutdown()
+
+    saving = start(fsdp_config(save=str(tmp_path / "ckpt"), lr_warmup_iters=2, lr_decay_style="cosine",
+                               lr_decay_iters=6, weight_decay=0.01))
+    try:
+        saving.train(0, rollout_batch(seed=0))
+        saving.call("save", 0)
+    finally:
+        saving.shutdown()
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["iter_0000000", "latest_checkpointed_iteration.txt"]
+
+    resumed = TrainGroup(FSDPTrainRank, fsdp_config(load=str(tmp_path / "ckpt"), lr_warmup_iters=2,
+                                                     lr_decay_style="cosine", lr_decay_iters=6, weight_decay=0.01), 1)
+    try:
+        state = resumed.init()
+        assert state == {"rollout_id": 1, "weight_version": 1}
+        for rollout_id in (1, 2):
+            resumed.train(rollout_id, rollout_batch(seed=rollout_id))
+        got = all_weights(resumed)
+    finally:
+        resumed.shutdown()
+    for name in expected:
+        assert torch.equal(got[name], expected[name]), name

@@ -16,6 +16,8 @@ does not import sympy or httpx.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from slime_rewards.boxed import boxed
 
 _DEFAULTS = {
@@ -123,3 +125,9 @@ def boxed_reward(inner_name):
         known = ", ".join(sorted(REWARD_FUNCTIONS))
         raise ValueError(f"boxed_reward: unknown reward {inner_name!r}; known rewards are {known}")
     return boxed(REWARD_FUNCTIONS[inner_name], inner_name)
+
+
+#: Attribute access to the rewards by name, for the plugin's ``"module:REWARDS.name"`` references.
+REWARDS = SimpleNamespace(**REWARD_FUNCTIONS)
+#: ``BOXED.name`` is the ``boxed_<name>`` reward.
+BOXED = SimpleNamespace(**{name: boxed_reward(name) for name in REWARD_FUNCTIONS})

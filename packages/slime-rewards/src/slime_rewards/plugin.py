@@ -15,10 +15,24 @@ GROUP = "rewards (slime-rewards)"
 def slime_add_options(options):
     options.add("--rm-url", help="URL the remote reward POSTs each sample to", group=GROUP)
     options.add("--rm-max-retries", type=int, default=3, help="retries of a failed remote reward call", group=GROUP)
+    options.add("--rm-retry-backoff", type=float, default=0.5, help="seconds before the first remote retry (doubles each time)", group=GROUP)
     options.add("--math-timeout", type=float, default=5.0, help="seconds per symbolic math comparison", group=GROUP)
     options.add("--code-timeout", type=float, default=5.0, help="seconds per code test case", group=GROUP)
     options.add("--code-memory-mb", type=int, default=512, help="memory limit of the code sandbox", group=GROUP)
     options.add("--sample-filter-max-tokens", type=int, default=None, help="drop_over_length: most tokens a sample may have", group=GROUP)
+
+
+#: ``--rm-type`` names of ``slime_rewards.functions.REWARD_FUNCTIONS`` (listed here so that
+#: registering them imports nothing); each also gets a ``boxed_<name>`` variant that grades
+#: only the last ``\\boxed{}`` span of the response.
+REWARD_NAMES = ("math", "dapo", "deepscaler", "f1", "gpqa", "multiple_choice", "code", "remote")
+
+
+@hookimpl
+def slime_register_reward_functions(register):
+    for name in REWARD_NAMES:
+        register(name, f"slime_rewards.functions:REWARDS.{name}")
+        register(f"boxed_{name}", f"slime_rewards.functions:BOXED.{name}")
 
 
 @hookimpl

@@ -78,7 +78,9 @@ def slime_register_train_backends(register):
 
     Called the first time a train backend is looked up.
 
-    :param register: ``register(name, backend_class_or_ref)``.
+    :param register: ``register(name, rank_class_or_ref)``; the class implements
+        ``slime_core.train_backend.TrainRank`` and is instantiated once per training rank,
+        in a Ray actor, by ``slime_core.train_backend.TrainGroup``.
     :return: nothing.
 
     Runs in the driver.

@@ -59,7 +59,8 @@ def shard(model, mesh, bf16: bool = False, cpu_offload: bool = False):
     """FSDP2: ``fully_shard`` each decoder layer, then the root (embeddings, norm, head)."""
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-    kwargs = {"mesh": mesh, "offload_policy": CPUOffloadPolicy() if cpu_offload else OffloadPolicy()}
+    offload = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if cpu_offload else OffloadPolicy()
+    kwargs = {"mesh": mesh, "offload_policy": offload}
     if bf16:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in decoder_layers(model):

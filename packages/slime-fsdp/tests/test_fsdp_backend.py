@@ -153,3 +153,30 @@ def test_sft_with_memory_saving_options_and_offload(ray_cluster, fsdp_config):
         assert group.call("memory")[0]["peak_rss_gib"] > 0.1  # the actor's own process, torch loaded
     finally:
         group.shutdown()
+
+
+def test_ppo_critic_fits_the_returns_and_feeds_the_actors_gae(ray_cluster, fsdp_config):
+    """The critic (same contract, value head) learns: its value loss falls as it fits the
+    returns; the actor's ``ppo`` estimator trains on the critic's values and asks for them
+    when they are missing."""
+    from slime_fsdp.critic import FSDPCriticRank
+
+    config = fsdp_config(advantage_estimator="ppo", critic_lr=1e-2, gamma=1.0, lambd=0.95)
+    batch = rollout_batch(seed=5)
+    critic = TrainGroup(FSDPCriticRank, config, 1)
+    actor = start(config)
+    try:
+        critic.init()
+        assert all(v == 0.0 for values in critic.compute_values(batch) for v in values)  # zero-initialised head
+        losses = [critic.train(rollout_id, batch)["value_loss"] for rollout_id in range(4)]
+        assert losses[-1] < 0.7 * losses[0]
+        batch.values = critic.compute_values(batch)
+        assert [len(v) for v in batch.values] == batch.response_lengths
+        metrics = actor.train(0, batch)
+        assert metrics["ppo_kl"] == pytest.approx(0.0, abs=1e-7) and metrics["grad_norm"] > 0
+        batch.values = None
+        with pytest.raises(Exception, match="'ppo' advantage estimator needs critic values"):
+            actor.train(1, batch)
+    finally:
+        critic.shutdown()
+        actor.shutdown()

@@ -24,6 +24,7 @@ class RolloutBatch:
     rewards: list[float] = field(default_factory=list)  # (N,) scalar reward (after --reward-key)
     group_ids: list[int] = field(default_factory=list)  # (N,) samples of one prompt share an id
     rollout_log_probs: list[list[float]] = field(default_factory=list)  # (N,) (response_len,) engine log-probs
+    values: list[list[float]] | None = None  # (N,) (response_len,) critic values V_old (PPO), else None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -46,7 +47,11 @@ class RolloutBatch:
 
     def select(self, indices: list[int]) -> RolloutBatch:
         """The samples at ``indices``, in that order."""
-        return RolloutBatch(**{f.name: [getattr(self, f.name)[i] for i in indices] for f in fields(self)})
+        picked = {}
+        for f in fields(self):
+            column = getattr(self, f.name)
+            picked[f.name] = None if column is None else [column[i] for i in indices]
+        return RolloutBatch(**picked)
 
     def num_tokens(self, index: int) -> int:
         return len(self.tokens[index])

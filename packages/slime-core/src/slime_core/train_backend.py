@@ -38,6 +38,9 @@ class TrainRank(Protocol):
         """Compute log-probs and advantages for this rank's share, then run every optimizer
         step of the rollout. Returns global-batch metrics (equal on every rank)."""
 
+    def compute_values(self, batch: RolloutBatch) -> list[list[float]]:
+        """Critics only: per-sample values of the response tokens (PPO's V_old)."""
+
     def weight_buckets(self, bucket_bytes: int) -> int:
         """Plan the export of the weights in buckets of about ``bucket_bytes``; returns how
         many buckets `export_bucket` serves."""
@@ -86,10 +89,19 @@ class TrainGroup:
 
     def compute_log_probs(self, batch: RolloutBatch, model: str = "actor") -> list[list[float]]:
         """Log-probs of every sample of ``batch``, in the batch's order."""
+        return self._per_sample("compute_log_probs", batch, model)
+
+    def compute_values(self, batch: RolloutBatch) -> list[list[float]]:
+        """A critic's values of every sample of ``batch``, in the batch's order."""
+        return self._per_sample("compute_values", batch)
+
+    def _per_sample(self, method: str, batch: RolloutBatch, *args) -> list[list[float]]:
+        """Each rank computes ``method`` on its share; the answers put back in batch order."""
         import ray
 
         shares = dp_rank_indices(batch, self.num_ranks)
-        results = ray.get([rank.compute_log_probs.remote(batch.select(share), model) for rank, share in zip(self.ranks, shares)])
+        calls = [getattr(rank, method).remote(batch.select(share), *args) for rank, share in zip(self.ranks, shares)]
+        results = ray.get(calls)
         out: list[list[float]] = [[] for _ in range(len(batch))]
         for share, result in zip(shares, results):
             for index, log_probs in zip(share, result):

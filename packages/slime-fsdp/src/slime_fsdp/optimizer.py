@@ -7,18 +7,19 @@ import math
 import torch
 
 
-def build_optimizer(model, config) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW over the model's parameters with ``--lr``, ``--weight-decay``, ``--adam-beta1/2``,
-    and the schedule of `lr_factor`."""
+def build_optimizer(model, config, lr: float | None = None) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW over the model's parameters with ``lr`` (default ``--lr``), ``--weight-decay``,
+    ``--adam-beta1/2``, and the schedule of `lr_factor`."""
+    lr = config.lr if lr is None else lr
     optimizer = torch.optim.AdamW(
         model.parameters(),
-        lr=config.lr,
+        lr=lr,
         betas=(config.adam_beta1, config.adam_beta2),
         eps=config.adam_eps,
         weight_decay=config.weight_decay,
     )
     schedule = lambda step: lr_factor(  # noqa: E731  (LambdaLR wants a callable)
-        step, config.lr_warmup_iters, config.lr_decay_style, config.lr_decay_iters, config.min_lr / config.lr
+        step, config.lr_warmup_iters, config.lr_decay_style, config.lr_decay_iters, config.min_lr / lr
     )
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
 

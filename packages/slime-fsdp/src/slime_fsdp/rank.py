@@ -131,7 +131,7 @@ class FSDPTrainRank:
         advantage_inputs = AdvantageInputs(
             torch.tensor(batch.rewards, dtype=torch.float32), torch.tensor(batch.group_ids), mask,
             log_probs=old, ref_log_probs=ref, kl_coef=cfg.kl_coef, kl_type=cfg.kl_loss_type,
-            gamma=cfg.gamma, lambd=cfg.lambd,
+            values=None if batch.values is None else inputs.pad_rows(batch.values), gamma=cfg.gamma, lambd=cfg.lambd,
         )
         advantages, _ = self.estimator(advantage_inputs)
         if self.teacher is not None:

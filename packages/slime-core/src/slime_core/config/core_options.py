@@ -99,6 +99,8 @@ def _algorithm(o: OptionSet) -> None:
     o.add("--tis-clip-low", type=float, default=0.0, help="lower bound of the mismatch weight (ICEPOP: e.g. 0.5)", group=g)
     o.add("--opd-kl-coef", type=float, default=0.0, help="on-policy distillation: weight of the teacher's reverse KL", group=g)
     o.add("--value-clip", type=float, default=0.2, help="PPO critic: clip range of the value update", group=g)
+    o.add("--critic-load", default=None, help="PPO critic: Hugging Face directory of its body (default: --hf-checkpoint)", group=g)
+    o.add("--critic-lr", type=float, default=None, help="PPO critic: learning rate (default: --lr)", group=g)
 
 
 def _training(o: OptionSet) -> None:

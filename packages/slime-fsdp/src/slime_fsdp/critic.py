@@ -1,0 +1,116 @@
+"""`FSDPCriticRank`: the PPO critic, the same train-backend contract with a value head.
+
+The critic is the policy's transformer body (loaded from ``--critic-load``, default
+``--hf-checkpoint``) with a zero-initialised linear head giving one value per position.
+The value of response token t is read where the policy's logits for t are read: at the
+position before it (the state the token was chosen in).
+
+Per rollout: `compute_values` gives the old values V_old the actor's GAE needs (the loop
+puts them in ``RolloutBatch.values``); `train` computes returns = GAE advantages + V_old
+from the rewards and fits the values with the clipped value loss (``--value-clip``).
+The critic's returns carry no KL penalty, so ``--kl-coef`` must be 0 with a critic (use
+``--use-kl-loss`` to keep the policy near the reference instead).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from slime_core.algorithms import AdvantageInputs, loss_denominators, ppo_advantages, reduce_loss, value_loss
+from slime_core.micro_batches import step_slices
+from slime_core.rollout_batch import RolloutBatch
+from slime_fsdp import inputs
+from slime_fsdp.model import load_model, load_tokenizer, shard
+from slime_fsdp.optimizer import build_optimizer
+from slime_fsdp.rank import FSDPTrainRank, _sum_over_ranks
+
+
+class ValueModel(torch.nn.Module):
+    """A causal LM's transformer body plus a linear value head: (rows, T) values."""
+
+    def __init__(self, causal_lm):
+        super().__init__()
+        self.body = causal_lm.base_model
+        self.config = causal_lm.config
+        self._no_split_modules = causal_lm._no_split_modules
+        self.value_head = torch.nn.Linear(self.config.hidden_size, 1)
+        torch.nn.init.zeros_(self.value_head.weight)
+        torch.nn.init.zeros_(self.value_head.bias)
+
+    def forward(self, input_ids, position_ids=None, attention_mask=None) -> torch.Tensor:
+        hidden = self.body(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask).last_hidden_state
+        return self.value_head(hidden).squeeze(-1)
+
+
+class FSDPCriticRank(FSDPTrainRank):
+    """One rank of the critic; checkpoints, offload and micro-batching as the policy's."""
+
+    def init(self) -> dict:
+        cfg = self.config
+        if cfg.kl_coef:
+            raise ValueError("the critic's returns have no KL penalty: set --kl-coef 0 (use --use-kl-loss instead)")
+        torch.manual_seed(cfg.seed)
+        causal_lm = load_model(cfg.critic_load or cfg.hf_checkpoint, gradient_checkpointing=cfg.gradient_checkpointing)
+        self.tokenizer = load_tokenizer(cfg.critic_load or cfg.hf_checkpoint, causal_lm)
+        self.attn_implementation = causal_lm.config._attn_implementation
+        self.model = shard(ValueModel(causal_lm).to(self.device), self.mesh, cfg.bf16, cfg.fsdp_cpu_offload)
+        self.optimizer, self.scheduler = build_optimizer(self.model, cfg, lr=cfg.critic_lr or cfg.lr)
+        return {"rollout_id": self._resume(), "weight_version": self.version}
+
+    @torch.no_grad()
+    def compute_values(self, batch: RolloutBatch) -> list[list[float]]:
+        """Per-sample values of the response tokens (this rank's share)."""
+        out: list[list[float]] = [[] for _ in range(len(batch))]
+        for indices in self._plan(list(range(len(batch))), batch):
+            micro = self._inputs(batch, indices)
+            values = _response_values(self.model(**micro.model_inputs()), micro)
+            for index, value in zip(indices, values):
+                out[index] = value.float().cpu().tolist()
+        return out
+
+    def train(self, rollout_id: int, batch: RolloutBatch) -> dict[str, float]:
+        cfg = self.config
+        mask = inputs.pad_rows(batch.loss_masks)
+        old = inputs.pad_rows(self.compute_values(batch))
+        advantage_inputs = AdvantageInputs(
+            torch.tensor(batch.rewards, dtype=torch.float32), torch.tensor(batch.group_ids), mask,
+            values=old, gamma=cfg.gamma, lambd=cfg.lambd,
+        )
+        _, returns = ppo_advantages(advantage_inputs)
+        history = [self._value_step(batch, indices, mask, old, returns) for indices in step_slices(len(batch), cfg.num_steps_per_rollout)]
+        self.version += 1
+        return {key: sum(m[key] for m in history) / len(history) for key in history[0]}
+
+    def _value_step(self, batch, indices, mask, old, returns) -> dict[str, float]:
+        denominators = loss_denominators(mask[indices], group=dist.group.WORLD)
+        totals: dict[str, float] = {}
+        for micro_indices in self._plan(indices, batch):
+            micro = self._inputs(batch, micro_indices)
+            values = self.model(**micro.model_inputs())
+            if not micro_indices:
+                (values.sum() * 0.0).backward()
+                continue
+            predicted = inputs.pad_rows(_response_values(values, micro))
+            width = predicted.shape[1]
+            rows = lambda t: t[micro_indices, :width]  # noqa: E731
+            per_token, clipfrac = value_loss(predicted, rows(old), rows(returns), self.config.value_clip)
+            loss = reduce_loss(per_token, rows(mask), denominators)
+            (loss * self.world_size).backward()
+            for key, value in (("value_loss", loss), ("value_clipfrac", reduce_loss(clipfrac, rows(mask), denominators))):
+                totals[key] = totals.get(key, 0.0) + value.item()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad)
+        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        return {**_sum_over_ranks(totals), "critic_grad_norm": float(grad_norm)}
+
+
+def _response_values(values: torch.Tensor, micro: inputs.MicroBatch) -> list[torch.Tensor]:
+    """Per sample, the values at the positions whose logits score its response tokens."""
+    out = []
+    for row, start, length, response_length in micro.spans:
+        first = start + length - response_length
+        out.append(values[row, first - 1 : start + length - 1])
+    return out

@@ -1,19 +1,35 @@
 """The program that runs inside the code sandbox: ``python -I -S -B code_harness.py CONFIG``.
 
-Not imported by slime: `code_sandbox` starts it in a fresh scratch directory. It
+Not imported by slime: `code_sandbox` starts it in a fresh scratch directory, its working
+directory (the *root* below). It
 
-1. reads its JSON configuration (solution, optional test code, limits, token) and deletes
-   the file, so the solution cannot read the token from disk;
-2. applies resource limits to itself (here rather than in ``preexec_fn``, which is unsafe
-   when the parent process has threads): address space, CPU seconds, file size, process
-   count, no core dumps; soft and hard limits are equal, so they cannot be raised;
-3. installs an audit hook (PEP 578) that refuses: writes, deletions and renames outside the
-   scratch directory; starting processes (fork, exec, spawn, subprocess, os.system);
-   signalling other processes; loading native code (ctypes, cffi); sockets; and changing
-   resource limits;
-4. runs the solution as ``__main__`` (stdin tests) or as module ``solution`` followed by
-   the test code, then prints the token on its own line (assert tests: reaching the token
-   proves that every assertion ran and passed, not that the program exited early with 0).
+1. reads its JSON configuration (solution, optional test code, limits, token), applies the
+   resource limits (address space, CPU seconds, file size, no core dumps; soft = hard, so
+   they cannot be raised) and only then deletes the file: the solution can neither read the
+   token from disk nor recreate the file, so a configuration still there afterwards tells
+   the grader that the harness never got going;
+2. compiles the solution and the test code (a syntax error is the solution's fault);
+3. installs two audit hooks (PEP 578). Each is closed over everything it uses, so the
+   solution cannot loosen them by changing this module's globals, ``os.path`` or builtins:
+
+   - the *policy* refuses writing, creating, deleting, renaming or changing anything outside
+     the root (paths are resolved without the disk, which is exact because the root cannot
+     hold symlinks and the working directory cannot change), or through a file or directory
+     descriptor; reading anything but the root, the standard library and a few devices
+     (``/dev/null``, ``/dev/stdin``, ...), and opening directories outside the root (no
+     descriptor-relative escapes); changing directory and symlinks; starting or signalling
+     processes; native code (ctypes, cffi, C test modules, hand-made code objects); sockets;
+     file locks; raising resource limits; and what could reach the token: new audit hooks,
+     tracing, garbage-collector introspection and the other threads' frames. The calls
+     that raise no audit event but create files anywhere or signal any process
+     (``os.mknod``, ``os.mkfifo``, ``os.pidfd_open``) are removed instead;
+   - the *completion* hook holds the token and writes it to stdout when the test code's
+     last line, ``sys.audit("slime.tests_passed")``, runs in the test code's own frame.
+     Exiting early, reading the harness's frames, or raising the event from anywhere else
+     does not produce it, so the token on stdout proves that every assertion passed;
+
+4. runs the solution as ``__main__`` (stdin tests), or as module ``solution`` followed by
+   the test code (assert tests), in one namespace.
 
 Exit status 121 means the harness itself failed (a sandbox fault, not a wrong answer).
 """
@@ -24,98 +40,202 @@ import resource
 import sys
 
 HARNESS_FAILED = 121
+DONE_EVENT = "slime.tests_passed"
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-_DENIED_EVENTS = {
-    "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.kill",
-    "os.killpg", "signal.pthread_kill", "subprocess.Popen", "pty.spawn", "resource.setrlimit",
-    "resource.prlimit", "socket.__new__", "socket.connect", "socket.bind", "ctypes.dlopen",
-    "ctypes.dlsym", "ctypes.cdata", "ctypes.call_function", "sys.remote_exec",
-}
-_DENIED_MODULES = {"ctypes", "_ctypes", "_posixsubprocess", "cffi", "_cffi_backend", "_xxsubinterpreters"}
-# event → (indices of path arguments to check, indices of dir_fd arguments)
-_PATH_EVENTS = {
+_DENIED_EVENTS = frozenset({
+    "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "subprocess.Popen",
+    "pty.spawn", "os.kill", "os.killpg", "signal.pthread_kill", "resource.setrlimit", "resource.prlimit",
+    "socket.__new__", "socket.connect", "socket.bind", "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata",
+    "ctypes.call_function", "code.__new__", "sys.remote_exec", "sys.addaudithook", "sys.settrace",
+    "sys.setprofile", "sys._current_frames", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
+    "os.chdir", "os.symlink", "fcntl.flock", "fcntl.lockf", "fcntl.ioctl",
+})
+# posix and _signal are loaded at start-up: importing them again would restore `_UNAUDITED`.
+_DENIED_MODULES = frozenset({
+    "ctypes", "_ctypes", "_posixsubprocess", "cffi", "_cffi_backend", "_xxsubinterpreters", "posix", "_signal",
+})
+# event → (indices of path arguments, which must lie inside the root; indices of dir_fd arguments)
+_MUTATIONS = {
     "os.remove": ((0,), (1,)), "os.rmdir": ((0,), (1,)), "os.mkdir": ((0,), (2,)),
-    "os.rename": ((0, 1), (2, 3)), "os.link": ((0, 1), (2, 3)), "os.symlink": ((1,), (2,)),
-    "os.chmod": ((0,), (2,)), "os.chown": ((0,), (3,)), "os.truncate": ((0,), ()),
-    "os.utime": ((0,), (3,)), "os.mknod": ((0,), (3,)), "os.mkfifo": ((0,), (2,)),
-    "os.setxattr": ((0,), ()), "os.removexattr": ((0,), ()), "shutil.rmtree": ((0,), (1,)),
-    "shutil.copyfile": ((1,), ()), "shutil.move": ((0, 1), ()),
+    "os.rename": ((0, 1), (2, 3)), "os.link": ((0, 1), (2, 3)), "os.chmod": ((0,), (2,)),
+    "os.chown": ((0,), (3,)), "os.truncate": ((0,), ()), "os.utime": ((0,), (3,)),
+    "os.setxattr": ((0,), ()), "os.removexattr": ((0,), ()),
+    "shutil.rmtree": ((0,), (1,)), "shutil.copyfile": ((1,), ()), "shutil.move": ((0, 1), ()),
 }
+# Calls that raise no audit event but create files anywhere or signal any process we may signal.
+_UNAUDITED = {"posix": ("mknod", "mkfifo", "pidfd_open"), "os": ("mknod", "mkfifo", "pidfd_open"),
+              "_signal": ("pidfd_send_signal",), "signal": ("pidfd_send_signal",)}
+_READABLE_DEVICES = frozenset({"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/stdin"})
+_WRITABLE_DEVICES = frozenset({"/dev/null"})
 
 
 def main() -> None:
-    config_path = sys.argv[1]
+    solution, test = prepare(sys.argv[1])
+    sys.argv[:] = ["solution.py"]
+    namespace = {"__name__": "__main__" if test is None else "solution", "__builtins__": __builtins__}
+    exec(solution, namespace)
+    if test is not None:
+        exec(test, namespace)
+
+
+def prepare(config_path: str):
+    """Steps 1–3 of the module docstring; the token lives on only in the completion hook."""
     try:
         with open(config_path, encoding="utf-8") as f:
             config = json.load(f)
-        os.remove(config_path)
         apply_limits(config)
-    except (OSError, ValueError) as error:
+        os.remove(config_path)
+    except (OSError, ValueError, KeyError) as error:
         sys.stderr.write(f"sandbox harness failed: {error}\n")
         sys.exit(HARNESS_FAILED)
-    sys.argv[:] = ["solution.py"]
-    sys.dont_write_bytecode = True
-    run(config["solution"], config.get("test"), config.get("token", ""))
+    solution = compile(config["solution"], "solution.py", "exec")
+    test = None
+    if config.get("test") is not None:
+        test = compile(f'{config["test"]}\n__import__("sys").audit("{DONE_EVENT}")\n', "test.py", "exec")
+    confine(os.path.realpath(os.getcwd()), config.get("token", ""), test)
+    return solution, test
 
 
 def apply_limits(config: dict) -> None:
     """Lower every limit to the configured value (never above the current hard limit)."""
-    cpu = int(config["cpu_seconds"])
     limits = [
-        ("RLIMIT_AS", config["memory_bytes"]), ("RLIMIT_CPU", cpu), ("RLIMIT_FSIZE", config["file_bytes"]),
-        ("RLIMIT_NPROC", config["processes"]), ("RLIMIT_CORE", 0),
+        (resource.RLIMIT_AS, config["memory_bytes"]), (resource.RLIMIT_CPU, int(config["cpu_seconds"])),
+        (resource.RLIMIT_FSIZE, config["file_bytes"]), (resource.RLIMIT_CORE, 0),
     ]
-    for name, value in limits:
-        which = getattr(resource, name, None)
-        if which is None:
-            continue
+    for which, value in limits:
         _, hard = resource.getrlimit(which)
         if hard != resource.RLIM_INFINITY:
             value = min(value, hard)
         resource.setrlimit(which, (value, value))
 
 
-def run(solution: str, test: str | None, token: str) -> None:
-    """Compile first (a syntax error is the solution's fault), then confine, then execute."""
-    code = compile(solution, "solution.py", "exec")
-    test_code = compile(test, "test.py", "exec") if test else None
-    confine(os.getcwd())
-    namespace = {"__name__": "__main__" if test_code is None else "solution", "__builtins__": __builtins__}
-    exec(code, namespace)
-    if test_code is not None:
-        exec(test_code, namespace)
-        sys.stdout.flush()
-        sys.stdout.write(f"\n{token}\n")
-        sys.stdout.flush()
+def confine(root: str, token: str, test) -> None:
+    """Remove `_UNAUDITED` and install the hooks of step 3 (the completion hook only for assert tests)."""
+    for module, names in _UNAUDITED.items():
+        for name in names:
+            if hasattr(sys.modules.get(module), name):
+                delattr(sys.modules[module], name)
+    if test is not None:
+        sys.addaudithook(completion_hook(token, test))
+    readable = tuple(os.path.normpath(p) for p in sys.path if os.path.isabs(p))
+    sys.addaudithook(policy_hook(root, readable))
 
 
-def confine(root: str) -> None:
-    """Install the audit hook described in the module docstring."""
-    root = os.path.realpath(root)
+def completion_hook(token: str, test):
+    """The hook that writes the token once the last line of `test` runs in `test`'s frame."""
+    getframe, write, failure, done = sys._getframe, os.write, OSError, DONE_EVENT
+    last_line = max(line for _, _, line in test.co_lines() if line is not None)
+    message = f"\n{token}\n".encode()
 
-    def inside(path) -> bool:
-        if path is None or isinstance(path, int):
-            return True
-        resolved = os.path.realpath(os.fsdecode(path))
-        return resolved == root or resolved.startswith(root + os.sep)
+    def hook(event: str, args: tuple) -> None:
+        if event == done:
+            frame = getframe(1)
+            if frame.f_code is test and frame.f_lineno == last_line:
+                try:
+                    write(1, message)
+                except failure:
+                    pass
+
+    return hook
+
+
+def policy_hook(root: str, readable: tuple):
+    """The hook that refuses what the module docstring lists (step 3)."""
+    denied_events, denied_modules, mutations = _DENIED_EVENTS, _DENIED_MODULES, dict(_MUTATIONS)
+    refuse, startswith = PermissionError, str.startswith
+    may_open, may_list, may_change = _access_rules(root, readable)
 
     def hook(event: str, args: tuple) -> None:
         if event == "open":
-            path, _mode, flags = args
-            if flags & _WRITE_FLAGS and not inside(path):
-                raise PermissionError(f"sandbox: writing {path!r} outside the working directory is not allowed")
-        elif event in _PATH_EVENTS:
-            paths, dir_fds = _PATH_EVENTS[event]
-            if any(args[i] not in (None, -1) for i in dir_fds if i < len(args)):
-                raise PermissionError(f"sandbox: {event} relative to a directory descriptor is not allowed")
-            if not all(inside(args[i]) for i in paths if i < len(args)):
-                raise PermissionError(f"sandbox: {event} outside the working directory is not allowed")
-        elif event in _DENIED_EVENTS:
-            raise PermissionError(f"sandbox: {event} is not allowed")
-        elif event == "import" and args[0].partition(".")[0] in _DENIED_MODULES:
-            raise PermissionError(f"sandbox: importing {args[0]} is not allowed")
+            if not may_open(args[0], args[2]):
+                raise refuse(f"sandbox: opening {args[0]!r} is not allowed here (only the working directory)")
+        elif event in ("os.listdir", "os.scandir"):
+            if not may_list(args[0]):
+                raise refuse(f"sandbox: listing {args[0]!r} is not allowed (only the working directory)")
+        elif event in mutations:
+            paths, dir_fds = mutations[event]
+            if not may_change(event, args, paths, dir_fds):
+                raise refuse(f"sandbox: {event} outside the working directory is not allowed")
+        elif event in denied_events:
+            raise refuse(f"sandbox: {event} is not allowed")
+        elif event == "import" and (args[0].partition(".")[0] in denied_modules or startswith(args[0], "_test")):
+            raise refuse(f"sandbox: importing {args[0]} is not allowed")
 
-    sys.addaudithook(hook)
+    return hook
+
+
+def _access_rules(root: str, readable: tuple):
+    """``may_open(path, flags)``, ``may_list(path)`` and ``may_change(event, args, paths, dir_fds)``."""
+    resolve, write_flags, stat, failure, type_, size = _resolver(root), _WRITE_FLAGS, os.stat, OSError, type, len
+    readable_devices, writable_devices = _READABLE_DEVICES, _WRITABLE_DEVICES
+    is_inside, is_readable = _under((root,)), _under((root, *readable))
+
+    def may_open(path, flags) -> bool:
+        if type_(path) is int:
+            return True  # an existing descriptor: it can do no more than it already could
+        where = resolve(path)
+        if flags & write_flags:
+            return is_inside(where) or where in writable_devices
+        if is_inside(where) or where in readable_devices:
+            return True
+        if where is None or where != path or not is_readable(where):
+            return False
+        try:
+            return stat(where).st_mode & 0o170000 != 0o040000  # no directory descriptors outside
+        except failure:
+            return True  # missing: the open itself fails
+
+    def may_list(path) -> bool:
+        if path is None or type_(path) is int:
+            return True
+        where = resolve(path)
+        return is_inside(where) or (where == path and is_readable(where))
+
+    def may_change(event: str, args: tuple, paths: tuple, dir_fds: tuple) -> bool:
+        for i in dir_fds:
+            if i < size(args) and args[i] is not None and args[i] != -1:
+                return False
+        for i in paths:
+            if i < size(args) and not (event == "os.truncate" and type_(args[i]) is int):
+                if not is_inside(resolve(args[i])):
+                    return False
+        return True
+
+    return may_open, may_list, may_change
+
+
+def _resolver(root: str):
+    """A function from a path (str or bytes) to its absolute, normalised form, or None."""
+    type_, text, raw = type, str, bytes
+
+    def resolve(path):
+        if type_(path) is raw:
+            path = path.decode("utf-8", "surrogateescape")
+        if type_(path) is not text:
+            return None
+        parts = []
+        for part in (path if path.startswith("/") else root + "/" + path).split("/"):
+            if part == "..":
+                parts = parts[:-1]
+            elif part and part != ".":
+                parts.append(part)
+        return "/" + "/".join(parts)
+
+    return resolve
+
+
+def _under(prefixes: tuple):
+    """A function telling whether a resolved path is one of `prefixes` or inside one."""
+
+    def inside(where) -> bool:
+        if where is None:
+            return False
+        for prefix in prefixes:
+            if where == prefix or where.startswith(prefix + "/"):
+                return True
+        return False
+
+    return inside
 
 
 if __name__ == "__main__":

@@ -8,18 +8,27 @@ Each test runs in its own process (``python -I -S -B code_harness.py``) with:
   only);
 - its own session (``start_new_session``): on timeout the whole process group is killed;
 - resource limits set by the harness: address space (`code_memory_mb`), CPU seconds,
-  file size, process count, no core dumps;
-- an audit hook (see `code_harness`) refusing writes outside the scratch directory,
-  process creation, native code, sockets and raising limits;
+  file size, no core dumps;
+- audit hooks (see `code_harness`) confining writes to the scratch directory and reads to
+  it and the standard library, and refusing process creation, signals, native code, sockets
+  and raising limits;
 - stdin from a file and stdout/stderr to files outside the scratch directory (sizes capped
   by the file-size limit), so a chatty program cannot exhaust the grader's memory.
 
+There is no process-count limit: the kernel counts every thread of our user against it (so
+a training job's own threads would leave a solution none), and does not enforce it for
+root. Process creation is refused by the audit hook instead, and whatever still runs when
+the test ends is killed with the sandbox's process group.
+
 What this does NOT guarantee: it is not a security boundary against a determined attacker.
-Without namespaces or a separate user the code runs with our uid: it can *read* any file
-we can read, and audit hooks can be bypassed by tricks in pure Python (e.g. descriptor-
-relative opens after opening a directory). As root, the kernel does not enforce the
-process-count limit. For untrusted models at scale, run the reward in a container
-(or nsjail/bubblewrap) and keep this layer as defence in depth.
+Without namespaces or a separate user the code runs with our uid, and audit hooks can be
+bypassed from pure Python by someone who sets out to: bytecode smuggled in through
+`marshal` can corrupt memory, `_imp.create_builtin` restores the process-descriptor calls
+that signal processes without an audit event, and `os.stat` and friends still show
+metadata anywhere. Assert tests share the solution's namespace, so a solution can also
+read or fake what the assertions compare (an object equal to everything). For untrusted
+models at scale, run the reward in a container (or nsjail/bubblewrap, as another user)
+and keep this layer as defence in depth.
 """
 
 from __future__ import annotations
@@ -39,8 +48,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HARNESS = Path(__file__).with_name("code_harness.py")
-HARNESS_FAILED = 121
 OUTPUT_LIMIT_BYTES = 4 * 1024 * 1024
+MIN_MEMORY_MB = 32
+_INTEGER = re.compile(r"[+-]?\d+")
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 
 
@@ -50,8 +60,15 @@ class Limits:
 
     timeout_s: float = 5.0
     memory_mb: int = 512
-    processes: int = 16
     file_mb: int = 16
+
+    def __post_init__(self):
+        # Below this the interpreter cannot even compile the solution, and every answer would score 0.
+        if self.memory_mb < MIN_MEMORY_MB or self.timeout_s <= 0:
+            raise ValueError(
+                f"code sandbox limits timeout_s={self.timeout_s}, memory_mb={self.memory_mb} are too small; "
+                f"set --code-timeout above 0 and --code-memory-mb to at least {MIN_MEMORY_MB}"
+            )
 
 
 @dataclass(frozen=True)
@@ -85,13 +102,14 @@ def pass_fraction(code: str, tests: list[TestCase], limits: Limits = Limits()) -
 
 
 def passes(code: str, test: TestCase, limits: Limits = Limits()) -> bool:
-    """Whether the code passes one test (exit 0 and matching output, or all assertions run)."""
+    """Whether the code passes one test: it exits 0 in time, and its output matches, or
+    (assert tests) the harness printed the token, which it does only after the last assertion."""
     token = secrets.token_hex(16) if test.assertion is not None else ""
     result = run_python(code, test.stdin, limits, test=test.assertion, token=token)
     if result.timed_out or result.returncode != 0:
         return False
     if test.assertion is not None:
-        return result.stdout.rstrip().endswith(token)
+        return token in result.stdout.splitlines()
     return outputs_match(result.stdout, test.expected or "")
 
 
@@ -117,7 +135,6 @@ def _harness_config(code: str, test: str | None, token: str, limits: Limits) -> 
         "memory_bytes": limits.memory_mb * 1024 * 1024,
         "cpu_seconds": math.ceil(limits.timeout_s) + 1,
         "file_bytes": limits.file_mb * 1024 * 1024,
-        "processes": limits.processes,
     }
 
 
@@ -137,8 +154,11 @@ def _execute(base: Path, work: Path, config: Path, limits: Limits) -> RunResult:
             timed_out = True
         _kill_group(process)
     result = RunResult(process.returncode, _read(base / "stdout"), _read(base / "stderr"), timed_out)
-    if result.returncode == HARNESS_FAILED and "sandbox harness failed" in result.stderr:
-        raise SandboxError(f"the code sandbox could not set itself up: {result.stderr.strip()[-300:]}")
+    if config.exists():  # the harness deletes it just before running the solution
+        what = f"could not set itself up (exit {result.returncode})"
+        if timed_out:
+            what = f"did not start within {limits.timeout_s}s"
+        raise SandboxError(f"the code sandbox {what}: {result.stderr.strip()[-300:]}")
     return result
 
 
@@ -158,7 +178,8 @@ def _read(path: Path) -> str:
 
 def outputs_match(actual: str, expected: str) -> bool:
     """Equal up to trailing whitespace per line and trailing blank lines; failing that,
-    equal token by token, numbers within 1e-6 (absolute or relative)."""
+    equal token by token: an integer exactly, another number within 1e-6 (absolute or
+    relative)."""
     if _lines(actual) == _lines(expected):
         return True
     got, want = actual.split(), expected.split()
@@ -175,6 +196,8 @@ def _lines(text: str) -> list[str]:
 def _tokens_match(got: str, want: str) -> bool:
     if got == want:
         return True
+    if _INTEGER.fullmatch(want):  # 10**9 + 6 is not "close enough" to 10**9 + 7
+        return _INTEGER.fullmatch(got) is not None and int(got) == int(want)
     try:
         a, b = float(got), float(want)
     except ValueError:
@@ -183,14 +206,15 @@ def _tokens_match(got: str, want: str) -> bool:
 
 
 def extract_code(response: str) -> str | None:
-    """The last ```python (or ```py) fenced block; else the last fenced block of any
-    language; else, with no fences at all, the text after the last ``</think>``."""
-    blocks = _FENCE.findall(response or "")
+    """From the answer (the text after the last ``</think>``, if any: drafts in the
+    reasoning do not count), the last ```python (or ```py) fenced block; else the last
+    fenced block of any language; else, with no fences at all, the whole answer."""
+    answer = (response or "").rsplit("</think>", 1)[-1]
+    blocks = _FENCE.findall(answer)
     python = [body for lang, body in blocks if lang.lower() in ("python", "python3", "py")]
     if python or blocks:
         return (python or [body for _, body in blocks])[-1]
-    text = (response or "").rsplit("</think>", 1)[-1].strip()
-    return text or None
+    return answer.strip() or None
 
 
 def parse_tests(tests) -> list[TestCase]:
@@ -201,8 +225,13 @@ def parse_tests(tests) -> list[TestCase]:
     if isinstance(tests, str):
         decoded = _json_or_none(tests)
         return parse_tests(decoded) if decoded is not None else _assert_tests(tests)
+    if isinstance(tests, dict) and tests.get("fn_name"):
+        raise ValueError(
+            f"call-based tests (fn_name={tests['fn_name']!r}) are not supported; convert them to "
+            "assert statements, e.g. 'assert f(*inputs) == output'"
+        )
     if isinstance(tests, dict) and "inputs" in tests and "outputs" in tests:
-        return [TestCase(_text(i), _text(o)) for i, o in zip(tests["inputs"], tests["outputs"])]
+        return [TestCase(_text(i), _text(o)) for i, o in zip(tests["inputs"], tests["outputs"], strict=True)]
     if isinstance(tests, (list, tuple)) and all(isinstance(t, dict) for t in tests):
         return [TestCase(_text(t.get("input", "")), _text(t.get("output", ""))) for t in tests]
     if isinstance(tests, (list, tuple)) and all(isinstance(t, str) for t in tests):
@@ -215,12 +244,14 @@ def parse_tests(tests) -> list[TestCase]:
 
 def _assert_tests(source: str) -> list[TestCase]:
     """One test per top-level assert; the other statements run before each of them."""
+    if not source.strip():
+        raise ValueError("the code tests are empty; put assert statements or input/output pairs in the sample")
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return [TestCase(assertion=source)]
-    setup = [ast.get_source_segment(source, node) for node in tree.body if not isinstance(node, ast.Assert)]
-    asserts = [ast.get_source_segment(source, node) for node in tree.body if isinstance(node, ast.Assert)]
+    setup = [ast.unparse(node) for node in tree.body if not isinstance(node, ast.Assert)]
+    asserts = [ast.unparse(node) for node in tree.body if isinstance(node, ast.Assert)]
     if not asserts:
         return [TestCase(assertion=source)]
     prefix = "\n".join(setup)

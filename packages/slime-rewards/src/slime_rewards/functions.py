@@ -7,7 +7,7 @@ fault (a sample without a label, the reward server down after retries, a sandbox
 could not start).
 
 Options read: ``math_timeout`` (s per comparison, 5), ``code_timeout`` (s per test, 5),
-``code_memory_mb`` (512), ``rm_url``, ``rm_timeout`` (s, 30), ``rm_max_retries`` (3),
+``code_memory_mb`` (512), ``rm_url``, ``rm_request_timeout`` (s per attempt, 10), ``rm_max_retries`` (3),
 ``rm_retry_backoff`` (s before the first retry, doubling; 0.5).
 
 Graders are imported when first called, so importing this module (to list the names)
@@ -25,7 +25,7 @@ _DEFAULTS = {
     "code_timeout": 5.0,
     "code_memory_mb": 512,
     "rm_url": None,
-    "rm_timeout": 30.0,
+    "rm_request_timeout": 10.0,
     "rm_max_retries": 3,
     "rm_retry_backoff": 0.5,
 }
@@ -96,7 +96,7 @@ async def remote_reward(sample, config=None) -> float:
     return await remote_score(
         url,
         payload,
-        timeout=float(option(config, "rm_timeout")),
+        timeout=float(option(config, "rm_request_timeout")),
         max_retries=int(option(config, "rm_max_retries")),
         backoff=float(option(config, "rm_retry_backoff")),
     )

@@ -3,11 +3,13 @@
 Valid letters come from ``metadata["valid_letters"]`` (``"ABCDE"`` or a list), else from
 ``metadata["choices"]`` (a list of option texts: A, B, ... by position), else A–D.
 
-The response's letter, first hit wins:
+Only the final answer is read: the text after the last ``</think>`` if there is one. The
+response's letter, first hit wins:
 
 1. the last boxed span (``\\boxed{D}``, ``\\boxed{\\text{(D)}}``);
 2. the last answer phrase: "The answer is (B)", "**Answer: C**", "Answer: option C",
-   "the correct choice is B";
+   "the correct choice is B", "The answer is \\(D\\)"; a lower-case letter only in brackets
+   or at the end of its line ("Answer: b"), since "the answer is a function" is no choice;
 3. a last line that is only a letter ("C", "(C)", "**C.**");
 4. with choices given, an answer phrase whose text is exactly one option's text.
 
@@ -25,9 +27,10 @@ from slime_rewards.math.normalize import normalize_answer
 
 _DEFAULT_LETTERS = "ABCD"
 _PHRASE = re.compile(
-    r"(?:answer|choice|option)\s*(?:is|:|=)(?:\s+(?:option|choice))?[\s:*_]*(?:\\boxed\{|\\text(?:bf)?\{|\$)*\s*"
+    r"(?:answer|choice|option)\s*(?:is|:|=)(?:\s+(?:option|choice))?[\s:*_]*(?:\\boxed\{|\\text(?:bf)?\{|\$|\\\()*\s*"
     r"(?:\(([A-Za-z])\)|\[([A-Za-z])\]"  # (B), [b]: unambiguous in either case
-    r"|(?-i:([A-Z]))(?![A-Za-z0-9])(?!\s+(?!(?:because|since|as|which)\b)(?-i:[a-z])))",  # bare B, not "A good"
+    r"|(?-i:([A-Z]))(?![A-Za-z0-9])(?!\s+(?!(?:because|since|as|which)\b)(?-i:[a-z]))"  # bare B, not "A good"
+    r"|(?-i:([a-z]))(?=[.)*_]*[ \t]*(?:\n|$)))",  # bare b ending its line
     re.IGNORECASE,
 )
 _LONE = re.compile(r"[\s*_($\[{]*(?:\\text(?:bf)?\{)?\(?([A-Z])\)?[\s*_).:}\]$]*")
@@ -45,7 +48,7 @@ def valid_letters(metadata: dict | None) -> str:
 
 def response_letter(response: str, letters: str, choices: list | None = None) -> str | None:
     """The letter the response picked, or None (see the module docstring for the order)."""
-    response = response or ""
+    response = (response or "").rsplit("</think>", 1)[-1]
     for finder in (_boxed_letter, _phrase_letter, _lone_letter):
         letter = finder(response)
         if letter is not None:
@@ -91,8 +94,7 @@ def _phrase_letter(response: str) -> str | None:
     matches = list(_PHRASE.finditer(response))
     if not matches:
         return None
-    paren, bracket, bare = matches[-1].group(1, 2, 3)
-    return (paren or bracket or bare).upper()
+    return next(letter for letter in matches[-1].groups() if letter).upper()
 
 
 def _lone_letter(response: str) -> str | None:

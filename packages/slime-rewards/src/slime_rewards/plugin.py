@@ -14,6 +14,7 @@ GROUP = "rewards (slime-rewards)"
 @hookimpl
 def slime_add_options(options):
     options.add("--rm-url", help="URL the remote reward POSTs each sample to", group=GROUP)
+    options.add("--rm-request-timeout", type=float, default=10.0, help="seconds one remote reward request may take (each retry gets as long; keep retries x this under --rm-timeout)", group=GROUP)
     options.add("--rm-max-retries", type=int, default=3, help="retries of a failed remote reward call", group=GROUP)
     options.add("--rm-retry-backoff", type=float, default=0.5, help="seconds before the first remote retry (doubles each time)", group=GROUP)
     options.add("--math-timeout", type=float, default=5.0, help="seconds per symbolic math comparison", group=GROUP)

@@ -3,9 +3,10 @@
 POSTs ``{"response", "label", "metadata", "prompt"}`` as JSON to the server's URL. The
 reward is the body's ``reward`` field, or the body itself when it is a bare number.
 
-Connection errors, timeouts and 5xx answers are retried with exponential backoff
-(``backoff * 2**attempt`` seconds); a 4xx answer is not retried (the request itself is
-wrong). After the last attempt the error names the URL and the last failure.
+Connection errors, timeouts, 5xx answers and the two 4xx that mean "try again later"
+(408 Request Timeout, 429 Too Many Requests) are retried with exponential backoff
+(``backoff * 2**attempt`` seconds); any other 4xx answer is not retried (the request itself
+is wrong). After the last attempt the error names the URL and the last failure.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import json
 import math
 
 import httpx
+
+RETRIED_STATUSES = frozenset({408, 429})
 
 
 class RemoteRewardError(RuntimeError):
@@ -48,13 +51,13 @@ async def post_with_retries(url: str, payload: dict, *, timeout: float, max_retr
             except httpx.TransportError as error:  # connect/read errors and timeouts
                 last_failure = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
                 continue
-            if response.status_code >= 500:
+            if response.status_code >= 500 or response.status_code in RETRIED_STATUSES:
                 last_failure = f"HTTP {response.status_code}: {response.text[:200]}"
                 continue
             return _decode(response, url)
     raise RemoteRewardError(
         f"reward server {url} failed after {max_retries + 1} attempts (last: {last_failure}); "
-        "check that it is running and reachable, or raise --rm-timeout / --rm-max-retries"
+        "check that it is running and reachable, or raise --rm-request-timeout / --rm-max-retries"
     )
 
 

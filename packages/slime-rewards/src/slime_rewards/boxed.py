@@ -2,9 +2,10 @@
 
 `boxed(fn, name)` wraps any reward function: it finds the last complete boxed span and
 calls `fn` on a copy of the sample whose response is just that answer, written the way
-`fn`'s own extraction expects (``\\boxed{X}`` for math, ``Answer: X`` for dapo,
+`fn`'s own extraction expects (``\\boxed{X}`` for math, ``Answer: X`` on one line for dapo,
 ``</think>\\boxed{X}`` for deepscaler, the bare text otherwise). A response without a
-boxed span gets the grader's "no answer" value: 0.0, or dapo's -1 result.
+boxed span, or whose last box is cut off (truncated mid-answer), gets the grader's
+"no answer" value: 0.0, or dapo's -1 result.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import copy
 import dataclasses
 import inspect
 
-from slime_rewards.math.extract import last_boxed
+from slime_rewards.math.extract import ends_in_open_box, last_boxed
 
 _REWRITE = {
     "math": "\\boxed{{{}}}",
@@ -27,8 +28,13 @@ def boxed(fn, name: str):
     template = _REWRITE.get(name, "{}")
 
     def answer_only(sample):
-        span = last_boxed(sample.response or "")
-        return None if span is None else with_response(sample, template.format(span))
+        response = sample.response or ""
+        span = None if ends_in_open_box(response) else last_boxed(response)
+        if span is None:
+            return None
+        if name == "dapo":  # dapo reads one line: a multi-line box (a matrix) must not be cut
+            span = " ".join(span.split())
+        return with_response(sample, template.format(span))
 
     def no_answer():
         return {"score": -1.0, "acc": False, "pred": "[INVALID]"} if name == "dapo" else 0.0

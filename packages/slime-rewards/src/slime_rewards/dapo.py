@@ -6,6 +6,9 @@ normalises both strings (last side of an equation, units and filler words remove
 compares them exactly. The reward is +1 for a match and -1 otherwise, including a
 response with no ``Answer:`` line. This module reimplements that behaviour so runs that
 train with ``--rm-type dapo`` score like DAPO; use ``math`` for equivalence-aware grading.
+Two string slips of the original are not copied: the LaTeX space ``\\ `` no longer eats
+half of a row break ``\\\\ `` (matrices), and only correctly grouped thousands separators
+are dropped (``1,000`` is 1000, ``1,2`` stays a list).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ INVALID = "[INVALID]"
 _ANSWER_LINE = re.compile(r"Answer\s*:[ \t]*([^\n]*)", re.IGNORECASE)
 # Replaced (left) by (right) before comparison, in this order.
 _SUBSTITUTIONS = [
-    ("an ", ""), ("a ", ""), (".$", "$"), ("\\$", ""), ("\\ ", ""), (" ", ""), ("mbox", "text"),
+    ("an ", ""), ("a ", ""), (".$", "$"), ("\\$", ""), (" ", ""), ("mbox", "text"),
     (",\\text{and}", ","), ("\\text{and}", ","), ("\\text{m}", "\\text{}"),
 ]
 # Units and filler words DAPO/Minerva drop from answers.
@@ -51,16 +54,17 @@ def last_answer_line(response: str) -> str | None:
 def normalize_minerva(answer: str) -> str:
     """Minerva-style canonical string (see the module docstring)."""
     s = answer.split("=")[-1]
+    s = re.sub(r"(?<!\\)\\ ", "", s)  # a LaTeX space, not the end of a row break
     for old, new in _SUBSTITUTIONS:
         s = s.replace(old, new)
     for word in _FILLER:
         s = s.replace(word, "")
     spans = re.findall(r"\$(.*?)\$", s)
-    if spans:
-        s = spans[-1]
+    if spans:  # the first math span, as DAPO's ``(.*?)(\$)(.*?)(\$)(.*)`` substitution keeps
+        s = spans[0]
     s = unwrap_commands(s, ("text", "textbf", "overline", "boxed"))
     s = fix_shorthand(s).replace(" ", "")
     s = s.replace("$", "")
-    if re.fullmatch(r"[\d,]+", s):
+    if re.fullmatch(r"\d{1,3}(?:,\d{3})+", s):
         s = s.replace(",", "")
     return s.strip()

@@ -8,9 +8,8 @@ contains, so a correct number inside unfinished reasoning earns nothing.
 
 from __future__ import annotations
 
+from slime_rewards.math.extract import THINK_END
 from slime_rewards.math.grader import DEFAULT_TIMEOUT, grade_math
-
-THINK_END = "</think>"
 
 
 def deepscaler_score(response: str, label, timeout: float = DEFAULT_TIMEOUT) -> float:

@@ -15,7 +15,12 @@ degree policy (`units`); then the values themselves, parsed into sympy (`latex`)
   falling back to ``simplify`` when the points cannot be evaluated;
 - equations match when their sides match, or when ``lhs - rhs`` of one is a constant
   multiple of the other's (``2x + 3y = 6`` is ``y = 2 - 2x/3``);
-- an equation against a value compares its last side (``x = 3`` is ``3``).
+- an equation against a value compares its value side: the last, unless that is a lone
+  variable (``x = 3`` and ``3 = x`` are ``3``);
+- a number spelled as a word up to twenty (``\\text{five}``) is that number;
+- assignments answer a tuple in the order of their variables (``y = 4, x = 3`` is ``(3, 4)``);
+- a time of day with AM/PM matches the same time on a 24-hour clock (``14:30`` is
+  ``2:30 PM``, ``2:30 AM`` is not).
 
 `equivalent` has no time limit of its own: callers run it under `time_limit` (the grader
 does), because sympy can be slow on adversarial input.
@@ -28,16 +33,20 @@ import re
 
 import sympy
 
-from slime_rewards.math.latex import LatexError, parse_latex
+from slime_rewards.math.latex import GREEK_LETTERS, KNOWN_WORDS, LatexError, parse_latex
 from slime_rewards.math.normalize import compact
 from slime_rewards.math.structure import Equation, Matrix, Scalar, Sequence, Union, parse_structure
 from slime_rewards.math.units import split_quantity
 
 RELATIVE_TOLERANCE = 1e-9
 _TEST_POINTS = 5
-_MATH_WORDS = {"sin", "cos", "tan", "cot", "sec", "csc", "log", "exp", "sqrt", "arcsin", "arccos",
-               "arctan", "sinh", "cosh", "tanh", "max", "min", "gcd", "lcm", "pi", "infty", "inf"}
 _DECIMAL = re.compile(r"-?\d*\.(\d+)")
+_VARIABLE = re.compile(r"[a-zA-Z](?:_\{?\w+\}?)?")
+_CLOCK = re.compile(r"(\d{1,2}):([0-5]\d)\s*(?:([apAP])\.?\s*[mM]\.?)?")
+_NUMBER_WORDS = {word: str(n) for n, word in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+    "sixteen seventeen eighteen nineteen twenty".split()
+)}
 
 
 def equivalent(pred: str, gold: str) -> bool:
@@ -58,9 +67,9 @@ def nodes_equal(pred, gold) -> bool:
     if isinstance(pred, Equation) and isinstance(gold, Equation):
         return equations_equal(pred, gold)
     if isinstance(pred, Equation):
-        return nodes_equal(pred.sides[-1], gold)
+        return nodes_equal(value_side(pred), gold)
     if isinstance(gold, Equation):
-        return nodes_equal(pred, gold.sides[-1])
+        return nodes_equal(pred, value_side(gold))
     pred, gold = _as_sequence(pred), _as_sequence(gold)
     if isinstance(pred, Sequence) and isinstance(gold, Sequence):
         return sequences_equal(pred, gold)
@@ -86,8 +95,25 @@ def sequences_equal(pred: Sequence, gold: Sequence) -> bool:
             return False
         return _ordered_equal(pred.items, gold.items)
     if gold.kind == "tuple":
-        return _ordered_equal(pred.items, gold.items)
+        items = by_variable(pred.items) if pred.kind == "list" else pred.items
+        return _ordered_equal(items, gold.items)
     return _unordered_equal(pred.items, gold.items)
+
+
+def by_variable(items: tuple) -> tuple:
+    """``y = 4, x = 3`` reordered as ``x = 3, y = 4``, when every item assigns a different
+    variable; other items unchanged."""
+    names = [_assigned_variable(item) for item in items]
+    if None in names or len(set(names)) != len(names):
+        return items
+    return tuple(item for _, item in sorted(zip(names, items), key=lambda pair: pair[0]))
+
+
+def _assigned_variable(item) -> str | None:
+    if not (isinstance(item, Equation) and len(item.sides) == 2 and isinstance(item.sides[0], Scalar)):
+        return None
+    name = item.sides[0].text.strip().lstrip("\\")
+    return name if _VARIABLE.fullmatch(name) or name in GREEK_LETTERS else None
 
 
 def matrices_equal(pred: Matrix, gold: Matrix) -> bool:
@@ -109,11 +135,22 @@ def equations_equal(pred: Equation, gold: Equation) -> bool:
     return False
 
 
+def value_side(equation: Equation):
+    """The side of ``x = 3`` that holds the value: the last, or the first in ``3 = x``."""
+    last = equation.sides[-1]
+    if isinstance(last, Scalar) and _VARIABLE.fullmatch(last.text.strip()):
+        return equation.sides[0]
+    return last
+
+
 def scalars_equal(pred: str, gold: str) -> bool:
     """Two single values, with the unit / percent / degree policy of `units`."""
     if compact(pred) == compact(gold):
         return True
-    p, g = split_quantity(pred), split_quantity(gold)
+    clock = clock_times_equal(pred, gold)
+    if clock is not None:
+        return clock
+    p, g = split_quantity(_digits(pred)), split_quantity(_digits(gold))
     scale = sympy.Integer(1)
     if p.unit and g.unit:
         if p.unit.dims != g.unit.dims:
@@ -219,7 +256,7 @@ def is_text(value: str) -> bool:
     """A word answer ("Monday", "no solution") rather than an expression."""
     bare = re.sub(r"\\[a-zA-Z]+", " ", value)
     words = re.findall(r"[a-zA-Z]+", bare)
-    if any(len(w) >= 3 and w.lower() not in _MATH_WORDS for w in words):
+    if any(len(w) >= 3 and w.lower() not in KNOWN_WORDS for w in words):
         return True
     return bare.strip().lower() in {"no", "yes"}
 
@@ -228,9 +265,33 @@ def text_equal(pred: str, gold: str) -> bool:
     """Word answers: case, punctuation, spacing and articles ignored."""
     def key(s: str) -> str:
         s = re.sub(r"\b(?:a|an|the)\b", " ", s.lower())
+        s = re.sub(r"\bdne\b", "does not exist", s)
         return re.sub(r"[^a-z0-9]", "", s)
 
     return key(pred) == key(gold) and key(gold) != ""
+
+
+def clock_times_equal(pred: str, gold: str) -> bool | None:
+    """Whether two times of day agree, or None unless both are ``h:mm`` and one has AM/PM."""
+    p, g = _CLOCK.fullmatch(pred.strip()), _CLOCK.fullmatch(gold.strip())
+    if not (p and g and (p.group(3) or g.group(3))):
+        return None
+    return bool(_minutes_after_midnight(p) & _minutes_after_midnight(g))
+
+
+def _minutes_after_midnight(match: re.Match) -> set[int]:
+    """The readings of ``h:mm [AM|PM]``: one with AM/PM or a 24-hour hour, else morning and afternoon."""
+    hour, minute, half = int(match.group(1)), int(match.group(2)), (match.group(3) or "").lower()
+    if half:
+        return {(hour % 12 + (12 if half == "p" else 0)) * 60 + minute}
+    if hour > 12:
+        return {hour * 60 + minute}
+    return {(hour % 12) * 60 + minute, (hour % 12 + 12) * 60 + minute}
+
+
+def _digits(value: str) -> str:
+    """A number word (``five``, ``Twelve``) as digits; anything else unchanged."""
+    return _NUMBER_WORDS.get(value.strip().lower(), value)
 
 
 def parse_pair(pred: str, gold: str):
@@ -256,6 +317,8 @@ def _latex2sympy(text: str):
         raise LatexError(str(error)) from error
     if not isinstance(value, sympy.Expr):
         raise LatexError("not a scalar expression")
+    if value.has(sympy.Sum, sympy.Product, sympy.Integral, sympy.Derivative):
+        value = value.doit()  # a closed form, where sympy finds one, is fast to compare
     return value
 
 

@@ -12,14 +12,18 @@ import decimal
 import re
 
 from slime_rewards.math.equivalence import equivalent
-from slime_rewards.math.extract import boxed_spans, extract_answer, last_boxed
+from slime_rewards.math.extract import after_reasoning, boxed_spans, extract_answer, last_boxed
 from slime_rewards.math.normalize import compact, normalize_answer
 from slime_rewards.math.structure import Sequence, parse_structure
 from slime_rewards.math.time_limit import call_with_time_limit
 
 DEFAULT_TIMEOUT = 5.0  # seconds per comparison (the `math_timeout` option)
 _LETTER = re.compile(r"\(?([A-J])\)?")
-_LETTER_PREFIX = re.compile(r"(?:(?:option|choice)\s+)?\(?([A-J])\)?(?![a-zA-Z0-9])", re.IGNORECASE)
+_LETTER_PREFIX = re.compile(
+    r"(?:(?:option|choice)\s+)?\(?([A-J])\)?(?![a-zA-Z0-9)])"
+    r"(?!\s*(?:,|/|&|\band\b|\bor\b)\s*\(?[A-J]\)?(?![a-zA-Z0-9]))",  # not "B and C": two picks
+    re.IGNORECASE,
+)
 
 
 def grade_math(response: str, label, timeout: float = DEFAULT_TIMEOUT) -> bool:
@@ -54,16 +58,19 @@ def predicted_answers(response: str, gold: str) -> list[str]:
     """The response's answer; for a gold with k parts, also its last k boxed answers joined
     (``x = \\boxed{2}, y = \\boxed{3}`` answers ``(2, 3)``)."""
     answer = extract_answer(response)
-    answers = [answer] if answer else []
+    if not answer:
+        return []
+    answers = [answer]
     parts = _part_count(gold)
-    spans = boxed_spans(response or "")
+    spans = boxed_spans(after_reasoning(response))
     if parts > 1 and len(spans) >= parts:
         answers.append(", ".join(content for _, content in spans[-parts:]))
     return answers
 
 
 def choice_letter(answer: str) -> str | None:
-    """The option letter an answer starts with: ``C``, ``(C)``, ``(C) 15``, ``option C``."""
+    """The option letter an answer starts with: ``C``, ``(C)``, ``(C) 15``, ``option C``;
+    None for several letters (``B and C``, ``(A), (D)``), which pick more than one option."""
     match = _LETTER_PREFIX.match(answer.strip())
     return match.group(1).upper() if match else None
 

@@ -9,7 +9,11 @@ Conventions a human reader would use:
   (``x_1``, ``\\theta`` too); an unknown multi-letter word is a product of letters;
 - ``2\\frac{1}{3}`` with integer parts is the mixed number 7/3;
 - ``0.\\overline{3}`` is the repeating decimal 1/3;
-- ``\\sin 2x`` is sin(2x), ``\\sin^2 x`` is sin(x)², ``\\log_2 8`` is 3, ``\\log``/``\\ln`` natural;
+- ``\\sin 2x`` is sin(2x), ``\\sin^2 x`` is sin(x)², ``\\sin^{-1} x`` is arcsin(x), ``\\log_2 8``
+  is 3, ``\\log``/``\\ln`` natural;
+- ``\\sqrt[3]{-8}`` is the real cube root -2 (an odd root of a negative number);
+- ``3e5``, ``1.5e-3`` and ``2E4`` are scientific notation; ``2e`` and ``2e-3`` (no decimal
+  point, a sign) stay products with Euler's number;
 - ``2^10`` (a plain-text habit) is 2¹⁰.
 
 Results too large to compute safely (``10^{10^{10}}``, ``100000!``) raise `LatexError`, so a
@@ -26,10 +30,10 @@ import sympy
 MAX_RESULT_BITS = 200_000  # exact powers/factorials beyond this are refused
 
 _TOKEN = re.compile(
-    r"(?P<num>\d+\.?\d*|\.\d+)|(?P<cmd>\\[a-zA-Z]+|\\[{}|])|(?P<word>[a-zA-Z]+)"
+    r"(?P<num>\d*\.\d+[eE][-+]?\d+|\d+\.?\d*(?:E[-+]?\d+|e\d+)?|\.\d+)|(?P<cmd>\\[a-zA-Z]+|\\[{}|])|(?P<word>[a-zA-Z]+)"
     r"|(?P<op>\*\*|[-+*/^_()\[\]{}!|,'])|(?P<space>\s+)"
 )
-_GREEK = {
+GREEK_LETTERS = {
     "alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta",
     "vartheta", "iota", "kappa", "lambda", "mu", "nu", "xi", "rho", "sigma", "tau",
     "upsilon", "phi", "varphi", "chi", "psi", "omega", "Gamma", "Delta", "Theta", "Lambda",
@@ -40,11 +44,19 @@ _FUNCTIONS = {
     "csc": sympy.csc, "arcsin": sympy.asin, "arccos": sympy.acos, "arctan": sympy.atan,
     "sinh": sympy.sinh, "cosh": sympy.cosh, "tanh": sympy.tanh, "exp": sympy.exp,
     "ln": sympy.log, "log": sympy.log, "sqrt": sympy.sqrt, "abs": sympy.Abs,
+    "arccot": sympy.acot, "arcsec": sympy.asec, "arccsc": sympy.acsc, "arcsinh": sympy.asinh,
+    "arccosh": sympy.acosh, "arctanh": sympy.atanh,
+}
+# ``\sin^{-1}`` is read as arcsin, as in most textbooks.
+_INVERSES = {
+    "sin": "arcsin", "cos": "arccos", "tan": "arctan", "cot": "arccot", "sec": "arcsec",
+    "csc": "arccsc", "sinh": "arcsinh", "cosh": "arccosh", "tanh": "arctanh",
 }
 _MULTI_ARG = {"max": sympy.Max, "min": sympy.Min, "gcd": sympy.gcd, "lcm": sympy.lcm}
 _CONSTANTS = {"pi": sympy.pi, "infty": sympy.oo, "inf": sympy.oo, "infinity": sympy.oo}
 # Words the tokenizer keeps whole; any other run of letters is split into single letters.
-_WORDS = sorted(set(_FUNCTIONS) | set(_MULTI_ARG) | set(_CONSTANTS), key=len, reverse=True)
+KNOWN_WORDS = frozenset(_FUNCTIONS) | frozenset(_MULTI_ARG) | frozenset(_CONSTANTS)
+_WORDS = sorted(KNOWN_WORDS, key=len, reverse=True)
 _MULTIPLY = {"*", "\\cdot", "\\times", "**"}
 _DIVIDE = {"/", "\\div"}
 
@@ -97,6 +109,13 @@ def safe_pow(base: sympy.Expr, exp: sympy.Expr) -> sympy.Expr:
         if magnitude > MAX_RESULT_BITS:
             raise LatexError("power too large to evaluate")
     return sympy.Pow(base, exp)
+
+
+def root(radicand: sympy.Expr, index: sympy.Expr) -> sympy.Expr:
+    """``\\sqrt[index]{radicand}``: the real root for an odd index and a negative number."""
+    if index.is_Integer and index.is_odd and radicand.is_Number and radicand.is_negative:
+        return -safe_pow(-radicand, 1 / index)
+    return safe_pow(radicand, 1 / index)
 
 
 def safe_factorial(arg: sympy.Expr) -> sympy.Expr:
@@ -235,7 +254,7 @@ class _Parser:
     # ---- primaries
 
     def number(self, text: str) -> sympy.Expr:
-        value = sympy.Rational(text.rstrip(".") if text.endswith(".") else text)
+        value = _exact_number(text)
         if text.count(".") and self.peek() == ("cmd", "\\overline"):
             self.take()
             return _repeating_decimal(text, self.raw_group())
@@ -279,8 +298,10 @@ class _Parser:
         if name == "sqrt" and self.accept("["):
             index = self.expr()
             self.expect("]")
-            return safe_pow(self.group_or_primary(), 1 / index)
+            return root(self.group_or_primary(), index)
         power = self.exponent() if self.accept("^") else None
+        if power == -1 and name in _INVERSES:
+            name, power = _INVERSES[name], None
         arg = self.function_argument()
         value = _FUNCTIONS[name](arg)
         if base is not None:
@@ -346,6 +367,15 @@ class _Parser:
         return func(value)
 
 
+def _exact_number(text: str) -> sympy.Rational:
+    """The exact value of a decimal or scientific-notation token (``2.5``, ``3.``, ``1.5e-3``)."""
+    mantissa, _, exponent = text.lower().partition("e")
+    if exponent and abs(int(exponent)) > MAX_RESULT_BITS // 4:
+        raise LatexError("exponent too large to evaluate")
+    value = sympy.Rational(mantissa.rstrip(".") or "0")
+    return value * sympy.Integer(10) ** int(exponent) if exponent else value
+
+
 def _repeating_decimal(text: str, repeat: str) -> sympy.Expr:
     """``0.1\\overline{6}`` → 1/6: the fixed digits plus the repeating block's geometric series."""
     if not repeat.isdigit():
@@ -397,5 +427,5 @@ _PRIMARY_COMMANDS = {
     "lceil": lambda p, _n: p.delimited("\\rceil", sympy.ceiling),
     **{name: (lambda p, n: p.function(n)) for name in _FUNCTIONS},
     **{name: (lambda p, n: p.multi_arg(n)) for name in _MULTI_ARG},
-    **{name: _greek for name in _GREEK},
+    **{name: _greek for name in GREEK_LETTERS},
 }

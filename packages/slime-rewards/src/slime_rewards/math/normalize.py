@@ -40,6 +40,8 @@ _RELATIONS = [
     (r"\\(?:gt)(?![a-zA-Z])", ">"),
 ]
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ(?![a-zA-Z])|\\degree(?![a-zA-Z])|\^\s*\{\s*o\s*\}")
+# A trailing modulus restates the congruence's modulus: "7 \\pmod{12}", "x \\equiv 3 (mod 7)".
+_MODULUS = re.compile(r"\s*(?:\\pmod\s*\{[^{}]*\}|\\pmod\s*\d+|\(\s*\\?mod\s*\d+\s*\))\s*$")
 _THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,])")
 
 
@@ -51,7 +53,10 @@ def normalize_answer(text: str) -> str:
     s = strip_math_delimiters(s)
     s = re.sub(r"\\[dtc]frac(?![a-zA-Z])", r"\\frac", s)
     s = re.sub(r"\\[dt]binom(?![a-zA-Z])", r"\\binom", s)
+    s = choose_to_binom(s)
     s = _HSPACE.sub(" ", s)
+    s = s.replace(",\\!", ",")  # MATH's thousands separator: 1,\!000
+    s = _MODULUS.sub("", s)
     s = _SIZING.sub("", s)
     s = _DISPLAY.sub("", s)
     s = re.sub(r"\\color\{[^{}]*\}", "", s)
@@ -109,6 +114,40 @@ def matching_brace(s: str, start: int) -> int | None:
     return None
 
 
+def choose_to_binom(s: str) -> str:
+    """``{n \\choose k}`` (the plain-TeX binomial) → ``\\binom{n}{k}``; without a group
+    around it, ``\\choose`` splits the whole answer."""
+    pattern = re.compile(r"\\choose(?![a-zA-Z])")
+    while True:
+        match = pattern.search(s)
+        if match is None:
+            return s
+        open_at = _enclosing_brace(s, match.start())
+        if open_at is None:
+            head, top_start, end, tail = "", 0, len(s), ""
+        else:
+            end = matching_brace(s, open_at)
+            if end is None:
+                return s
+            head, top_start, tail = s[:open_at], open_at + 1, s[end + 1 :]
+        top, bottom = s[top_start : match.start()].strip(), s[match.end() : end].strip()
+        s = f"{head}\\binom{{{top}}}{{{bottom}}}{tail}"
+
+
+def _enclosing_brace(s: str, pos: int) -> int | None:
+    """Index of the unescaped ``{`` that encloses position `pos`, or None."""
+    depth = 0
+    for i in range(pos - 1, -1, -1):
+        escaped = i > 0 and s[i - 1] == "\\"
+        if s[i] == "}" and not escaped:
+            depth += 1
+        elif s[i] == "{" and not escaped:
+            if depth == 0:
+                return i
+            depth -= 1
+    return None
+
+
 def fix_shorthand(s: str) -> str:
     """Brace the arguments of ``\\frac12``, ``\\frac1{2}``, ``\\sqrt2``, ``\\frac{\\pi}4``."""
     arg = r"(\{(?:[^{}]|\{[^{}]*\})*\}|\\[a-zA-Z]+|[0-9a-zA-Z])"
@@ -149,8 +188,11 @@ def _canonical_symbols(s: str) -> str:
 
 
 def _strip_trailing_punctuation(s: str) -> str:
-    """Drop sentence punctuation after the answer (``5.`` → ``5``, but ``...`` kept)."""
-    while s and s[-1] in ".,;:!" and not s.endswith("..."):
+    """Drop sentence punctuation after the answer (``5.`` → ``5``, but ``...`` kept).
+
+    ``!`` stays: inside an answer it is a factorial (``10!``); extraction has already cut an
+    exclamation mark off a sentence."""
+    while s and s[-1] in ".,;:" and not s.endswith("..."):
         s = s[:-1].rstrip()
     return s
 

@@ -13,7 +13,11 @@ Bracket conventions, as a reader would take them:
   ``(-\\infty, 3]`` are intervals; ``A \\cup B`` is a union;
 - ``x \\le 3`` and ``-2 < x \\le 5`` are intervals too; ``x \\in [0, 1]`` is ``[0, 1]``;
 - ``a \\pm b`` is the list ``a + b, a - b``;
-- ``\\begin{pmatrix}...\\end{pmatrix}`` is a matrix; a single row or column is a tuple.
+- ``\\begin{pmatrix}...\\end{pmatrix}`` is a matrix; a single row or column is a tuple;
+- ``\\mathbb{R}`` and "all real numbers" are the interval ``(-\\infty, \\infty)``; ``x \\ne 2`` and
+  ``\\mathbb{R} \\setminus \\{2\\}`` are ``(-\\infty, 2) \\cup (2, \\infty)``;
+- ``\\{x \\mid x \\le 3\\}`` (set-builder) is its condition, here ``(-\\infty, 3]``;
+- ``\\emptyset``, "no solution" and "none" are the empty set.
 """
 
 from __future__ import annotations
@@ -28,6 +32,14 @@ _MATRIX = re.compile(
     r"\\begin\{(?P<env>[pbBvV]?matrix|array)\}(?:\{[^{}]*\})?(?P<body>.*?)\\end\{(?P=env)\}", re.DOTALL
 )
 _INEQUALITY = re.compile(r"\\le |\\ge |<|>|\\le$|\\ge$")
+_SET_BUILDER = re.compile(r"\\\{\s*[a-zA-Z]\s*(?:\\in\s*\\mathbb\{R\}\s*)?(?:\\mid|\||:)(.+)\\\}")
+_EMPTY = re.compile(
+    r"\\emptyset|(?:there (?:is|are) )?(?:no (?:real |such )?(?:solutions?|values?|roots?|numbers?)|none)",
+    re.IGNORECASE,
+)
+# ``x \\ne 2`` and ``\\mathbb{R} \\setminus \\{2\\}``: every real number except one.
+_ALL_BUT = re.compile(r"[a-zA-Z] ?\\ne ([^,]+)|\\mathbb\{R\} ?(?:\\setminus|\\backslash|-) ?\\\{([^,]+)\\\}")
+_REALS = re.compile(r"\\mathbb\{R\}|(?:the set of )?(?:all )?real(?: number)?s", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,9 @@ def parse_structure(text: str):
     matrix = _matrix(text)
     if matrix is not None:
         return matrix
+    builder = _SET_BUILDER.fullmatch(text)
+    if builder and _encloses(text, "\\{", "\\}"):
+        return parse_structure(builder.group(1))
     parts = split_top_level(text, r"\\cup ?")
     if len(parts) > 1:
         return Union(tuple(parse_structure(p) for p in parts))
@@ -125,10 +140,15 @@ def _matrix(text: str) -> Matrix | None:
 
 
 def _relation(text: str):
-    """Equations, inequalities (as intervals) and ``x \\in S`` (as S)."""
+    """Equations, inequalities (as intervals), ``x \\in S`` (as S) and all reals but one point."""
     member = split_top_level(text, r"\\in(?![a-zA-Z]) ?")
     if len(member) == 2 and member[1]:
         return parse_structure(member[1])
+    excluded = _ALL_BUT.fullmatch(text)
+    if excluded:
+        point = Scalar((excluded.group(1) or excluded.group(2)).strip())
+        below = Sequence((Scalar("-\\infty"), point), "interval", "(", ")")
+        return Union((below, Sequence((point, Scalar("\\infty")), "interval", "(", ")")))
     if _INEQUALITY.search(text):
         interval = inequality_interval(text)
         if interval is not None:
@@ -171,8 +191,10 @@ def inequality_interval(text: str) -> Sequence | None:
 
 def _bracketed(text: str):
     """``\\{...\\}`` sets, ``(a, b)`` tuples, ``[a, b)`` intervals; ``(x)`` is just x."""
-    if text == "\\emptyset":
+    if _EMPTY.fullmatch(text):
         return Sequence((), "set", "\\{", "\\}")
+    if _REALS.fullmatch(text):
+        return Sequence((Scalar("-\\infty"), Scalar("\\infty")), "interval", "(", ")")
     opener = next((o for o in sorted(_OPEN, key=len, reverse=True) if text.startswith(o)), None)
     closer = next((c for c in sorted(_CLOSERS, key=len, reverse=True) if text.endswith(c)), None)
     if opener is None or closer is None or not _encloses(text, opener, closer):

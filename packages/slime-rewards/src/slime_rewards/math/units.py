@@ -37,16 +37,18 @@ _UNITS = {
     "lb": ("mass", 0.45359237), "pound": ("mass", 0.45359237), "oz": ("mass", 0.028349523125),
     "ounce": ("mass", 0.028349523125), "ton": ("mass", 1000.0),
     "ml": ("volume", 1e-6), "milliliter": ("volume", 1e-6), "millilitre": ("volume", 1e-6),
-    "l": ("volume", 1e-3), "liter": ("volume", 1e-3), "litre": ("volume", 1e-3),
-    "gallon": ("volume", 3.785411784), "gal": ("volume", 3.785411784),
+    "l": ("volume", 1e-3), "liter": ("volume", 1e-3), "litre": ("volume", 1e-3), "cc": ("volume", 1e-6),
+    "gallon": ("volume", 3.785411784e-3), "gal": ("volume", 3.785411784e-3),
     "dollar": ("money", 1.0), "cent": ("money", 0.01), "usd": ("money", 1.0),
     "celsius": ("celsius", 1.0), "fahrenheit": ("fahrenheit", 1.0), "kelvin": ("kelvin", 1.0),
 }
 _COMPOUND = {"mph": "mi/h", "kph": "km/h", "kmh": "km/h", "mps": "m/s", "fps": "ft/s"}
 _GENERIC = {"unit", "units", "square units", "sq units", "cubic units", "units^2", "units^3", "u"}
 _DEGREE_WORDS = {"degree", "degrees", "deg"}
-_MATH_WORDS = {"sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "sqrt", "pi", "arcsin",
-               "arccos", "arctan", "max", "min", "gcd", "lcm", "mod", "infty", "frac", "cdot", "times"}
+# Words that end an expression rather than name a unit ("min" and "sec" are not here: after a
+# number they are minutes and seconds, the functions would need an argument).
+_MATH_WORDS = {"sin", "cos", "tan", "cot", "csc", "log", "ln", "exp", "sqrt", "pi", "arcsin",
+               "arccos", "arctan", "max", "gcd", "lcm", "mod", "infty", "frac", "cdot", "times"}
 _TAIL_TOKEN = re.compile(r"(?:\^\s*\{?\s*[23]\s*\}?|[a-zA-Z]+\.?|/)\s*$")
 
 
@@ -116,12 +118,13 @@ def parse_unit(text: str) -> Unit | None:
 
 
 def _lookup(name: str) -> Unit | None:
-    """A single unit word, singular or plural; case-insensitive except 'L' kept as litre."""
+    """A single unit word, singular or plural; case-insensitive except 'L' kept as litre.
+    Volumes are cubic lengths, so ``3 mL`` is ``3 cm^3``."""
     key = name.strip().rstrip(".").lower()
     for candidate in (key, key[:-1] if key.endswith("s") else None, key[:-2] if key.endswith("es") else None):
         if candidate and candidate in _UNITS:
             dim, factor = _UNITS[candidate]
-            return Unit(((dim, 1),), factor)
+            return Unit((("length", 3),) if dim == "volume" else ((dim, 1),), factor)
     return None
 
 

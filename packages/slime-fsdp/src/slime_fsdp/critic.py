@@ -64,7 +64,7 @@ class FSDPCriticRank(FSDPTrainRank):
         out: list[list[float]] = [[] for _ in range(len(batch))]
         for indices in self._plan(list(range(len(batch))), batch):
             micro = self._inputs(batch, indices)
-            values = _response_values(self.model(**micro.model_inputs()), micro)
+            values = [v for v, _ in inputs.response_slices(self.model(**micro.model_inputs()), micro)]
             for index, value in zip(indices, values):
                 out[index] = value.float().cpu().tolist()
         return out
@@ -91,7 +91,7 @@ class FSDPCriticRank(FSDPTrainRank):
             if not micro_indices:
                 (values.sum() * 0.0).backward()
                 continue
-            predicted = inputs.pad_rows(_response_values(values, micro))
+            predicted = inputs.pad_rows([v for v, _ in inputs.response_slices(values, micro)])
             width = predicted.shape[1]
             rows = lambda t: t[micro_indices, :width]  # noqa: E731
             per_token, clipfrac = value_loss(predicted, rows(old), rows(returns), self.config.value_clip)
@@ -105,12 +105,3 @@ class FSDPCriticRank(FSDPTrainRank):
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         return {**_sum_over_ranks(totals), "critic_grad_norm": float(grad_norm)}
-
-
-def _response_values(values: torch.Tensor, micro: inputs.MicroBatch) -> list[torch.Tensor]:
-    """Per sample, the values at the positions whose logits score its response tokens."""
-    out = []
-    for row, start, length, response_length in micro.spans:
-        first = start + length - response_length
-        out.append(values[row, first - 1 : start + length - 1])
-    return out

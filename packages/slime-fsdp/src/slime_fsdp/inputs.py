@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from slime_core.algorithms import log_probs_from_logits
+from slime_core.algorithms import entropy_from_logits, log_probs_from_logits
 
 _VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3")
 
@@ -68,30 +68,28 @@ def _block_causal_mask(lengths: list[int], device) -> torch.Tensor:
     return (causal & (segment[:, None] == segment[None, :]))[None, None]
 
 
-def response_log_probs(logits: torch.Tensor, batch: MicroBatch, temperature: float) -> list[torch.Tensor]:
-    """Per sample, log π(y_t) of each response token: (response_len,) float32 tensors.
+def response_slices(per_position: torch.Tensor, batch: MicroBatch) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per sample, the rows of ``per_position`` (logits or values, (rows, T, ...)) that score
+    its response tokens, as views, with those tokens.
 
-    The logits at position p predict token p + 1, so a response occupying positions
-    [start + n - r, start + n) is scored by the logits at [start + n - r - 1, start + n - 1).
+    The output at position p predicts token p + 1, so a response occupying positions
+    [start + n - r, start + n) is scored at [start + n - r - 1, start + n - 1).
     """
     out = []
     for row, start, length, response_length in batch.spans:
         first = start + length - response_length
-        scores = logits[row, first - 1 : start + length - 1]  # (r, V) a view, no copy
-        targets = batch.input_ids[row, first : start + length]
-        out.append(log_probs_from_logits(scores, targets, temperature))
+        out.append((per_position[row, first - 1 : start + length - 1], batch.input_ids[row, first : start + length]))
     return out
+
+
+def response_log_probs(logits: torch.Tensor, batch: MicroBatch, temperature: float) -> list[torch.Tensor]:
+    """Per sample, log π(y_t) of each response token: (response_len,) float32 tensors."""
+    return [log_probs_from_logits(scores, targets, temperature) for scores, targets in response_slices(logits, batch)]
 
 
 def response_entropy(logits: torch.Tensor, batch: MicroBatch, temperature: float) -> list[torch.Tensor]:
     """Per sample, the entropy of the distribution each response token was drawn from."""
-    from slime_core.algorithms import entropy_from_logits
-
-    out = []
-    for row, start, length, response_length in batch.spans:
-        first = start + length - response_length
-        out.append(entropy_from_logits(logits[row, first - 1 : start + length - 1], temperature))
-    return out
+    return [entropy_from_logits(scores, temperature) for scores, _ in response_slices(logits, batch)]
 
 
 def pad_rows(rows: list[torch.Tensor | list], device=None, value: float = 0.0) -> torch.Tensor:

@@ -40,15 +40,19 @@ def test_two_ranks_give_the_loss_and_weights_of_one_rank(ray_cluster, fsdp_confi
         torch.testing.assert_close(two_weights[name], one_weights[name], rtol=1e-4, atol=1e-5)
 
 
-def test_first_step_is_on_policy_and_grpo_raises_the_rewarded_token(ray_cluster, fsdp_config, tmp_path):
-    """Old log-probs from the same weights give ratio 1 (ppo_kl 0, nothing clipped) and the
-    reference equals the actor before any update; then GRPO, rewarding responses that start
+def test_first_step_is_on_policy_and_grpo_raises_the_rewarded_token(ray_cluster, fsdp_config, tmp_path, tiny_model_dir):
+    """Old log-probs from the same weights give ratio 1 (ppo_kl 0, nothing clipped); the
+    reference and a teacher loaded from the same directory equal the actor before any update; then GRPO, rewarding responses that start
     with '7', makes '7' more likely; the exported HF directory reproduces the log-probs."""
-    config = fsdp_config(use_kl_loss=True, kl_loss_coef=0.0, use_dynamic_batch_size=True, max_tokens_per_gpu=40)
+    config = fsdp_config(use_kl_loss=True, kl_loss_coef=0.0, use_dynamic_batch_size=True, max_tokens_per_gpu=40,
+                         opd_teacher_load=str(tiny_model_dir), opd_kl_coef=0.0)
     group = start(config)
     try:
         batch = rewarded_batch(seed=0)
-        assert group.compute_log_probs(batch, "ref") == group.compute_log_probs(batch, "actor")
+        actor = group.compute_log_probs(batch, "actor")
+        assert group.compute_log_probs(batch, "ref") == actor
+        teacher = group.compute_log_probs(batch, "teacher")  # the same weights, unsharded and unpacked
+        assert all(torch.allclose(torch.tensor(t), torch.tensor(a), atol=1e-5) for t, a in zip(teacher, actor))
         before = probability_of_seven(group)
         first = group.train(0, batch)
         assert first["ppo_kl"] == pytest.approx(0.0, abs=1e-7) and first["pg_clipfrac"] == 0.0
@@ -111,7 +115,7 @@ def test_resuming_a_checkpoint_continues_exactly(ray_cluster, fsdp_config, tmp_p
     finally:
         uninterrupted.shutdown()
 
-    saving = start(fsdp_config(save=str(tmp_path / "ckpt"), lr_warmup_iters=2, lr_decay_style="cosine",
+    saving = start(fsdp_config(save=str(tmp_path / "ckpt"), save_hf=str(tmp_path / "hf"), lr_warmup_iters=2, lr_decay_style="cosine",
                                lr_decay_iters=6, weight_decay=0.01))
     try:
         saving.train(0, rollout_batch(seed=0))
@@ -119,6 +123,7 @@ def test_resuming_a_checkpoint_continues_exactly(ray_cluster, fsdp_config, tmp_p
     finally:
         saving.shutdown()
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["iter_0000000", "latest_checkpointed_iteration.txt"]
+    assert (tmp_path / "hf" / "iter_0000000" / "model.safetensors").is_file()
 
     resumed = TrainGroup(FSDPTrainRank, fsdp_config(load=str(tmp_path / "ckpt"), lr_warmup_iters=2,
                                                      lr_decay_style="cosine", lr_decay_iters=6, weight_decay=0.01), 1)

@@ -51,7 +51,8 @@ class FSDPCriticRank(FSDPTrainRank):
         if cfg.kl_coef:
             raise ValueError("the critic's returns have no KL penalty: set --kl-coef 0 (use --use-kl-loss instead)")
         torch.manual_seed(cfg.seed)
-        causal_lm = load_model(cfg.critic_load or cfg.hf_checkpoint, gradient_checkpointing=cfg.gradient_checkpointing)
+        causal_lm = load_model(cfg.critic_load or cfg.hf_checkpoint, gradient_checkpointing=cfg.gradient_checkpointing,
+                               attn_implementation=cfg.attn_implementation)
         self.tokenizer = load_tokenizer(cfg.critic_load or cfg.hf_checkpoint, causal_lm)
         self.attn_implementation = causal_lm.config._attn_implementation
         self.model = shard(ValueModel(causal_lm).to(self.device), self.mesh, cfg.bf16, cfg.fsdp_cpu_offload)

@@ -7,16 +7,32 @@ from pathlib import Path
 import torch
 
 
-def load_model(path: str, dtype: torch.dtype = torch.float32, gradient_checkpointing: bool = False):
-    """``AutoModelForCausalLM`` from a local directory, on CPU, in ``dtype`` (master weights)."""
+def load_model(path: str, dtype: torch.dtype = torch.float32, gradient_checkpointing: bool = False,
+               attn_implementation: str | None = None):
+    """``AutoModelForCausalLM`` from a local directory, on CPU, in ``dtype`` (master weights).
+
+    ``attn_implementation`` None picks flash-attention-2 when CUDA and the ``flash_attn``
+    package are there (packed batches then run varlen), else transformers' default (sdpa).
+    """
     from transformers import AutoModelForCausalLM
 
     check_model_dir(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=dtype, local_files_only=True, attn_implementation=attn_implementation or default_attention()
+    )
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
     return model
+
+
+def default_attention() -> str | None:
+    """flash_attention_2 on a GPU that has flash_attn installed; None (transformers' choice) elsewhere."""
+    import importlib.util
+
+    if torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None:
+        return "flash_attention_2"
+    return None
 
 
 def check_model_dir(path: str) -> None:

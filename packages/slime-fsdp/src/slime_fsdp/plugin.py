@@ -12,6 +12,7 @@ GROUP = "FSDP backend (slime-fsdp)"
 @hookimpl
 def slime_add_options(options):
     options.add("--gradient-checkpointing", type=bool, default=False, help="recompute activations in the backward pass", group=GROUP)
+    options.add("--attn-implementation", default=None, help="transformers attention (flash_attention_2, sdpa, eager); default: flash_attention_2 on GPU when installed, else sdpa", group=GROUP)
     options.add("--fsdp-cpu-offload", type=bool, default=False, help="keep parameters, gradients and optimizer state on CPU (FSDP2 CPUOffloadPolicy)", group=GROUP)
 
 

@@ -46,7 +46,8 @@ class FSDPTrainRank:
     def init(self) -> dict:
         cfg = self.config
         torch.manual_seed(cfg.seed)
-        model = load_model(cfg.hf_checkpoint, gradient_checkpointing=cfg.gradient_checkpointing)
+        model = load_model(cfg.hf_checkpoint, gradient_checkpointing=cfg.gradient_checkpointing,
+                           attn_implementation=cfg.attn_implementation)
         self.tokenizer = load_tokenizer(cfg.hf_checkpoint, model)
         self.attn_implementation = model.config._attn_implementation
         self.model = shard(model.to(self.device), self.mesh, cfg.bf16, cfg.fsdp_cpu_offload)
@@ -219,9 +220,14 @@ class FSDPTrainRank:
         return weights.gather_bucket(self.model, self._buckets[index], keep=self.rank == 0)
 
     def save(self, rollout_id: int) -> str:
+        """A resumable checkpoint under ``--save``, and with ``--save-hf DIR`` a Hugging Face
+        directory ``DIR/iter_XXXXXXX`` beside it."""
         extra = {"scheduler": self.scheduler.state_dict(), "rng": torch.get_rng_state(),
                  "weight_version": self.version, "rollout_id": rollout_id}
-        return checkpoint.save_checkpoint(self.config.save, rollout_id, self.model, self.optimizer, extra)
+        path = checkpoint.save_checkpoint(self.config.save, rollout_id, self.model, self.optimizer, extra)
+        if self.config.save_hf:
+            self.save_hf(os.path.join(self.config.save_hf, f"iter_{rollout_id:07d}"))
+        return path
 
     def save_hf(self, path: str) -> None:
         checkpoint.save_hf(path, self.model, self.tokenizer)

@@ -93,7 +93,9 @@ def slime_register_rollout_engines(register):
 
     Called the first time a rollout engine is looked up.
 
-    :param register: ``register(name, engine_class_or_ref)``.
+    :param register: ``register(name, command_fn_or_ref)``; ``command_fn(config, model_path,
+        port) -> argv`` starts one engine server that speaks SGLang's native HTTP API on
+        127.0.0.1:port (``slime_sglang.servers.EngineServer`` runs it in a Ray actor).
     :return: nothing.
 
     Runs in the driver.
@@ -210,7 +212,9 @@ def slime_register_rollout_functions(register):
 
     Called the first time a rollout function is looked up.
 
-    :param register: ``register(name, rollout_fn_or_ref)``.
+    :param register: ``register(name, rollout_fn_or_ref)``; ``async rollout_fn(rollout_id,
+        config, parts) -> slime_sglang.rollout.RolloutResult`` (``parts``: data source,
+        reward hub, generate function, group filter and engine context).
     :return: nothing.
 
     Runs in the rollout process.
@@ -224,7 +228,9 @@ def slime_register_generate_functions(register):
 
     Called the first time a generate function is looked up.
 
-    :param register: ``register(name, generate_fn_or_ref)``.
+    :param register: ``register(name, generate_fn_or_ref)``; ``async generate_fn(sample,
+        sampling, ctx) -> Sample`` extends the sample's response with
+        ``Sample.append_response`` and sets its status (``ctx``: engine, tokenizer, config).
     :return: nothing.
 
     Runs in the rollout process.

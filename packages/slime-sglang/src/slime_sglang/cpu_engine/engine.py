@@ -1,0 +1,86 @@
+"""The CPU engine as the HTTP layer sees it: the loaded model, its scheduler, and the
+asyncio side of submitting requests and calls to the scheduler thread."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from slime_sglang.cpu_engine.request import BadRequest, GenerateRequest, answer
+from slime_sglang.cpu_engine.scheduler import Scheduler
+from slime_sglang.cpu_engine.stopping import StopChecker, eos_token_ids
+from slime_sglang.cpu_engine.weights import load_model
+
+
+@dataclass
+class Engine:
+    model_path: str
+    model: object  # a transformers causal LM
+    scheduler: Scheduler
+    context_length: int  # prompt + output tokens of one request, at most
+    vocab_size: int  # valid token ids are 0 .. vocab_size - 1
+    released: set[str] = field(default_factory=set)  # memory tags released and not resumed
+    released_weights: Path | None = None  # where released weights wait for resume
+    in_flight: set[str] = field(default_factory=set)  # rids of the requests being generated
+
+    async def generate(self, request: GenerateRequest) -> dict:
+        """Answer one request; if the caller goes away (cancellation), its generation is aborted."""
+        if request.rid in self.in_flight:
+            raise BadRequest(f"rid {request.rid!r} is already in flight; give each request a unique rid")
+        if request.params.max_new_tokens == 0:
+            request.finish_reason = {"type": "length", "length": 0}
+            return answer(request, "", self.scheduler.weight_version)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        request.on_done = lambda result: loop.call_soon_threadsafe(_settle, future, result)
+        self.in_flight.add(request.rid)
+        self.scheduler.submit(request)
+        try:
+            result = await future
+        except asyncio.CancelledError:
+            self.scheduler.call(lambda: self.scheduler.abort(request.rid, "the client disconnected"))
+            raise
+        finally:
+            self.in_flight.discard(request.rid)
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    async def at_safe_point(self, fn: Callable[[], object]):
+        """``fn()``'s result, run on the scheduler thread between two generation steps."""
+        return await asyncio.wrap_future(self.scheduler.call(fn))
+
+    def server_info(self) -> dict:
+        scheduler = self.scheduler
+        return {
+            "model_path": self.model_path,
+            "weight_version": scheduler.weight_version,
+            "max_running_requests": scheduler.max_running_requests,
+            "running_requests": scheduler.running_requests,
+            "waiting_requests": scheduler.waiting_requests,
+            "paused": scheduler.paused,
+            "released_memory": sorted(self.released),
+            "context_length": self.context_length,
+            "finished_requests": scheduler.finished_requests,
+            "generated_tokens": scheduler.generated_tokens,
+            "engine": "slime-cpu-engine",
+        }
+
+
+def load_engine(model_path: str, max_running_requests: int, context_length: int | None = None) -> Engine:
+    """Load the model in ``model_path`` and start its scheduler thread."""
+    model, tokenizer = load_model(model_path)
+    scheduler = Scheduler(model, StopChecker(tokenizer, eos_token_ids(model, tokenizer)), max_running_requests)
+    scheduler.start()
+    return Engine(
+        model_path=model_path, model=model, scheduler=scheduler,
+        context_length=context_length or model.config.max_position_embeddings,
+        vocab_size=model.get_input_embeddings().num_embeddings,
+    )
+
+
+def _settle(future: asyncio.Future, result) -> None:
+    if not future.done():  # a cancelled caller no longer waits
+        future.set_result(result)

@@ -1,0 +1,78 @@
+"""Start ``slime engine serve`` as a subprocess and wait until it answers ``/health``.
+
+For tests, benchmarks and local runs that want a CPU engine in its own process (the model
+then runs beside, not inside, the caller's Python).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def start_cpu_engine(model: str | Path, port: int | None = None, *extra: str,
+                     log_path: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """Start the engine on 127.0.0.1 and ``port`` (None: a free one; ``extra``: more
+    ``slime engine serve`` flags, not ``--host`` / ``--port``); returns the process and its URL.
+
+    Its output goes to ``log_path`` (default: discarded). Call :func:`wait_healthy` next.
+    """
+    port = port or free_port()
+    slime = Path(sys.executable).with_name("slime")
+    command = [str(slime), "engine", "serve", "--model", str(model), "--port", str(port), *extra]
+    if log_path is None:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    else:
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    return process, f"http://127.0.0.1:{port}"
+
+
+def wait_healthy(process: subprocess.Popen, url: str, timeout_s: float = 120.0) -> None:
+    """Return once ``url/health`` answers 200; raise if the process exits or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the CPU engine for {url} exited with code {process.returncode}; see its log")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"the CPU engine at {url} did not answer /health within {timeout_s:.0f} s")
+
+
+def stop(*processes: subprocess.Popen) -> None:
+    """Terminate the processes (all at once, then wait; kill those that linger)."""
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextlib.contextmanager
+def cpu_engine(model: str | Path, *extra: str, log_path: Path | None = None) -> Iterator[str]:
+    """A running CPU engine on a free port, stopped on exit; yields its URL."""
+    process, url = start_cpu_engine(model, None, *extra, log_path=log_path)
+    try:
+        wait_healthy(process, url)
+        yield url
+    finally:
+        stop(process)

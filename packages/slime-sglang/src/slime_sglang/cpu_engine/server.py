@@ -1,0 +1,139 @@
+"""The CPU engine's HTTP server: SGLang's native API on aiohttp.
+
+Routes (SGLang's paths): ``/generate``; the control endpoints of :mod:`control`; and
+``/health``, ``/health_generate``, ``/server_info`` (``/get_server_info``), ``/model_info``
+(``/get_model_info``). Every error answers JSON ``{"error": "..."}``: 400 for a bad request
+(the message says how to fix it), 404 / 405 for a wrong path or method, 500 for a failure
+inside the engine. The event loop only parses and answers; the model runs on the scheduler
+thread, so health checks stay fast while the engine generates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from aiohttp import web
+
+from slime_sglang.cpu_engine import control
+from slime_sglang.cpu_engine.engine import Engine
+from slime_sglang.cpu_engine.request import BadRequest, parse_generate, refuse_unknown
+
+log = logging.getLogger(__name__)
+ENGINE = web.AppKey("engine", Engine)
+HEALTH_GENERATE_TIMEOUT_S = 20.0
+MAX_BODY_BYTES = 1 << 36  # weight buckets can be large; the sender is trusted (bind to localhost)
+
+#: control endpoint -> (handler, accepted body keys)
+CONTROL_ROUTES = {
+    "/abort_request": (control.abort_request, ("rid", "abort_all")),
+    "/pause_generation": (control.pause_generation, ("mode",)),
+    "/continue_generation": (control.continue_generation, ()),
+    "/flush_cache": (control.flush_cache, ()),
+    "/update_weights_from_tensor": (control.update_weights_from_tensor,
+                                    ("serialized_named_tensors", "weight_version", "flush_cache", "abort_all_requests", "load_format")),
+    "/update_weights_from_disk": (control.update_weights_from_disk,
+                                  ("model_path", "weight_version", "abort_all_requests", "load_format")),
+    "/release_memory_occupation": (control.release_memory_occupation, ("tags",)),
+    "/resume_memory_occupation": (control.resume_memory_occupation, ("tags",)),
+}
+
+
+def create_app(engine: Engine) -> web.Application:
+    logging.getLogger("aiohttp.server").addFilter(RouterProbeFilter())
+    app = web.Application(middlewares=[_errors_as_json], client_max_size=MAX_BODY_BYTES)
+    app[ENGINE] = engine
+    app.router.add_post("/generate", generate)
+    for path, (handler, keys) in CONTROL_ROUTES.items():
+        app.router.add_post(path, _control_route(handler, keys))
+    app.router.add_get("/flush_cache", _control_route(control.flush_cache, ()))
+    app.router.add_get("/health", health)
+    app.router.add_get("/health_generate", health_generate)
+    for path in ("/server_info", "/get_server_info"):
+        app.router.add_get(path, server_info)
+    for path in ("/model_info", "/get_model_info"):
+        app.router.add_get(path, model_info)
+    return app
+
+
+async def generate(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    generate_request = parse_generate(await _json_body(request), engine.vocab_size, engine.context_length)
+    return web.json_response(await engine.generate(generate_request))
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def health_generate(request: web.Request) -> web.Response:
+    """200 once the engine generated one token; 503 when it cannot (paused, released, stuck)."""
+    engine = request.app[ENGINE]
+    if engine.scheduler.paused or engine.scheduler.held:
+        return web.json_response({"error": "generation is paused or memory is released; "
+                                  "POST /continue_generation or /resume_memory_occupation"}, status=503)
+    probe = parse_generate({"input_ids": [0], "sampling_params": {"max_new_tokens": 1, "temperature": 0}},
+                           engine.vocab_size, engine.context_length)
+    try:
+        await asyncio.wait_for(engine.generate(probe), HEALTH_GENERATE_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        return web.json_response({"error": f"no token generated within {HEALTH_GENERATE_TIMEOUT_S:.0f} s"}, status=503)
+    return web.json_response({"status": "ok"})
+
+
+async def server_info(request: web.Request) -> web.Response:
+    return web.json_response(request.app[ENGINE].server_info())
+
+
+async def model_info(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    return web.json_response({"model_path": engine.model_path, "tokenizer_path": engine.model_path, "is_generation": True})
+
+
+class RouterProbeFilter(logging.Filter):
+    """Drops aiohttp's error log of sglang-router's gRPC probe: the router first opens each
+    worker with an HTTP/2 preface ("PRI * HTTP/2.0"), then falls back to HTTP/1.1."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (error is not None and "PRI/Upgrade" in str(error))
+
+
+def _control_route(handler, keys: tuple[str, ...]):
+    async def route(request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        refuse_unknown(body, keys, f"field for {request.path}")
+        result = await handler(request.app[ENGINE], body)
+        return web.json_response(result, status=400 if result.get("success") is False else 200)
+
+    return route
+
+
+async def _json_body(request: web.Request) -> dict:
+    """The request's JSON object ({} for an empty body), whatever its content type."""
+    text = await request.text()
+    if not text.strip():
+        return {}
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"the body is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    if not isinstance(body, dict):
+        raise BadRequest(f"the body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+@web.middleware
+async def _errors_as_json(request: web.Request, handler):
+    try:
+        return await handler(request)
+    except BadRequest as exc:
+        return web.json_response({"error": str(exc)}, status=400)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return web.json_response({"error": f"{exc.reason}: {request.method} {request.path}"}, status=exc.status)
+    except Exception as exc:
+        log.exception("%s %s failed", request.method, request.path)
+        return web.json_response({"error": f"the engine failed: {type(exc).__name__}: {exc}"}, status=500)

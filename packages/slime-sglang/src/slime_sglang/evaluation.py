@@ -1,0 +1,67 @@
+"""Evaluation rollouts: every prompt of each ``--eval-prompt-data`` dataset, scored.
+
+Each dataset gets ``--n-samples-per-eval-prompt`` responses per prompt, sampled with the
+``--eval-*`` options (falling back to the rollout's), and reports its mean reward and
+pass@k for k = 1 and k = n (the unbiased estimator 1 - C(n-c, k) / C(n, k) per prompt, with
+c correct responses of n; a response counts as correct when its reward is positive).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from math import comb
+
+from slime_core.data.prompt_dataset import PromptDataset, PromptFormat
+from slime_core.reward_hub import scalar_reward
+from slime_core.sample import Sample, SampleStatus
+from slime_sglang.rollout import RolloutParts, sampling_params
+
+
+def pass_at_k(n: int, correct: int, k: int) -> float:
+    """Probability that at least one of k responses drawn from n (``correct`` right) is right."""
+    if n - correct < k:
+        return 1.0
+    return 1.0 - comb(n - correct, k) / comb(n, k)
+
+
+async def evaluate(config, parts: RolloutParts, datasets: dict[str, PromptDataset]) -> dict[str, float]:
+    """``eval/<name>/reward_mean``, ``eval/<name>/pass@1`` and ``eval/<name>/pass@<n>``."""
+    metrics: dict[str, float] = {}
+    for name, dataset in datasets.items():
+        groups = await _generate_all(config, parts, dataset)
+        metrics.update(_dataset_metrics(name, groups, config.reward_key))
+    return metrics
+
+
+async def _generate_all(config, parts: RolloutParts, dataset: PromptDataset) -> list[list[Sample]]:
+    n = config.n_samples_per_eval_prompt
+    sampling = sampling_params(config, evaluation=True)
+    limit = asyncio.Semaphore(config.rollout_concurrency)
+    groups = [[_copy(template, i, index) for index in range(n)] for i, template in enumerate(dataset.samples)]
+
+    async def one(sample: Sample) -> None:
+        async with limit:
+            await parts.generate(sample, sampling, parts.ctx)
+
+    await asyncio.gather(*(one(sample) for group in groups for sample in group))
+    await asyncio.gather(*(parts.reward_hub.score_group(group) for group in groups))
+    return groups
+
+
+def _copy(template: Sample, group_index: int, index: int) -> Sample:
+    sample = Sample.from_dict(template.to_dict())
+    sample.group_index, sample.index = group_index, index
+    return sample
+
+
+def _dataset_metrics(name: str, groups: list[list[Sample]], reward_key: str | None) -> dict[str, float]:
+    rewards, pass1, pass_n = [], [], []
+    for group in groups:
+        scored = [scalar_reward(s, reward_key) for s in group if s.status != SampleStatus.FAILED]
+        correct = sum(r > 0 for r in scored)
+        rewards.extend(scored)
+        pass1.append(pass_at_k(len(group), correct, 1))
+        pass_n.append(pass_at_k(len(group), correct, len(group)))
+    n = len(groups[0]) if groups else 0
+    mean = lambda values: sum(values) / max(len(values), 1)  # noqa: E731
+    return {f"eval/{name}/reward_mean": mean(rewards), f"eval/{name}/pass@1": mean(pass1), f"eval/{name}/pass@{n}": mean(pass_n)}

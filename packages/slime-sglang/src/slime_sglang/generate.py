@@ -1,0 +1,63 @@
+"""The default per-sample generate function: one ``/generate`` call per sample.
+
+A generate function is ``async fn(sample, sampling, ctx) -> Sample``: it extends the
+sample's response (``Sample.append_response``, which keeps tokens, loss mask, log-probs and
+weight versions consistent) and sets its status. ``ctx`` is a `GenerateContext`. Plugins
+register their own (``slime_register_generate_functions``), e.g. a multi-turn tool loop
+that appends tool output with ``trainable=False``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from slime_core.engine import GenerateResult, RolloutEngine, SamplingParams
+from slime_core.sample import Sample, SampleStatus
+
+#: /generate finish reasons -> the status of the sample.
+FINISH_STATUS = {"stop": SampleStatus.COMPLETED, "length": SampleStatus.TRUNCATED, "abort": SampleStatus.ABORTED}
+
+
+@dataclass
+class GenerateContext:
+    """What a generate function may use."""
+
+    engine: RolloutEngine  # the router (or one engine)
+    tokenizer: Any  # Hugging Face tokenizer of the policy
+    config: Any  # the run's Config
+
+
+async def generate_sample(sample: Sample, sampling: SamplingParams, ctx: GenerateContext) -> Sample:
+    """Continue ``sample`` (a fresh prompt or a partial response) up to the response limit."""
+    if not sample.tokens:
+        sample.tokens = list(ctx.tokenizer.encode(sample.prompt, add_special_tokens=False))
+    remaining = sampling.max_new_tokens - sample.response_length
+    if remaining <= 0:
+        sample.status = SampleStatus.TRUNCATED
+        return sample
+    request = dataclasses.replace(sampling, max_new_tokens=remaining)
+    rid = f"{sample.group_index}-{sample.index}-{uuid.uuid4().hex[:8]}"
+    result = await ctx.engine.generate(sample.tokens, request, return_logprob=True, rid=rid)
+    append_result(sample, result)
+    return sample
+
+
+def append_result(sample: Sample, result: GenerateResult) -> None:
+    """Add an engine's output to the sample as trainable model tokens and set its status."""
+    version = None if result.weight_version is None else version_number(result.weight_version)
+    if result.output_ids:
+        sample.append_response(result.output_ids, log_probs=result.log_probs, text=result.text, weight_version=version)
+    sample.status = FINISH_STATUS[result.finish_reason]
+
+
+def version_number(weight_version: str) -> int:
+    """The trainer's update count behind an engine's weight version: slime pushes weights
+    as "1", "2", ...; "default" is SGLang's name for the weights the server started with (0)."""
+    if weight_version == "default":
+        return 0
+    if not weight_version.isdigit():
+        raise ValueError(f"engine weight version {weight_version!r} is not one slime pushed (a number, or 'default')")
+    return int(weight_version)

@@ -80,7 +80,8 @@ def run_transformers(model, requests: list[tuple[list[int], int]], batch_size: i
 
 def router_latency(engine_url: str, count: int) -> dict[str, list[float]]:
     """Milliseconds of ``count`` one-token requests, direct and through sglang-router."""
-    from slime_sglang.cpu_engine.launch import free_port, stop
+    from slime_core.ports import free_port
+    from slime_sglang.cpu_engine.launch import stop
 
     port = free_port()
     router = subprocess.Popen(

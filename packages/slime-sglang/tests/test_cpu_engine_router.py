@@ -9,7 +9,8 @@ import time
 import httpx
 import pytest
 
-from slime_sglang.cpu_engine.launch import free_port, stop
+from slime_core.ports import free_port
+from slime_sglang.cpu_engine.launch import stop
 
 pytestmark = pytest.mark.integration
 

@@ -10,9 +10,9 @@ protocol, so ``--train-backend`` is the only thing that changes between them.
 
 from __future__ import annotations
 
-import socket
 from typing import Any, Iterator, Protocol
 
+from slime_core.ports import free_port
 from slime_core.rollout_batch import RolloutBatch, dp_rank_indices
 
 #: Which model a log-prob pass uses: the policy being trained, the frozen reference
@@ -126,10 +126,3 @@ class TrainGroup:
         for rank in self.ranks:
             ray.kill(rank)
         self.ranks = []
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago (for the process group's rendezvous)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

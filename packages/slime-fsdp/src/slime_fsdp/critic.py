@@ -100,9 +100,5 @@ class FSDPCriticRank(FSDPTrainRank):
             (loss * self.world_size).backward()
             for key, value in (("value_loss", loss), ("value_clipfrac", reduce_loss(clipfrac, rows(mask), denominators))):
                 totals[key] = totals.get(key, 0.0) + value.item()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad)
-        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
-        return {**_sum_over_ranks(totals), "critic_grad_norm": float(grad_norm)}
+        metrics = _sum_over_ranks(totals)
+        return {**metrics, "critic_grad_norm": self._apply_gradients()}

@@ -151,14 +151,19 @@ class FSDPTrainRank:
         for micro_indices in self._plan(indices, batch):
             for key, value in self._backward(batch, micro_indices, data, denominators).items():
                 totals[key] = totals.get(key, 0.0) + value
+        metrics = _sum_over_ranks(totals)
+        metrics.update(lr=self.scheduler.get_last_lr()[0], grad_norm=self._apply_gradients())
+        return metrics
+
+    def _apply_gradients(self) -> float:
+        """Clip the accumulated gradients to ``--clip-grad``, step the optimizer and the LR
+        schedule, clear the gradients; returns the norm before clipping."""
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad)
         grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        metrics = _sum_over_ranks(totals)
-        metrics.update(grad_norm=float(grad_norm), lr=self.scheduler.get_last_lr()[0])
         self.scheduler.step()
-        return metrics
+        return float(grad_norm)
 
     def _backward(self, batch, indices, data, denominators) -> dict[str, float]:
         """Forward and backward of one micro-batch; its contribution to the step's metrics."""

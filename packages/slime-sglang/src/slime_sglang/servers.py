@@ -18,7 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from slime_sglang.cpu_engine.launch import free_port, wait_healthy
+from slime_core.ports import free_port
+from slime_sglang.cpu_engine.launch import wait_healthy
 
 _PR_SET_PDEATHSIG = 1
 

@@ -7,7 +7,6 @@ then runs beside, not inside, the caller's Python).
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import sys
 import time
@@ -16,12 +15,7 @@ from typing import Iterator
 
 import httpx
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+from slime_core.ports import free_port
 
 
 def start_cpu_engine(model: str | Path, port: int | None = None, *extra: str,

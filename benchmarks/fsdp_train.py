@@ -17,11 +17,14 @@ one more; the table shows the median over repeats:
   forward, log_softmax over the vocabulary, PPO-clipped GRPO loss with group-normalised
   advantages and a token-mean over the batch, backward, gradient clipping, AdamW.
 
-Every variant runs float32, sdpa attention, token-mean loss, lr 1e-6, clip_grad 1.0. Columns:
+Every variant runs float32, token-mean loss, lr 1e-6, clip_grad 1.0; the slime variants use
+the backend's default attention on CPU (``slime_packed``: causal sdpa per sample, no mask), the
+transformers loop sdpa with its padding mask, as transformers does by default. Columns:
 s/step = the median (and range) of the timed steps; response tok/s = response tokens / s/step;
 processed tok/s counts every token the model ran, padding included (each pass once); padding =
-the share of those that are padding; attention scores = Σ over rows of width² per pass (sdpa
-with a mask computes every score, masked or not; times heads and layers); peak RSS = VmHWM of
+the share of those that are padding; attention scores = per pass, Σ over samples of length² for slime, Σ
+over rows of width² for transformers (sdpa with a mask computes every score, masked or not;
+times heads and layers); peak RSS = VmHWM of
 the training process (the Ray actor for slime, the largest over ranks) after loading and two
 steps; loaded RSS = its VmRSS once the model is loaded.
 """
@@ -227,7 +230,8 @@ def _rss_gib(key: str) -> float:
 
 def layout(args, batch: dict[str, list], variant: str) -> tuple[int, int]:
     """Per pass over the batch: tokens the model runs (padding included) and attention scores
-    per head and layer (Σ over rows of width², as sdpa with a mask computes them all). Read
+    per head and layer (slime: Σ over samples of length², one causal sdpa each; transformers:
+    Σ over rows of width², as sdpa with a mask computes them all). Read
     from the micro-batches slime's planner and ``slime_fsdp.inputs`` build; the transformers
     variant pads the same micro-batches as ``slime padded`` on one rank."""
     from slime_core.micro_batches import fixed_micro_batches, token_budget_micro_batches
@@ -247,7 +251,10 @@ def layout(args, batch: dict[str, list], variant: str) -> tuple[int, int]:
             packed = variant == "slime packed"
             ids = (inputs.packed(*rows, "cpu", "sdpa") if packed else inputs.padded(*rows, "cpu", 0)).input_ids
             tokens_run += ids.numel()
-            scores += ids.shape[0] * ids.shape[1] ** 2
+            if variant.startswith("slime"):  # slime_packed: one causal sdpa per sample
+                scores += sum(len(t) ** 2 for t in rows[0])
+            else:  # sdpa with a padding mask: every score of every row
+                scores += ids.shape[0] * ids.shape[1] ** 2
     return tokens_run, scores
 
 

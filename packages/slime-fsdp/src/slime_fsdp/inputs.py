@@ -6,6 +6,9 @@ flash-attention implementation the restarting position ids tell the kernel where
 sequence starts; with any other implementation (CPU: sdpa or eager) a block-diagonal
 causal mask does it.
 
+slime's ``slime_packed`` attention (the default off flash-attention GPUs, see `attention`) reads the
+boundaries from the position ids as well.
+
 Padded (``--micro-batch-size``): one row per sample, right-padded, with a 2-D mask.
 
 Either way `MicroBatch.spans` says where each sample sits, so log-probs are read from the
@@ -20,7 +23,7 @@ import torch
 
 from slime_core.algorithms import entropy_from_logits, log_probs_from_logits
 
-_VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3")
+_VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3", "slime_packed")  # boundaries from position ids
 
 
 @dataclass
@@ -69,8 +72,8 @@ def _block_causal_mask(lengths: list[int], device) -> torch.Tensor:
 
 
 def response_slices(per_position: torch.Tensor, batch: MicroBatch) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per sample, the rows of ``per_position`` (logits or values, (rows, T, ...)) that score
-    its response tokens, as views, with those tokens.
+    """Per sample, the rows of ``per_position`` ((rows, T) values, say) that score its response
+    tokens, as views, with those tokens.
 
     The output at position p predicts token p + 1, so a response occupying positions
     [start + n - r, start + n) is scored at [start + n - r - 1, start + n - 1).
@@ -82,14 +85,28 @@ def response_slices(per_position: torch.Tensor, batch: MicroBatch) -> list[tuple
     return out
 
 
+def response_scores(logits: torch.Tensor, batch: MicroBatch) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """Every response token's logits row, gathered with one index: ((N, V) scores, (N,) targets,
+    per-sample counts). One gather keeps the backward to one scatter into the (rows, T, V)
+    gradient; slicing sample by sample would allocate a full-size zero gradient per sample."""
+    width = batch.input_ids.shape[1]
+    positions = [torch.arange(row * width + start + length - r - 1, row * width + start + length - 1)
+                 for row, start, length, r in batch.spans]
+    index = torch.cat(positions).to(logits.device)
+    targets = batch.input_ids.reshape(-1)[index + 1]
+    return logits.reshape(-1, logits.shape[-1])[index], targets, [r for *_, r in batch.spans]
+
+
 def response_log_probs(logits: torch.Tensor, batch: MicroBatch, temperature: float) -> list[torch.Tensor]:
     """Per sample, log π(y_t) of each response token: (response_len,) float32 tensors."""
-    return [log_probs_from_logits(scores, targets, temperature) for scores, targets in response_slices(logits, batch)]
+    scores, targets, counts = response_scores(logits, batch)
+    return list(log_probs_from_logits(scores, targets, temperature).split(counts))
 
 
 def response_entropy(logits: torch.Tensor, batch: MicroBatch, temperature: float) -> list[torch.Tensor]:
     """Per sample, the entropy of the distribution each response token was drawn from."""
-    return [entropy_from_logits(scores, temperature) for scores, _ in response_slices(logits, batch)]
+    scores, _, counts = response_scores(logits, batch)
+    return list(entropy_from_logits(scores, temperature).split(counts))
 
 
 def pad_rows(rows: list[torch.Tensor | list], device=None, value: float = 0.0) -> torch.Tensor:

@@ -11,12 +11,14 @@ def load_model(path: str, dtype: torch.dtype = torch.float32, gradient_checkpoin
                attn_implementation: str | None = None):
     """``AutoModelForCausalLM`` from a local directory, on CPU, in ``dtype`` (master weights).
 
-    ``attn_implementation`` None picks flash-attention-2 when CUDA and the ``flash_attn``
-    package are there (packed batches then run varlen), else transformers' default (sdpa).
+    ``attn_implementation`` None picks `default_attention()`.
     """
     from transformers import AutoModelForCausalLM
 
+    from slime_fsdp import attention
+
     check_model_dir(path)
+    attention.register()
     model = AutoModelForCausalLM.from_pretrained(
         path, dtype=dtype, local_files_only=True, attn_implementation=attn_implementation or default_attention()
     )
@@ -26,13 +28,17 @@ def load_model(path: str, dtype: torch.dtype = torch.float32, gradient_checkpoin
     return model
 
 
-def default_attention() -> str | None:
-    """flash_attention_2 on a GPU that has flash_attn installed; None (transformers' choice) elsewhere."""
+def default_attention() -> str:
+    """flash_attention_2 on a GPU that has flash_attn installed; elsewhere slime's own
+    ``slime_packed`` (varlen flash through torch on CUDA, per-sample sdpa on CPU): both keep
+    packed samples apart without a (T, T) mask."""
     import importlib.util
+
+    from slime_fsdp.attention import NAME
 
     if torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None:
         return "flash_attention_2"
-    return None
+    return NAME
 
 
 def check_model_dir(path: str) -> None:

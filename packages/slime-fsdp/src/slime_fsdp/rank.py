@@ -36,7 +36,10 @@ class FSDPTrainRank:
         if not cuda:  # ranks share the CPU cores instead of each using all of them
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
         url = f"tcp://{master_addr}:{master_port}"
-        dist.init_process_group("nccl" if cuda else "gloo", init_method=url, rank=rank, world_size=world_size)
+        # On GPUs, CUDA tensors go over nccl and the small CPU-side reductions (micro-batch
+        # counts, loss denominators, metrics) over gloo, so neither has to move devices.
+        backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
+        dist.init_process_group(backend, init_method=url, rank=rank, world_size=world_size)
         self.mesh = init_device_mesh(self.device.type, (world_size,))
         self.version = 0
         self._buckets: list[list[str]] = []
@@ -178,7 +181,7 @@ class FSDPTrainRank:
         entropy = None
         if self.loss_config.entropy_coef:
             entropy = inputs.pad_rows(inputs.response_entropy(logits, micro, temperature))
-        rows = lambda key: None if data[key] is None else data[key][indices, :width]  # noqa: E731
+        rows = lambda key: None if data[key] is None else data[key][indices, :width].to(self.device)  # noqa: E731
         loss_inputs = PolicyLossInputs(
             log_probs, rows("old"), rows("advantages"), rows("mask"), entropy, rows("ref"), rows("rollout")
         )
@@ -238,8 +241,12 @@ class FSDPTrainRank:
         checkpoint.save_hf(path, self.model, self.tokenizer)
 
     def offload(self) -> None:
+        """Parameters and optimizer state to CPU memory, and the freed device memory back to
+        the driver (the caching allocator would otherwise keep it from colocated engines)."""
         self.model.to("cpu")
         weights.move_optimizer_state(self.optimizer, "cpu")
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
 
     def onload(self) -> None:
         self.model.to(self.device)

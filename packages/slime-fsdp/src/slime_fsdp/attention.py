@@ -1,0 +1,106 @@
+"""``slime_packed``: attention for packed rows without a (T, T) mask.
+
+A packed row holds several samples end to end, with position ids restarting at 0 for each
+(see `inputs.packed`). Attention must stay inside each sample. transformers' sdpa and eager
+paths need a block-diagonal (T, T) mask for that, which costs O(T²) memory and computes every
+cross-sample score only to mask it out. This implementation reads the sample boundaries from
+the position ids instead:
+
+- on CUDA in bf16/fp16, one call of torch's varlen flash kernel
+  (``torch.nn.attention.varlen.varlen_attn``) over all samples, as flash-attention-2 does;
+- elsewhere (CPU, float32), causal sdpa on each sample in turn: memory O(longest sample²).
+
+Padded rows (right padding, position ids 0..W-1) are one sample per row; causal attention never
+lets a real token see the padding after it, so no padding mask is needed either.
+Registered with transformers' attention and mask interfaces by `register()`.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+import torch.nn.functional as F
+
+NAME = "slime_packed"
+
+
+def register() -> None:
+    """Make ``attn_implementation="slime_packed"`` loadable (idempotent)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(NAME, packed_attention)
+    AttentionMaskInterface.register(NAME, _no_mask)
+
+
+def _no_mask(*args, **kwargs) -> None:
+    """The model builds no mask: boundaries come from the position ids."""
+    return None
+
+
+def packed_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
+                     position_ids: torch.Tensor | None = None, **kwargs) -> tuple[torch.Tensor, None]:
+    """query (B, Hq, T, D), key/value (B, Hkv, T, D) → ((B, T, Hq, D), None), causal within each
+    sample; samples start where ``position_ids`` is 0."""
+    if position_ids is None:
+        raise ValueError(f"{NAME} attention needs position_ids (restarting at 0 per sample) in the model's forward call")
+    batch, heads, length, dim = query.shape
+    starts = _sample_starts(position_ids.reshape(-1))
+    q, k, v = (x.transpose(1, 2).reshape(batch * length, x.shape[1], dim) for x in (query, key, value))
+    dropout = dropout if module.training else 0.0
+    if _use_varlen(q, dropout):
+        out = _varlen(q, k, v, starts, scaling)
+    else:
+        out = _per_sample_sdpa(q, k, v, starts, scaling, dropout)
+    return out.reshape(batch, length, heads, dim), None
+
+
+def _sample_starts(flat_positions: torch.Tensor) -> list[int]:
+    """Offsets where a sample begins, plus the total length: [0, s1, s2, ..., T]."""
+    starts = torch.nonzero(flat_positions == 0).flatten().tolist()
+    if not starts or starts[0] != 0:
+        starts = [0] + starts
+    return starts + [flat_positions.numel()]
+
+
+def _per_sample_sdpa(q, k, v, starts: list[int], scaling, dropout: float) -> torch.Tensor:
+    """Causal sdpa on each (T_i, H, D) slice; GQA heads are shared inside sdpa."""
+    chunks = []
+    for begin, end in zip(starts, starts[1:]):
+        qi, ki, vi = (x[begin:end].transpose(0, 1)[None] for x in (q, k, v))
+        out = F.scaled_dot_product_attention(qi, ki, vi, is_causal=True, scale=scaling, dropout_p=dropout,
+                                             enable_gqa=qi.shape[1] != ki.shape[1])
+        chunks.append(out[0].transpose(0, 1))
+    return torch.cat(chunks)
+
+
+def _use_varlen(q: torch.Tensor, dropout: float) -> bool:
+    """torch's varlen flash kernel runs on CUDA in half precision, without dropout."""
+    return q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and dropout == 0.0 and _varlen_attn() is not None
+
+
+def _varlen_attn():
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn
+
+
+def _varlen(q, k, v, starts: list[int], scaling) -> torch.Tensor:
+    """All samples in one varlen flash call (cumulative sequence offsets = ``starts``)."""
+    varlen_attn = _varlen_attn()
+    params = inspect.signature(varlen_attn).parameters
+    if q.shape[1] != k.shape[1] and "enable_gqa" not in params:
+        k, v = (x.repeat_interleave(q.shape[1] // x.shape[1], dim=1) for x in (k, v))
+    kwargs = {"scale": scaling}
+    if "enable_gqa" in params:
+        kwargs["enable_gqa"] = q.shape[1] != k.shape[1]
+    if "window_size" in params:
+        kwargs["window_size"] = (-1, 0)  # causal
+    else:
+        kwargs["is_causal"] = True
+    cu = torch.tensor(starts, device=q.device, dtype=torch.int32)
+    longest = max(end - begin for begin, end in zip(starts, starts[1:]))
+    return varlen_attn(q, k, v, cu, cu, longest, longest, **kwargs)

@@ -15,8 +15,20 @@ def slime_add_options(options):
 
 
 @hookimpl
+def slime_add_commands(subparsers):
+    from slime_core.cli.tiny_model import add_tiny_model_command
+
+    add_tiny_model_command(subparsers)
+
+
+@hookimpl
 def slime_register_data_sources(register):
     register("prompt", "slime_core.data.source:PromptDataSource")
+
+
+@hookimpl
+def slime_register_rollout_functions(register):
+    register("sft", "slime_core.sft:sft_rollout")
 
 
 @hookimpl

@@ -124,7 +124,10 @@ class FSDPTrainRank:
         for indices in step_slices(len(batch), cfg.num_steps_per_rollout):
             history.append(self._optimizer_step(batch, indices, data))
         self.version += 1
-        return {key: sum(m[key] for m in history) / len(history) for key in history[0]}
+        metrics = {key: sum(m[key] for m in history) / len(history) for key in history[0]}
+        if self.loss_config.loss_type != "sft_loss":
+            metrics["train_rollout_logprob_abs_diff"] = _mean_abs_diff(data["old"], batch.rollout_log_probs, data["mask"])
+        return metrics
 
     def _train_tensors(self, batch: RolloutBatch) -> dict[str, torch.Tensor | None]:
         """(N, R) tensors of the share: mask, old / ref / rollout log-probs, advantages."""
@@ -257,6 +260,15 @@ class FSDPTrainRank:
             return {"allocated_gib": torch.cuda.memory_allocated() / 2**30, "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
         status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
         return {"rss_gib": int(status["VmRSS"].split()[0]) / 2**20, "peak_rss_gib": int(status["VmHWM"].split()[0]) / 2**20}
+
+
+def _mean_abs_diff(train: torch.Tensor, rollout: list[list[float]], mask: torch.Tensor) -> float:
+    """Mean |train − rollout| log-prob over the trained tokens of every rank: how far the
+    engine's sampling distribution is from the trainer's on the same weights."""
+    diff = (train - inputs.pad_rows(rollout)[:, : train.shape[1]]).abs() * mask
+    totals = torch.stack([diff.sum(), mask.sum()]).double()
+    dist.all_reduce(totals)
+    return float(totals[0] / totals[1].clamp(min=1))
 
 
 @contextmanager

@@ -10,30 +10,45 @@ from slime_core.plugins.custom_paths import apply_custom_paths
 
 
 def run_command(argv: list[str], plugins) -> int:
+    argv = [token for arg in argv for token in (["--train-mode", "async"] if arg == "--async" else [arg])]
     options = OptionSet()
     plugins.add_options(options)
     if "-h" in argv or "--help" in argv:
         options.help_parser("slime run").print_help()
         return 0
     try:
-        config = load_config(argv, options, plugins)
+        config = load_config(argv, options, plugins, checks=lambda c: run_problems(c, plugins))
     except ConfigError as exc:
         print(f"slime run: {exc}", file=sys.stderr)
         return 2
-    apply_custom_paths(config, plugins)
-    components, missing = resolve_components(config, plugins)
     if config.dry_run:
-        print(describe_run(config, plugins, components, missing))
+        print(describe_run(config, plugins, *resolve_components(config, plugins)))
         return 0
-    if missing:
-        print(f"slime run: {ConfigError(missing)}", file=sys.stderr)
-        return 2
-    print(
-        "slime run: the config is valid, but this version of slime has no training loop yet "
-        "(it arrives with the loop's release); use --dry-run to inspect the run",
-        file=sys.stderr,
-    )
-    return 2
+    from slime_core.loop import run
+
+    return run(config, plugins)
+
+
+def run_problems(config, plugins) -> list[str]:
+    """Components that are not installed and settings the loop cannot run with; a dry run
+    reports the components instead of failing on them."""
+    apply_custom_paths(config, plugins)
+    if config.dry_run:
+        return []
+    return resolve_components(config, plugins)[1] + loop_problems(config)
+
+
+def loop_problems(config) -> list[str]:
+    """What stops the loop before any process starts (beyond each option's own checks)."""
+    problems = []
+    if not config.num_rollout:
+        problems.append("--num-rollout is required: how many rollouts (generate + train iterations) to run")
+    if config.train_mode == "async" and config.colocate:
+        problems.append("--train-mode async overlaps generation with training, which --colocate cannot "
+                        "(they take turns on the same devices); drop one of the two")
+    if config.eval_interval and not config.eval_prompt_data:
+        problems.append("--eval-interval needs --eval-prompt-data NAME PATH ... to evaluate on")
+    return problems
 
 
 def describe_run(config, plugins, components: list[dict], missing: list[str]) -> str:

@@ -9,7 +9,7 @@ from slime_core.config.options import OptionSet
 
 def add_core_options(options: OptionSet) -> None:
     """Declare every core option, grouped as `slime run --help` shows them."""
-    for add in (_run, _cluster, _data, _rollout, _reward, _algorithm, _training, _checkpoint, _custom_paths):
+    for add in (_run, _cluster, _data, _rollout, _reward, _algorithm, _training, _weights, _checkpoint, _custom_paths):
         add(options)
 
 
@@ -20,6 +20,8 @@ def _run(o: OptionSet) -> None:
     o.add("--dry-run", type=bool, default=False, help="print the resolved config and the plugins that would run, then exit", group=g)
     o.add("--num-rollout", type=int, default=None, help="number of rollouts (generate + train iterations)", group=g)
     o.add("--seed", type=int, default=1234, help="random seed for training", group=g)
+    o.add("--max-staleness", type=int, default=None, help="async: drop groups generated more than this many weight versions ago (counted in rollout/stale_groups_dropped)", group=g)
+    o.add("--eval-interval", type=int, default=None, help="evaluate on --eval-prompt-data every N rollouts (and before the first and after the last)", group=g)
 
 
 def _cluster(o: OptionSet) -> None:
@@ -132,6 +134,14 @@ def _training(o: OptionSet) -> None:
     o.add("--bf16", type=bool, default=False, help="bf16 compute with float32 master weights", group=g)
     o.add("--use-dynamic-batch-size", type=bool, default=False, help="pack micro-batches up to --max-tokens-per-gpu tokens", group=g)
     o.add("--max-tokens-per-gpu", type=int, default=None, help="token budget of a packed micro-batch", group=g)
+
+
+def _weights(o: OptionSet) -> None:
+    g = "weight updates"
+    o.add("--update-weight-transport", default=None, choices=["tensor", "broadcast", "disk"], help="how new weights reach the engines: tensor (in memory over HTTP; the default when colocated or on CPU), broadcast (a collective: nccl on GPU, gloo on CPU; the default when disaggregated on GPUs), disk (a Hugging Face directory both sides can read)", group=g)
+    o.add("--update-weight-buffer-size", type=int, default=512 * 2**20, help="bytes of weights per bucket of an update", group=g)
+    o.add("--update-weights-interval", type=int, default=1, help="push weights to the engines every N rollouts", group=g)
+    o.add("--check-weight-update-equal", type=bool, default=False, help="after each update, check that engine log-probs equal the trainer's on a probe", group=g)
 
 
 def _checkpoint(o: OptionSet) -> None:

@@ -29,8 +29,11 @@ class _Collected:
         self.errors: list[str] = []
 
 
-def load_config(argv: list[str], options: OptionSet, plugins=None) -> Config:
-    """Resolve ``[CONFIG.yaml] [--flag value ...]`` into a validated `Config`."""
+def load_config(argv: list[str], options: OptionSet, plugins=None, checks=None) -> Config:
+    """Resolve ``[CONFIG.yaml] [--flag value ...]`` into a validated `Config`.
+
+    ``checks(config) -> list[str]``, if given, adds the caller's own problems, so that one
+    `ConfigError` lists everything wrong at once."""
     got = _Collected()
     config_path, cli = _scan_argv(argv, options, got)
     if config_path is not None:
@@ -43,6 +46,8 @@ def load_config(argv: list[str], options: OptionSet, plugins=None) -> Config:
     errors = got.errors + validate(config, options)
     if plugins is not None and not errors:
         errors += plugins.validate_config(config)
+    if checks is not None:
+        errors += checks(config)
     if errors:
         raise ConfigError(errors)
     return config

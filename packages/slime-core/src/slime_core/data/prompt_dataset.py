@@ -25,6 +25,13 @@ class PromptFormat:
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     max_prompt_len: int | None = None  # in tokens; longer prompts are dropped and counted
 
+    @classmethod
+    def from_config(cls, config) -> PromptFormat:
+        """From slime's options (``--input-key``, ``--apply-chat-template``, ...)."""
+        return cls(input_key=config.input_key, label_key=config.label_key or None,
+                   metadata_key=config.metadata_key or None, tool_key=config.tool_key or None,
+                   apply_chat_template=config.apply_chat_template, max_prompt_len=config.rollout_max_prompt_len)
+
 
 class PromptDataset:
     """The prompts of one data file (or a slice of it), as template `Sample`s.

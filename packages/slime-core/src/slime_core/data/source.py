@@ -60,14 +60,7 @@ class PromptDataSource:
     @classmethod
     def from_config(cls, config, tokenizer=None, buffer_filter: BufferFilter = take_oldest) -> PromptDataSource:
         """Build from slime's options (``--prompt-data``, ``--input-key``, ...)."""
-        fmt = PromptFormat(
-            input_key=config.input_key,
-            label_key=config.label_key or None,
-            metadata_key=config.metadata_key or None,
-            tool_key=config.tool_key or None,
-            apply_chat_template=config.apply_chat_template,
-            max_prompt_len=config.rollout_max_prompt_len,
-        )
+        fmt = PromptFormat.from_config(config)
         dataset = PromptDataset(config.prompt_data, fmt, tokenizer)
         return cls(dataset, config.n_samples_per_prompt, config.rollout_shuffle, config.rollout_seed, buffer_filter)
 

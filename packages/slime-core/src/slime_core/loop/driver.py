@@ -1,0 +1,229 @@
+"""The loop of ``slime run``: rollout → rewards → train → update weights → evaluate / save.
+
+`run` is the whole recipe; `Run` holds the parts (train ranks, engines, router, rollout
+manager, weight sync) and one method per phase, each a few lines. Synchronous mode does the
+phases in turn. Asynchronous mode (``--train-mode async``) generates rollout k+1 while it
+trains on rollout k, pushes weights every ``--update-weights-interval`` rollouts, and drops
+groups older than ``--max-staleness`` weight versions (counted).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from slime_core.loop.progress import Progress
+from slime_core.loop.rollout_metrics import drop_stale_groups, rollout_metrics, staleness
+from slime_core.loop.run_dir import RunDir
+from slime_core.loop.runtime import ray_runtime
+from slime_core.rollout_batch import RolloutBatch
+
+
+def run(config, plugins) -> int:
+    """Run the loop to ``--num-rollout``; 0 when it finished."""
+    run_dir = RunDir.create(config, plugins)
+    run_dir.log(f"slime run: writing to {run_dir.path}")
+    plugins.before_run(config)
+    status = "failed"
+    try:
+        with ray_runtime(config), Run(config, plugins, run_dir) as loop:
+            loop.train_async() if config.train_mode == "async" else loop.train_sync()
+        status = "finished"
+    finally:
+        plugins.after_run(config, status)
+    return 0
+
+
+class Run:
+    """The parts of a running loop and its phases; a context manager that starts the parts
+    in order and stops them in reverse."""
+
+    def __init__(self, config, plugins, run_dir: RunDir):
+        self.config, self.plugins, self.run_dir = config, plugins, run_dir
+        self.trainer = self.critic = self.engines = self.router = self.rollouts = self.weights = None
+        self.source_states: dict[int, dict] = {}  # the data source as it was before each rollout started
+        self.resident = {"trainer": True, "engines": True}  # colocated mode: who holds the devices now
+        self.start = self.version = 0
+
+    # ---------------------------------------------------------------- the two modes
+
+    def train_sync(self) -> None:
+        self.evaluate_before_training()
+        for rollout_id in range(self.start, self.config.num_rollout):
+            self.colocate_for_rollout()
+            result, seconds = _timed(self.submit(rollout_id).result)
+            metrics = self.train(rollout_id, result, {"time/rollout": seconds})
+            metrics.update(self.update_weights(rollout_id))
+            self.finish(rollout_id, metrics)
+
+    def train_async(self) -> None:
+        self.evaluate_before_training()
+        pending = self.submit(self.start)
+        for rollout_id in range(self.start, self.config.num_rollout):
+            result, seconds = _timed(pending.result)
+            if rollout_id + 1 < self.config.num_rollout:
+                pending = self.submit(rollout_id + 1)  # generated while this one trains
+            metrics = self.train(rollout_id, result, {"time/wait_rollout": seconds})
+            if (rollout_id + 1) % self.config.update_weights_interval == 0:
+                metrics.update(self.update_weights(rollout_id))
+            self.finish(rollout_id, metrics)
+
+    # ---------------------------------------------------------------- phases
+
+    def submit(self, rollout_id: int):
+        self.snapshot_source(rollout_id)
+        self.plugins.before_rollout(rollout_id, self.config)
+        return self.rollouts.submit(rollout_id)
+
+    def snapshot_source(self, rollout_id: int) -> None:
+        self.source_states[rollout_id] = self.rollouts.state_dict()
+        self.source_states.pop(rollout_id - 2, None)
+
+    def train(self, rollout_id: int, result, timings: dict[str, float]) -> dict[str, float]:
+        """Rewards and batch from the rollout's groups, then the optimizer steps."""
+        self.plugins.after_rollout(rollout_id, result.groups, result.metrics)
+        groups, dropped = drop_stale_groups(result.groups, self.version, self.config.max_staleness)
+        metrics = {**result.metrics, **rollout_metrics(groups, self.config.reward_key), **timings,
+                   "rollout/stale_groups_dropped": float(dropped),
+                   "rollout/staleness_max": float(max((staleness(g, self.version) for g in groups), default=0))}
+        batch = RolloutBatch.from_samples([s for g in groups for s in g], self.config.reward_key)
+        if len(batch) == 0:
+            return metrics
+        self.colocate_for_training()
+        start = time.perf_counter()
+        if self.critic is not None:
+            batch.values = self.critic.compute_values(batch)
+            metrics.update({f"critic/{k}": v for k, v in self.critic.train(rollout_id, batch).items()})
+        self.plugins.before_train_step(rollout_id, 0)
+        train = self.trainer.train(rollout_id, batch)
+        self.plugins.after_train_step(rollout_id, 0, train)
+        self.version += 1
+        seconds = time.perf_counter() - start
+        tokens = sum(len(t) for t in batch.tokens)
+        metrics.update({f"train/{k}": v for k, v in train.items()})
+        metrics.update({"time/train": seconds, "perf/train_tokens_per_second": tokens / max(seconds, 1e-9),
+                        "perf/tokens": float(tokens), "weight_version": float(self.version)})
+        return metrics
+
+    def update_weights(self, rollout_id: int) -> dict[str, float]:
+        if self.engines is None:
+            return {}
+        self.colocate_for_rollout()
+        self.plugins.before_weight_update(rollout_id, self.version)
+        metrics = self.weights.push(self.version)
+        metrics["time/weight_update"] = metrics["weight_update/seconds"]
+        if self.config.check_weight_update_equal:
+            from slime_core.loop.weight_check import max_logprob_diff
+
+            metrics["weight_update/max_logprob_diff"] = max_logprob_diff(self)
+        self.plugins.after_weight_update(rollout_id, self.version, metrics)
+        return metrics
+
+    def finish(self, rollout_id: int, metrics: dict[str, float]) -> None:
+        """Evaluate and save when due, then log the rollout's metrics and progress line."""
+        if self.eval_due(rollout_id):
+            metrics.update(self.evaluate(rollout_id))
+        if self.save_due(rollout_id):
+            metrics["time/save"] = _timed(self.save, rollout_id)[1]
+        step = sum(v for k, v in metrics.items() if k.startswith("time/"))
+        metrics["perf/step_seconds"] = step
+        metrics["perf/tokens_per_second"] = metrics.get("perf/tokens", 0.0) / max(step, 1e-9)
+        self.run_dir.log_metrics(rollout_id, metrics)
+        self.run_dir.log(self.progress.line(rollout_id, metrics))
+
+    def evaluate_before_training(self) -> None:
+        """The starting point of the eval curves, logged as rollout ``start - 1``."""
+        if self.rollouts.eval_datasets and self.config.eval_interval and self.start == 0:
+            metrics = self.evaluate(-1)
+            self.run_dir.log_metrics(-1, metrics)
+            self.run_dir.log("[before training]  " + "  ".join(
+                f"{k[5:]} {v:.3f}" for k, v in metrics.items() if k.endswith("/reward_mean")))
+
+    def evaluate(self, rollout_id: int) -> dict[str, float]:
+        self.colocate_for_rollout()
+        self.plugins.before_eval(rollout_id)
+        start = time.perf_counter()
+        metrics = self.rollouts.evaluate()
+        metrics["time/eval"] = time.perf_counter() - start
+        self.plugins.after_eval(rollout_id, metrics)
+        return metrics
+
+    def save(self, rollout_id: int) -> None:
+        """The data source's state first, then the trainer's checkpoint (whose pointer file,
+        written last, makes the pair the latest)."""
+        path = Path(self.config.save) / "rollout_state" / f"iter_{rollout_id:07d}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        state = self.source_states.get(rollout_id + 1) or self.rollouts.state_dict()
+        _write_atomically(path, json.dumps({"rollout_id": rollout_id, "data_source": state}))
+        self.plugins.before_save(rollout_id, self.config.save)
+        self.trainer.call("save", rollout_id)
+        if self.critic is not None:
+            self.critic.call("save", rollout_id)
+        self.plugins.after_save(rollout_id, self.config.save)
+
+    # ---------------------------------------------------------------- helpers
+
+    def eval_due(self, rollout_id: int) -> bool:
+        interval = self.config.eval_interval
+        last = rollout_id + 1 == self.config.num_rollout
+        return bool(self.rollouts.eval_datasets) and bool(interval) and ((rollout_id + 1) % interval == 0 or last)
+
+    def save_due(self, rollout_id: int) -> bool:
+        interval = self.config.save_interval
+        return bool(self.config.save) and bool(interval) and (
+            (rollout_id + 1) % interval == 0 or rollout_id + 1 == self.config.num_rollout)
+
+    def colocate_for_training(self) -> None:
+        """Colocated mode: the engines give their memory back before the trainer takes it."""
+        if not (self.config.colocate and self.engines is not None):
+            return
+        if self.resident["engines"]:
+            self.rollouts.run(self.engines.release_memory())
+            self.resident["engines"] = False
+        if not self.resident["trainer"]:
+            self.trainer.call("onload")
+            self.resident["trainer"] = True
+
+    def colocate_for_rollout(self) -> None:
+        """Colocated mode: the trainer moves to CPU memory before the engines take theirs back."""
+        if not (self.config.colocate and self.engines is not None):
+            return
+        if self.resident["trainer"]:
+            self.trainer.call("offload")
+            self.resident["trainer"] = False
+        if not self.resident["engines"]:
+            self.rollouts.run(self.engines.resume_memory())
+            self.resident["engines"] = True
+
+    # ---------------------------------------------------------------- start and stop
+
+    def __enter__(self) -> Run:
+        from slime_core.loop.parts import start_parts
+
+        try:
+            start_parts(self)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        self.progress = Progress(self.start, self.config.num_rollout)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        from slime_core.loop.parts import stop_parts
+
+        stop_parts(self)
+
+
+def _timed(fn, *args):
+    """``fn(*args)`` and the seconds it took."""
+    start = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - start
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -1,0 +1,79 @@
+"""Starting and stopping the parts of a run, in order: train ranks (and a PPO critic), the
+rollout engines, the router, the rollout manager, the weight sync; on resume, the data
+source's state and the trainer's weights pushed to the engines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def start_parts(run) -> None:
+    config, plugins = run.config, run.plugins
+    run.trainer = _train_group(config, plugins, config.train_backend)
+    run.start = run.trainer.init()["rollout_id"]
+    run.version = run.trainer.call("weight_version")[0]
+    if config.advantage_estimator == "ppo":
+        run.critic = _train_group(config, plugins, f"{config.train_backend}_critic")
+        run.critic.init()
+    rollout_fn = plugins.registry("rollout_functions").get(config.rollout_function)
+    router_url = None
+    if getattr(rollout_fn, "needs_engines", True):
+        from slime_router.launch import start_router
+        from slime_sglang.engine_group import EngineGroup
+
+        run.engines = EngineGroup.start(config, config.hf_checkpoint, plugins)
+        run.router = start_router(config, run.engines.urls)
+        router_url = run.router.url
+    from slime_sglang.rollout_manager import RolloutManager
+
+    run.rollouts = RolloutManager(config, plugins, router_url)
+    if run.engines is not None:
+        from slime_core.loop.weight_sync import WeightSync
+
+        run.weights = WeightSync(config, run.trainer, run.engines, run.rollouts.run, run.run_dir)
+    if run.start > 0:
+        _resume(run)
+
+
+def stop_parts(run) -> None:
+    """Reverse order; each part is stopped even if an earlier one fails to stop."""
+    steps = [
+        lambda: run.weights and run.weights.close(),
+        lambda: run.rollouts and run.rollouts.close(),
+        lambda: run.router and run.router.stop(),
+        lambda: run.engines and run.engines.shutdown(),
+        lambda: run.critic and run.critic.shutdown(),
+        lambda: run.trainer and run.trainer.shutdown(),
+    ]
+    errors = []
+    for step in steps:
+        try:
+            step()
+        except Exception as exc:  # keep stopping the rest; report after
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+
+
+def _train_group(config, plugins, backend: str):
+    """One actor per rank: ``--actor-num-nodes × --actor-num-gpus-per-node`` ranks, each with a
+    GPU where there is CUDA, else sharing the CPU cores."""
+    import torch
+
+    from slime_core.train_backend import TrainGroup
+
+    rank_class = plugins.registry("train_backends").get(backend)
+    ranks = config.actor_num_nodes * config.actor_num_gpus_per_node
+    return TrainGroup(rank_class, config, ranks, num_gpus_per_rank=1 if torch.cuda.is_available() else 0)
+
+
+def _resume(run) -> None:
+    """The data source as it was at the checkpoint, and the engines on the trainer's weights."""
+    state_file = Path(run.config.load) / "rollout_state" / f"iter_{run.start - 1:07d}.json"
+    if not state_file.is_file():
+        raise FileNotFoundError(f"--load {run.config.load}: the checkpoint of rollout {run.start - 1} has no "
+                                f"data-source state ({state_file}); was it written by `slime run`?")
+    run.rollouts.load_state_dict(json.loads(state_file.read_text())["data_source"])
+    if run.weights is not None:
+        run.weights.push(run.version)

@@ -1,0 +1,33 @@
+"""The console line printed after every rollout: counters, ETA, reward and throughput."""
+
+from __future__ import annotations
+
+import time
+
+
+class Progress:
+    """Formats one line per rollout; the ETA extrapolates the mean time per rollout so far."""
+
+    def __init__(self, first_rollout: int, num_rollout: int):
+        self.first, self.total = first_rollout, num_rollout
+        self.started = time.monotonic()
+
+    def line(self, rollout_id: int, metrics: dict[str, float]) -> str:
+        done = rollout_id + 1 - self.first
+        elapsed = time.monotonic() - self.started
+        eta = elapsed / max(done, 1) * (self.total - rollout_id - 1)
+        parts = [f"[rollout {rollout_id + 1}/{self.total}]",
+                 f"reward {metrics.get('rollout/reward_mean', float('nan')):.3f}",
+                 f"len {metrics.get('rollout/response_length_mean', float('nan')):.1f}",
+                 f"loss {metrics.get('train/loss', float('nan')):.4f}",
+                 f"{metrics.get('perf/step_seconds', 0.0):.2f} s/step",
+                 f"{metrics.get('perf/tokens_per_second', 0.0):,.0f} tok/s",
+                 f"ETA {_clock(eta)}"]
+        evals = [f"{key[5:]} {value:.3f}" for key, value in metrics.items() if key.startswith("eval/") and key.endswith("/reward_mean")]
+        return "  ".join(parts + evals)
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

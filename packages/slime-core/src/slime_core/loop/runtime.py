@@ -1,0 +1,37 @@
+"""The Ray runtime of a run: an existing one (a cluster, or a test's), or a local one."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+
+@contextmanager
+def ray_runtime(config):
+    """Use the Ray instance this process is already connected to, or the cluster named by
+    ``RAY_ADDRESS``, or start a local one for the run (shut down after it). A local Ray keeps
+    its files under ``RAY_TMPDIR`` when that is set."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    kwargs = {"include_dashboard": False, "log_to_driver": True}
+    if os.environ.get("RAY_ADDRESS"):
+        kwargs["address"] = os.environ["RAY_ADDRESS"]
+    else:
+        kwargs["num_cpus"] = max(os.cpu_count() or 1, _actors_needed(config))
+        if os.environ.get("RAY_TMPDIR"):
+            kwargs["_temp_dir"] = os.environ["RAY_TMPDIR"]
+    ray.init(**kwargs)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _actors_needed(config) -> int:
+    """Train ranks plus engines: each actor may reserve a CPU slot."""
+    ranks = config.actor_num_nodes * config.actor_num_gpus_per_node
+    engines = (config.rollout_num_gpus or 1) // max(config.rollout_num_gpus_per_engine, 1)
+    return ranks + engines + 1

@@ -1,0 +1,15 @@
+"""`RolloutResult`: what a rollout function returns to the loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from slime_core.sample import Sample
+
+
+@dataclass
+class RolloutResult:
+    """The accepted groups of one rollout and what it cost."""
+
+    groups: list[list[Sample]]  # one inner list per prompt group, n_samples_per_prompt each
+    metrics: dict[str, float] = field(default_factory=dict)  # "rollout/..." keys, logged as they are

@@ -1,0 +1,99 @@
+"""`RolloutManager`: the rollout side of a run, as the loop sees it.
+
+It owns the pieces a rollout function works with (data source, reward hub, generate
+function, group filter, an engine client for the router) and one asyncio event loop in a
+background thread, on which every rollout, evaluation and engine control call runs. The
+loop's driver stays plain synchronous code: ``generate`` blocks until a rollout is done,
+``submit`` returns a future (asynchronous mode overlaps it with training), and ``run``
+executes any coroutine (engine pauses, weight updates) on the same loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any, Coroutine
+
+from slime_sglang.generate import GenerateContext
+from slime_sglang.rollout import RolloutParts, RolloutResult
+
+
+class RolloutManager:
+    """Rollouts and evaluations against the engines behind ``router_url`` (None: a rollout
+    function that needs no engine, such as ``sft``)."""
+
+    def __init__(self, config, plugins, router_url: str | None):
+        from transformers import AutoTokenizer
+
+        from slime_core.reward_hub import RewardHub
+
+        self.config = config
+        self.tokenizer = AutoTokenizer.from_pretrained(config.hf_checkpoint, local_files_only=True)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="slime-rollout", daemon=True)
+        self._thread.start()
+        self.client = self.run(_client(router_url)) if router_url else None
+        self.rollout_fn = plugins.registry("rollout_functions").get(config.rollout_function)
+        filter_name = config.dynamic_sampling_filter
+        self.parts = RolloutParts(
+            data_source=_data_source(config, plugins, self.tokenizer),
+            reward_hub=RewardHub(config, plugins),
+            generate=plugins.registry("generate_functions").get(config.generate_function),
+            group_filter=plugins.registry("group_filters").get(filter_name) if filter_name else None,
+            ctx=GenerateContext(self.client, self.tokenizer, config),
+        )
+        self.eval_datasets = _eval_datasets(config, self.tokenizer)
+
+    def run(self, coroutine: Coroutine) -> Any:
+        """Run ``coroutine`` on the rollout loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def submit(self, rollout_id: int) -> concurrent.futures.Future:
+        """Start rollout ``rollout_id``; its `RolloutResult` arrives through the future."""
+        return asyncio.run_coroutine_threadsafe(self.rollout_fn(rollout_id, self.config, self.parts), self._loop)
+
+    def generate(self, rollout_id: int) -> RolloutResult:
+        return self.submit(rollout_id).result()
+
+    def evaluate(self) -> dict[str, float]:
+        """``eval/<name>/...`` metrics of every ``--eval-prompt-data`` dataset ({} if none)."""
+        if not self.eval_datasets:
+            return {}
+        from slime_sglang.evaluation import evaluate
+
+        return self.run(evaluate(self.config, self.parts, self.eval_datasets))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The data source's position and buffer (saved with every checkpoint)."""
+        return self.parts.data_source.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.parts.data_source.load_state_dict(state)
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.run(self.client.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+
+async def _client(url: str):
+    """Created on the rollout loop, which its connection pool then belongs to."""
+    from slime_sglang.client import EngineClient
+
+    return EngineClient(url)
+
+
+def _data_source(config, plugins, tokenizer):
+    source_class = plugins.registry("data_sources").get(config.data_source)
+    buffer_filter = plugins.registry("buffer_filters").get(config.buffer_filter)
+    return source_class.from_config(config, tokenizer, buffer_filter)
+
+
+def _eval_datasets(config, tokenizer) -> dict:
+    from slime_core.data.prompt_dataset import PromptDataset, PromptFormat
+
+    pairs = config.eval_prompt_data or []
+    fmt = PromptFormat.from_config(config)
+    return {name: PromptDataset(path, fmt, tokenizer) for name, path in zip(pairs[::2], pairs[1::2])}

@@ -161,3 +161,12 @@ def test_a_label_that_names_no_option_is_an_error(rewards):
 def test_boxed_multiple_choice_needs_the_box(rewards):
     assert graded(rewards["boxed_multiple_choice"], "Hence \\boxed{C}", "C") == 1.0
     assert graded(rewards["boxed_multiple_choice"], "The answer is C.", "C") == 0.0
+
+
+def test_exact_match_wants_the_label_and_nothing_else():
+    from slime_core.sample import Sample
+    from slime_rewards.functions import exact_match_reward
+
+    assert exact_match_reward(Sample(response=" 49\n", label="49")) == 1.0
+    assert [exact_match_reward(Sample(response=r, label=49)) for r in ("4", "490", "49x", "50", "")] == [0.0] * 5
+    assert exact_match_reward(Sample(response="49", label=None)) == 0.0

@@ -102,7 +102,14 @@ async def remote_reward(sample, config=None) -> float:
     )
 
 
+def exact_match_reward(sample, config=None) -> float:
+    """1.0 if the response, stripped of surrounding whitespace, is the label's text exactly
+    (short answers such as ``49``; no answer extraction, no normalisation), else 0.0."""
+    return 1.0 if sample.label is not None and sample.response.strip() == str(sample.label).strip() else 0.0
+
+
 REWARD_FUNCTIONS = {
+    "exact_match": exact_match_reward,
     "math": math_reward,
     "dapo": dapo_reward,
     "deepscaler": deepscaler_reward,

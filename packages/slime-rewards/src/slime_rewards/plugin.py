@@ -26,7 +26,7 @@ def slime_add_options(options):
 #: ``--rm-type`` names of ``slime_rewards.functions.REWARD_FUNCTIONS`` (listed here so that
 #: registering them imports nothing); each also gets a ``boxed_<name>`` variant that grades
 #: only the last ``\\boxed{}`` span of the response.
-REWARD_NAMES = ("math", "dapo", "deepscaler", "f1", "gpqa", "multiple_choice", "code", "remote")
+REWARD_NAMES = ("exact_match", "math", "dapo", "deepscaler", "f1", "gpqa", "multiple_choice", "code", "remote")
 
 
 @hookimpl

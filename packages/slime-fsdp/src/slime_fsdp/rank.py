@@ -125,7 +125,7 @@ class FSDPTrainRank:
             history.append(self._optimizer_step(batch, indices, data))
         self.version += 1
         metrics = {key: sum(m[key] for m in history) / len(history) for key in history[0]}
-        if self.loss_config.loss_type != "sft_loss":
+        if self.loss_config.loss_type != "sft_loss":  # SFT has no rollout log-probs
             metrics["train_rollout_logprob_abs_diff"] = _mean_abs_diff(data["old"], batch.rollout_log_probs, data["mask"])
         return metrics
 
@@ -133,7 +133,8 @@ class FSDPTrainRank:
         """(N, R) tensors of the share: mask, old / ref / rollout log-probs, advantages."""
         cfg = self.config
         mask = inputs.pad_rows(batch.loss_masks)
-        old = inputs.pad_rows(self._log_probs(batch, "actor"))
+        sft = self.loss_config.loss_type == "sft_loss"  # no ratio, so no old log-prob pass
+        old = torch.zeros_like(mask) if sft else inputs.pad_rows(self._log_probs(batch, "actor"))
         ref = inputs.pad_rows(self._log_probs(batch, "ref")) if self.reference is not None else None
         advantage_inputs = AdvantageInputs(
             torch.tensor(batch.rewards, dtype=torch.float32), torch.tensor(batch.group_ids), mask,

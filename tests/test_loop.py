@@ -103,3 +103,15 @@ def test_bad_configs_fail_before_any_process_starts_with_every_error(tmp_path, t
     for expected in ("missing.jsonl", "--global-batch-size 4", "no_such_reward", "no_such_backend"):
         assert expected in done.stderr, done.stderr
     assert not (tmp_path / "run").exists()  # nothing was started or written
+
+
+def test_resuming_a_checkpoint_gives_the_next_rollout_of_an_uninterrupted_run(slime_run, tmp_path):
+    """Same prompts in the same order (the data source's state), same weights and optimizer,
+    same sampling (per-sample seeds); weights reach the engines through a directory here."""
+    flags = ("--update-weight-transport", "disk")
+    whole = slime_run("--num-rollout", "3", *flags, output="whole")
+    slime_run("--num-rollout", "2", "--save-interval", "2", "--save", str(tmp_path / "ckpt"), *flags, output="first")
+    resumed = slime_run("--num-rollout", "3", "--load", str(tmp_path / "ckpt"), *flags, output="second")
+    assert [r["rollout_id"] for r in resumed] == [2]
+    for key in ("rollout/reward_mean", "rollout/response_length_mean", "train/loss", "train/grad_norm", "weight_version"):
+        assert resumed[0][key] == pytest.approx(whole[2][key], rel=1e-4, abs=1e-6), key

@@ -6,6 +6,7 @@ Tests that change an engine's state (weights, pause, released memory) put it bac
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 
@@ -29,6 +30,24 @@ def cpu_engines(tiny_model_dir, tmp_path_factory):
 @pytest.fixture(scope="session")
 def engine_url(cpu_engines) -> str:
     return cpu_engines[0]
+
+
+@pytest.fixture(scope="session")
+def other_model_dir(tmp_path_factory):
+    """The same architecture as the tiny model, other random weights."""
+    from slime_core.tiny_models import build_tiny_qwen3
+
+    return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3-seed1"), seed=1)
+
+
+@pytest.fixture
+def restore_weights(cpu_engines, tiny_model_dir):
+    """After the test, both engines serve the tiny model's weights again, as version "default"."""
+    yield
+    for url in cpu_engines:
+        body = {"model_path": str(tiny_model_dir), "weight_version": "default"}
+        response = httpx.post(f"{url}/update_weights_from_disk", json=body, timeout=60)
+        assert response.json()["success"], response.text
 
 
 @pytest.fixture(scope="session")

@@ -146,7 +146,7 @@ def test_pause_holds_running_and_new_requests_until_continue(engine_url):
             long_task = asyncio.create_task(client.post(f"{engine_url}/generate", json=body))
             await _until(client, engine_url, lambda info: info["running_requests"] == 1)
             assert (await client.post(f"{engine_url}/pause_generation", json={})).status_code == 200
-            short_body = {"input_ids": [22], "sampling_params": {"max_new_tokens": 3}}
+            short_body = {"input_ids": [22], "sampling_params": {"max_new_tokens": 3, "ignore_eos": True}}
             short_task = asyncio.create_task(client.post(f"{engine_url}/generate", json=short_body))
             before = (await client.get(f"{engine_url}/server_info")).json()
             await asyncio.sleep(0.3)

@@ -13,7 +13,6 @@ import httpx
 import pytest
 import torch
 
-from slime_core.tiny_models import build_tiny_qwen3
 from slime_sglang.tensor_payload import decode_bucket, encode_bucket
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
@@ -34,19 +33,6 @@ def sample(url: str) -> dict:
 
 def post(url: str, path: str, body: dict) -> httpx.Response:
     return httpx.post(f"{url}{path}", json=body, timeout=60)
-
-
-@pytest.fixture(scope="module")
-def other_model_dir(tmp_path_factory):
-    """The same architecture as the tiny model, other random weights."""
-    return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3-seed1"), seed=1)
-
-
-@pytest.fixture
-def restore_weights(engine_url, tiny_model_dir):
-    yield
-    response = post(engine_url, "/update_weights_from_disk", {"model_path": str(tiny_model_dir), "weight_version": "default"})
-    assert response.json()["success"], response.text
 
 
 def test_a_tensor_bucket_update_changes_outputs_and_version(engine_url, other_model_dir, restore_weights):

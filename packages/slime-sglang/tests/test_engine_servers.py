@@ -20,7 +20,7 @@ def test_cpu_engine_actor_serves_and_dies_with_its_actor(ray_cluster, tiny_model
     data.write_text('{"prompt": "1+1=", "label": "2"}\n')
     config = make_config(data, tiny_model_dir, rollout_batch_size=1)
     actor = ray.remote(num_cpus=0)(EngineServer).remote(config, cpu_engine_command, str(tiny_model_dir))
-    url, pid = ray.get([actor.address.remote(), actor.pid.remote()])
+    url, pid = ray.get([actor.wait_healthy.remote(), actor.pid.remote()])
 
     async def generate():
         client = EngineClient(url)

@@ -59,6 +59,26 @@ class EngineClient:
         body = {"model_path": model_path, "weight_version": weight_version}
         _check_success(await self._post("/update_weights_from_disk", body), self.url, "/update_weights_from_disk")
 
+    async def init_weights_update_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
+                                        group_name: str, backend: str) -> None:
+        """Join the sender's weight-update group (see `slime_sglang.weight_broadcast`) at ranks
+        ``rank_offset``...; answers once the whole group has formed."""
+        body = {"master_address": master_address, "master_port": master_port, "rank_offset": rank_offset,
+                "world_size": world_size, "group_name": group_name, "backend": backend}
+        _check_success(await self._post("/init_weights_update_group", body), self.url, "/init_weights_update_group")
+
+    async def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]],
+                                              group_name: str, weight_version: str) -> None:
+        """Receive the announced tensors by broadcast on ``group_name`` and load them; answers
+        once they are loaded (the sender broadcasts meanwhile)."""
+        body = {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name,
+                "weight_version": weight_version, "flush_cache": True}
+        _check_success(await self._post("/update_weights_from_distributed", body), self.url, "/update_weights_from_distributed")
+
+    async def destroy_weights_update_group(self, group_name: str) -> None:
+        body = {"group_name": group_name}
+        _check_success(await self._post("/destroy_weights_update_group", body), self.url, "/destroy_weights_update_group")
+
     async def release_memory(self) -> None:
         await self._post("/release_memory_occupation", {})
 
@@ -111,4 +131,4 @@ def _raise_for_status(response: httpx.Response, url: str, path: str) -> None:
 
 def _check_success(body: dict[str, Any], url: str, path: str) -> None:
     if not body.get("success", False):
-        raise EngineError(f"engine {url}{path} refused the update: {body.get('message', body)}")
+        raise EngineError(f"engine {url}{path} refused: {body.get('message', body)}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,18 +39,32 @@ async def generate_sample(sample: Sample, sampling: SamplingParams, ctx: Generat
     if remaining <= 0:
         sample.status = SampleStatus.TRUNCATED
         return sample
-    request = dataclasses.replace(sampling, max_new_tokens=remaining)
+    request = dataclasses.replace(sampling, max_new_tokens=remaining,
+                                  sampling_seed=sampling.sampling_seed if sampling.sampling_seed is not None
+                                  else sample_seed(ctx.config, sample))
     rid = f"{sample.group_index}-{sample.index}-{uuid.uuid4().hex[:8]}"
     result = await ctx.engine.generate(sample.tokens, request, return_logprob=True, rid=rid)
     append_result(sample, result)
     return sample
 
 
-def append_result(sample: Sample, result: GenerateResult) -> None:
-    """Add an engine's output to the sample as trainable model tokens and set its status."""
+def sample_seed(config, sample: Sample) -> int:
+    """The sampling seed of one request: from ``--rollout-seed``, the sample's group and index
+    and how much of its response exists. A rerun (or a run resumed from a checkpoint) draws
+    the same tokens for the same prompts, on any engine, however requests are batched."""
+    key = f"{config.rollout_seed}:{sample.group_index}:{sample.index}:{sample.response_length}"
+    return zlib.crc32(key.encode()) & 0x7FFFFFFF
+
+
+def append_result(sample: Sample, result: GenerateResult, text: str | None = None) -> None:
+    """Add an engine's output to the sample as trainable model tokens and set its status.
+
+    ``text`` replaces the engine's text in the response (which leaves a matched stop string out).
+    """
     version = None if result.weight_version is None else version_number(result.weight_version)
     if result.output_ids:
-        sample.append_response(result.output_ids, log_probs=result.log_probs, text=result.text, weight_version=version)
+        sample.append_response(result.output_ids, log_probs=result.log_probs, text=result.text if text is None else text,
+                               weight_version=version)
     sample.status = FINISH_STATUS[result.finish_reason]
 
 

@@ -1,11 +1,38 @@
 """slime-sglang's plugin module, found through the ``slime`` entry-point group.
 
 This is where the package registers rollout engines (SGLang servers and the CPU engine), the
-default rollout function, and ``slime engine serve`` (the CPU engine's server). It imports
-nothing heavy, so ``slime --help`` stays fast.
+default rollout function, ``slime engine serve`` (the CPU engine's server) and its options.
+It imports nothing heavy, so ``slime --help`` stays fast.
 """
 
 from slime_core import hookimpl
+
+GROUP = "rollout engines (slime-sglang)"
+
+
+@hookimpl
+def slime_add_options(options):
+    options.add("--rollout-external-engine-addrs", nargs="+", default=None, group=GROUP,
+                help="HOST:PORT of engines already running (SGLang servers or `slime engine serve`): use them "
+                "instead of starting engines; slime checks that they answer and never shuts them down")
+
+
+@hookimpl
+def slime_validate_config(config):
+    from slime_sglang.engine_group import engine_count, engine_url
+
+    errors = []
+    for address in config.get("rollout_external_engine_addrs") or []:
+        try:
+            engine_url(address)
+        except ValueError as exc:
+            errors.append(f"--rollout-external-engine-addrs: {exc}")
+    if not config.get("rollout_external_engine_addrs"):
+        try:
+            engine_count(config)
+        except ValueError as exc:
+            errors.append(str(exc))
+    return errors
 
 
 @hookimpl

@@ -22,21 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from slime_core.engine import SamplingParams
 from slime_core.filters import RolloutProgress
+from slime_core.rollout_result import RolloutResult
 from slime_core.sample import Sample, SampleStatus
 from slime_sglang.generate import GenerateContext
-
-
-@dataclass
-class RolloutResult:
-    """The accepted groups of one rollout and what it cost."""
-
-    groups: list[list[Sample]]
-    metrics: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

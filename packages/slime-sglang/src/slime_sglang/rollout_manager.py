@@ -16,7 +16,8 @@ import threading
 from typing import Any, Coroutine
 
 from slime_sglang.generate import GenerateContext
-from slime_sglang.rollout import RolloutParts, RolloutResult
+from slime_core.rollout_result import RolloutResult
+from slime_sglang.rollout import RolloutParts
 
 
 class RolloutManager:

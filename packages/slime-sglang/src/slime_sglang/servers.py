@@ -3,10 +3,11 @@
 `EngineServer` is the Ray actor of one engine. It starts the server with the command of its
 kind, a registered rollout engine (``sglang``: ``python -m sglang.launch_server`` on the
 actor's GPUs with every ``--sglang-*`` option passed through; ``cpu``: ``slime engine
-serve``; a plugin's: ``command(config, model_path, port) -> argv``), waits until
-``/health`` answers, and stops it on `shutdown`. The server dies with its actor: it runs in
+serve``; a plugin's: ``command(config, model_path, port) -> argv``); `wait_healthy`
+waits until ``/health`` answers, `shutdown` stops it. The server dies with its actor: it runs in
 its own process group and gets SIGTERM from the kernel when the actor's process exits
-(``PR_SET_PDEATHSIG``), so a crashed run leaves no orphan server behind.
+(``PR_SET_PDEATHSIG``), so a crashed run leaves no orphan server behind. `start_servers`
+starts a run's engines side by side and `stop_servers` stops them (``slime_sglang.engine_group``).
 """
 
 from __future__ import annotations
@@ -44,9 +45,13 @@ def cpu_engine_command(config, model_path: str, port: int) -> list[str]:
 
 
 class EngineServer:
-    """One engine server (a Ray actor: ``ray.remote(num_gpus=...)(EngineServer)``)."""
+    """One engine server (a Ray actor: ``ray.remote(num_gpus=...)(EngineServer)``).
 
-    def __init__(self, config, command_fn, model_path: str, startup_timeout: float = 600.0):
+    Constructing it starts the server; `wait_healthy` waits until it answers, so that the
+    servers of a group start side by side and each failure comes back as a plain error.
+    """
+
+    def __init__(self, config, command_fn, model_path: str):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         command = command_fn(config, model_path, self.port)
@@ -55,13 +60,15 @@ class EngineServer:
             self.process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent
             )
+
+    def wait_healthy(self, timeout_s: float = 600.0) -> str:
+        """The server's URL once ``/health`` answers; if it exits or time runs out, stop it and
+        raise, naming its log and the log's last line."""
         try:
-            wait_healthy(self.process, self.url, startup_timeout)
+            wait_healthy(self.process, self.url, timeout_s)
         except (RuntimeError, TimeoutError) as exc:
             self.shutdown()
-            raise RuntimeError(f"{exc} (log: {self.log_path})") from exc
-
-    def address(self) -> str:
+            raise RuntimeError(f"{exc} (log: {self.log_path}; last line: {_last_line(self.log_path)!r})") from None
         return self.url
 
     def pid(self) -> int:
@@ -79,6 +86,56 @@ class EngineServer:
             self.process.wait()
 
 
+def _last_line(path: Path) -> str:
+    """The last non-empty line of a log (at most 300 characters)."""
+    with open(path, "rb") as log:
+        log.seek(max(0, log.seek(0, os.SEEK_END) - 4096))
+        lines = [line.strip() for line in log.read().decode(errors="replace").splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
 def _die_with_parent() -> None:
     """In the child, before exec: get SIGTERM when the parent (the actor) dies."""
     ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def start_servers(config, command_fn, model_path: str, count: int) -> tuple[list[str], list]:
+    """Start ``count`` `EngineServer` actors side by side; their URLs and actors once all are
+    healthy. The CPU engine takes no GPU; every other engine ``--rollout-num-gpus-per-engine``.
+    If one does not come up, all are stopped and the error names each that failed."""
+    import ray
+
+    gpus = 0 if config.rollout_engine == "cpu" else config.rollout_num_gpus_per_engine
+    actor_class = ray.remote(num_cpus=0, num_gpus=gpus)(EngineServer)
+    servers = [actor_class.remote(config, command_fn, model_path) for _ in range(count)]
+    urls, problems = [], []
+    for index, ready in enumerate([server.wait_healthy.remote() for server in servers]):
+        try:
+            urls.append(ray.get(ready))
+        except ray.exceptions.RayError as exc:
+            problems.append(f"rollout engine {index} of {count} ({config.rollout_engine}) did not start: {_reason(exc)}")
+    if problems:
+        stop_servers(servers)
+        raise RuntimeError("\n".join(problems))
+    return urls, servers
+
+
+def stop_servers(servers: list) -> None:
+    """Stop the servers of `EngineServer` actors, then the actors."""
+    if not servers:
+        return
+    import ray
+
+    for stopping in [server.shutdown.remote() for server in servers]:
+        try:
+            ray.get(stopping, timeout=30)
+        except ray.exceptions.RayError:
+            pass  # the actor is gone already, and its server with it (it dies with its actor)
+    for server in servers:
+        ray.kill(server)
+
+
+def _reason(error) -> str:
+    """The error an actor raised (a dead actor's message ends with it)."""
+    cause = getattr(error, "cause", None)
+    return str(cause) if cause is not None else str(error).strip().splitlines()[-1]

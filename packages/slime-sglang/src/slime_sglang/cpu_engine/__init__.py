@@ -11,5 +11,6 @@ router and weight-update code as a real SGLang server. Start it with
 - ``scheduler``: continuous batching on a thread of its own
 - ``weights``: loading, updates, memory release
 - ``engine``, ``control``, ``server``: the HTTP side
+- ``weight_groups``: weight updates by broadcast (SGLang's ``update_weights_from_distributed``)
 - ``serve_command``: ``slime engine serve``; ``launch``: start one in a subprocess
 """

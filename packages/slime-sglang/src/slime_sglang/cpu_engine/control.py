@@ -3,8 +3,9 @@ weight updates and memory release. Each takes the engine and the JSON body and r
 JSON answer; a dict with ``"success": False`` is sent with HTTP 400.
 
 Whatever touches the scheduler's state or the weights runs at a safe point between two
-generation steps. A weight update is decoded / read from disk first, off the scheduler
-thread, then checked and copied in one safe point, so generation never sees half of it.
+generation steps. A weight update is decoded / read from disk (or received by broadcast:
+:mod:`weight_groups`) first, off the scheduler thread, then checked and copied in one safe
+point, so generation never sees half of it.
 The copy is atomic per call: a trainer sending several calls (one per bucket) should pause
 generation around them, as slime does with real SGLang servers.
 """
@@ -12,7 +13,7 @@ generation around them, as slime does with real SGLang servers.
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from typing import Awaitable, Callable
 
 from slime_sglang.cpu_engine.engine import Engine
 from slime_sglang.cpu_engine.request import BadRequest
@@ -66,7 +67,7 @@ async def update_weights_from_tensor(engine: Engine, body: dict) -> dict:
     payloads = body.get("serialized_named_tensors")
     if not isinstance(payloads, list) or not all(isinstance(p, str) for p in payloads):
         raise BadRequest("serialized_named_tensors must be a list of strings from slime_sglang.tensor_payload.encode_bucket")
-    return await _update(engine, body, lambda: [pair for payload in payloads for pair in decode_bucket(payload)], complete=False)
+    return await load_update(engine, body, lambda: asyncio.to_thread(_decode_all, payloads), complete=False)
 
 
 async def update_weights_from_disk(engine: Engine, body: dict) -> dict:
@@ -74,19 +75,31 @@ async def update_weights_from_disk(engine: Engine, body: dict) -> dict:
     model_path = body.get("model_path")
     if not isinstance(model_path, str):
         raise BadRequest("model_path (a Hugging Face directory with safetensors weights) is missing")
-    return await _update(engine, body, lambda: read_checkpoint(model_path), complete=True)
+    return await load_update(engine, body, lambda: asyncio.to_thread(read_checkpoint, model_path), complete=True)
 
 
-async def _update(engine: Engine, body: dict, read: Callable[[], list], complete: bool) -> dict:
-    """Read the tensors off the event loop (``read()``), then check and copy them at a safe point."""
+def _decode_all(payloads: list[str]) -> list:
+    return [pair for payload in payloads for pair in decode_bucket(payload)]
+
+
+def check_update_fields(body: dict) -> None:
+    """``BadRequest`` if the fields every update shares (version, load format) are wrong."""
     version = body.get("weight_version")
     if version is not None and not isinstance(version, str):
         raise BadRequest(f"weight_version must be a string or null, got {version!r}")
     if body.get("load_format") is not None:
         raise BadRequest(f"load_format {body['load_format']!r} is not supported by the CPU engine; leave it out")
+
+
+async def load_update(engine: Engine, body: dict, read: Callable[[], Awaitable[list]], complete: bool) -> dict:
+    """Get the ``(name, tensor)`` pairs off the event loop (``await read()``), then check and
+    copy them at a safe point, with the body's ``weight_version``. ``complete``: a whole
+    checkpoint, which must cover every parameter."""
+    check_update_fields(body)
+    version = body.get("weight_version")
     try:
-        named = await asyncio.to_thread(read)
-    except Exception as exc:  # a malformed bucket; a missing, unreadable or corrupt checkpoint
+        named = await read()
+    except Exception as exc:  # a malformed bucket; a missing, unreadable or corrupt checkpoint; a failed receive
         return {"success": False, "message": f"cannot read the weights: {exc}"}
 
     def apply() -> dict:

@@ -24,6 +24,7 @@ class Engine:
     released: set[str] = field(default_factory=set)  # memory tags released and not resumed
     released_weights: Path | None = None  # where released weights wait for resume
     in_flight: set[str] = field(default_factory=set)  # rids of the requests being generated
+    weight_groups: dict = field(default_factory=dict)  # name -> weight_groups.WeightGroup (None while joining)
 
     async def generate(self, request: GenerateRequest) -> dict:
         """Answer one request; if the caller goes away (cancellation), its generation is aborted."""
@@ -62,6 +63,7 @@ class Engine:
             "waiting_requests": scheduler.waiting_requests,
             "paused": scheduler.paused,
             "released_memory": sorted(self.released),
+            "weight_update_groups": sorted(name for name, group in self.weight_groups.items() if group is not None),
             "context_length": self.context_length,
             "finished_requests": scheduler.finished_requests,
             "generated_tokens": scheduler.generated_tokens,

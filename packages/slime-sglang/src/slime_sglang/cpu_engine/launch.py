@@ -41,12 +41,12 @@ def wait_healthy(process: subprocess.Popen, url: str, timeout_s: float = 120.0) 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"the CPU engine for {url} exited with code {process.returncode}; see its log")
+            raise RuntimeError(f"the engine server for {url} exited with code {process.returncode}; see its log")
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
                 return
         time.sleep(0.2)
-    raise TimeoutError(f"the CPU engine at {url} did not answer /health within {timeout_s:.0f} s")
+    raise TimeoutError(f"the engine server at {url} did not answer /health within {timeout_s:.0f} s")
 
 
 def stop(*processes: subprocess.Popen) -> None:

@@ -1,6 +1,7 @@
 """The CPU engine's HTTP server: SGLang's native API on aiohttp.
 
-Routes (SGLang's paths): ``/generate``; the control endpoints of :mod:`control`; and
+Routes (SGLang's paths): ``/generate``; the control endpoints of :mod:`control` and
+:mod:`weight_groups`; and
 ``/health``, ``/health_generate``, ``/server_info`` (``/get_server_info``), ``/model_info``
 (``/get_model_info``). Every error answers JSON ``{"error": "..."}``: 400 for a bad request
 (the message says how to fix it), 404 / 405 for a wrong path or method, 500 for a failure
@@ -16,7 +17,7 @@ import logging
 
 from aiohttp import web
 
-from slime_sglang.cpu_engine import control
+from slime_sglang.cpu_engine import control, weight_groups
 from slime_sglang.cpu_engine.engine import Engine
 from slime_sglang.cpu_engine.request import BadRequest, parse_generate, refuse_unknown
 
@@ -35,6 +36,12 @@ CONTROL_ROUTES = {
                                     ("serialized_named_tensors", "weight_version", "flush_cache", "abort_all_requests", "load_format")),
     "/update_weights_from_disk": (control.update_weights_from_disk,
                                   ("model_path", "weight_version", "abort_all_requests", "load_format")),
+    "/init_weights_update_group": (weight_groups.init_weights_update_group,
+                                   ("master_address", "master_port", "rank_offset", "world_size", "group_name", "backend")),
+    "/update_weights_from_distributed": (weight_groups.update_weights_from_distributed,
+                                         ("names", "dtypes", "shapes", "group_name", "weight_version", "flush_cache",
+                                          "abort_all_requests", "load_format")),
+    "/destroy_weights_update_group": (weight_groups.destroy_weights_update_group, ("group_name",)),
     "/release_memory_occupation": (control.release_memory_occupation, ("tags",)),
     "/resume_memory_occupation": (control.resume_memory_occupation, ("tags",)),
 }

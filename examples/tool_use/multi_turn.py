@@ -1,0 +1,62 @@
+"""The multi-turn tool-use generate function: the model may call the calculator mid-answer.
+
+Each turn generates until the model closes a call (``</calc>``, a stop string) or stops by
+itself. A call is answered by the calculator; its ``<result>...</result>`` tokens join the
+sample as context with loss mask 0 (log-prob placeholders 0.0, which the losses ignore),
+and the model goes on from there. The sample ends when the model answers without a call
+(completed), or at ``--rollout-max-response-len`` response tokens or ``MAX_TOOL_CALLS``
+calls (truncated). Tokens, loss mask, rollout log-probs, weight versions and status stay
+consistent through ``Sample.append_response``, exactly as the default generate function
+leaves them, so the train side consumes these samples like any other.
+
+Select it with ``--custom-generate-function-path examples.tool_use.multi_turn:generate``
+(the repository root on ``PYTHONPATH``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+
+from examples.tool_use.calculator import CALL_END, pending_call, tool_result
+from slime_core.engine import SamplingParams
+from slime_core.sample import Sample, SampleStatus
+from slime_sglang.generate import GenerateContext, append_result
+
+MAX_TOOL_CALLS = 3
+
+
+async def generate(sample: Sample, sampling: SamplingParams, ctx: GenerateContext) -> Sample:
+    """Generate ``sample``'s response, calling the calculator when the model asks for it."""
+    return await generate_with_tools(sample, sampling, ctx, MAX_TOOL_CALLS)
+
+
+async def generate_with_tools(sample: Sample, sampling: SamplingParams, ctx: GenerateContext, max_tool_calls: int) -> Sample:
+    """`generate` with at most ``max_tool_calls`` calls (a partial sample continues where it stopped)."""
+    if not sample.tokens:
+        sample.tokens = list(ctx.tokenizer.encode(sample.prompt, add_special_tokens=False))
+    stop = [CALL_END, *(sampling.stop or [])]
+    while True:
+        remaining = sampling.max_new_tokens - sample.response_length
+        if remaining <= 0:
+            sample.status = SampleStatus.TRUNCATED
+            return sample
+        turn = dataclasses.replace(sampling, max_new_tokens=remaining, stop=stop)
+        rid = f"{sample.group_index}-{sample.index}-{uuid.uuid4().hex[:8]}"
+        result = await ctx.engine.generate(sample.tokens, turn, return_logprob=True, rid=rid)
+        # The engine's text leaves the stop string out; the response keeps the call as generated.
+        append_result(sample, result, text=ctx.tokenizer.decode(result.output_ids, skip_special_tokens=True))
+        expression = pending_call(sample.response) if sample.status == SampleStatus.COMPLETED else None
+        if expression is None:
+            return sample  # answered, truncated or aborted
+        if sample.metadata.get("tool_calls", 0) >= max_tool_calls:
+            sample.status = SampleStatus.TRUNCATED
+            return sample
+        _append_tool_result(sample, tool_result(expression), ctx.tokenizer)
+
+
+def _append_tool_result(sample: Sample, text: str, tokenizer) -> None:
+    """The tool's answer as context: loss mask 0, log-prob placeholders."""
+    sample.append_response(tokenizer.encode(text, add_special_tokens=False), trainable=False, text=text)
+    sample.metadata["tool_calls"] = sample.metadata.get("tool_calls", 0) + 1
+    sample.status = SampleStatus.PENDING  # the model has not answered yet

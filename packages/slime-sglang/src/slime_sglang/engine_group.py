@@ -1,0 +1,160 @@
+"""`EngineGroup`: the rollout engines of a run, and each control call sent to all of them.
+
+``EngineGroup.start(config, model_path)`` starts ``--rollout-num-gpus //
+--rollout-num-gpus-per-engine`` servers of the registered engine ``--rollout-engine``, each
+an `EngineServer` Ray actor (with ``--rollout-engine cpu`` the same options count CPU
+engines), side by side, and returns once every one answers ``/health``. With
+``--rollout-external-engine-addrs HOST:PORT ...`` it starts nothing: it uses those engines,
+already running (SGLang servers or ``slime engine serve``), checks that each answers, and
+never shuts them down.
+
+Control calls (pause, weight updates, ...) go to every engine concurrently, each over a
+connection of its own made for the call, so one group serves any event loop (also one that
+``asyncio.run`` makes per phase). A call that fails on some engine raises that engine's
+`EngineError` once every engine has answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable
+
+import httpx
+
+from slime_sglang.client import EngineClient
+from slime_sglang.servers import start_servers, stop_servers
+
+HEALTH_TIMEOUT_S = 5.0  # an external engine must answer /health within this
+
+
+class EngineGroup:
+    """The engines of a run: started here (as Ray actors) or external."""
+
+    def __init__(self, urls: list[str], servers: list | None = None, request_timeout: float | None = None):
+        self.urls = list(urls)
+        self._servers = list(servers or [])  # Ray actors of the servers this group started
+        self._request_timeout = request_timeout  # seconds per control call (None: no limit)
+
+    @classmethod
+    def start(cls, config, model_path: str, plugins=None) -> EngineGroup:
+        """The run's engines serving ``model_path``: started, or external (see the module docstring).
+
+        ``plugins`` (default: ``slime_core.plugins.Plugins()``, as a Ray worker sees them)
+        supply the command of ``--rollout-engine``.
+        """
+        if config.get("rollout_external_engine_addrs"):
+            return cls.connect(config.rollout_external_engine_addrs)
+        if plugins is None:
+            from slime_core.plugins import Plugins
+
+            plugins = Plugins()
+        command_fn = plugins.registry("rollout_engines").get(config.rollout_engine)
+        return cls(*start_servers(config, command_fn, model_path, engine_count(config)))
+
+    @classmethod
+    def connect(cls, addresses: list[str]) -> EngineGroup:
+        """Engines already running at ``addresses`` (``HOST:PORT`` or URLs), each checked healthy."""
+        urls = [engine_url(address) for address in addresses]
+        problems = [problem for problem in map(_health_problem, urls) if problem]
+        if problems:
+            raise RuntimeError("; ".join(problems) + ". Start the engines first, or fix --rollout-external-engine-addrs")
+        return cls(urls)
+
+    # -- control calls, to every engine at once ---------------------------------------------
+    async def pause(self) -> None:
+        await self._each(lambda client, _: client.pause_generation())
+
+    async def resume_generation(self) -> None:
+        await self._each(lambda client, _: client.continue_generation())
+
+    async def flush_cache(self) -> None:
+        await self._each(lambda client, _: client.flush_cache())
+
+    async def release_memory(self) -> None:
+        await self._each(lambda client, _: client.release_memory())
+
+    async def resume_memory(self) -> None:
+        await self._each(lambda client, _: client.resume_memory())
+
+    async def update_weights_from_tensor(self, named_tensors: list[tuple[str, Any]], version: str) -> None:
+        """Load one bucket of ``(hf_name, tensor)`` pairs into every engine."""
+        await self._each(lambda client, _: client.update_weights_from_tensor(named_tensors, version))
+
+    async def update_weights_from_disk(self, path: str, version: str) -> None:
+        """Load a Hugging Face directory's weights into every engine."""
+        await self._each(lambda client, _: client.update_weights_from_disk(path, version))
+
+    async def weight_versions(self) -> list[str]:
+        """The weight version each engine serves, in the order of `urls`."""
+        return await self._each(lambda client, _: client.weight_version())
+
+    # -- weight updates by broadcast (slime_sglang.weight_broadcast) --------------------------
+    async def init_weights_update_group(self, master_address: str, master_port: int, group_name: str, backend: str,
+                                        ranks_per_engine: int = 1) -> None:
+        """Every engine joins the sender's group (the sender is rank 0; engine ``i`` starts at
+        rank ``1 + i × ranks_per_engine``: its tensor-parallel size on GPUs, 1 on CPU)."""
+        world_size = 1 + len(self.urls) * ranks_per_engine
+        await self._each(lambda client, i: client.init_weights_update_group(
+            master_address, master_port, 1 + i * ranks_per_engine, world_size, group_name, backend))
+
+    async def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]],
+                                              group_name: str, version: str) -> None:
+        """Every engine receives the announced tensors by broadcast (the sender broadcasts meanwhile)."""
+        await self._each(lambda client, _: client.update_weights_from_distributed(names, dtypes, shapes, group_name, version))
+
+    async def destroy_weights_update_group(self, group_name: str) -> None:
+        await self._each(lambda client, _: client.destroy_weights_update_group(group_name))
+
+    def shutdown(self) -> None:
+        """Stop the servers this group started and their actors (idempotent); external
+        engines keep running."""
+        servers, self._servers = self._servers, []
+        stop_servers(servers)
+
+    async def _each(self, call: Callable[[EngineClient, int], Awaitable[Any]]) -> list:
+        """``call(client, index)`` for every engine concurrently; their results, in order."""
+        clients = [EngineClient(url, timeout=self._request_timeout) for url in self.urls]
+        try:
+            results = await asyncio.gather(*(call(client, i) for i, client in enumerate(clients)), return_exceptions=True)
+        finally:
+            await asyncio.gather(*(client.close() for client in clients))
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return results
+
+
+def engine_count(config) -> int:
+    """How many engines to start: ``--rollout-num-gpus // --rollout-num-gpus-per-engine``.
+
+    Unset ``--rollout-num-gpus`` means the training GPUs with ``--colocate``, else one engine.
+    """
+    per_engine = config.rollout_num_gpus_per_engine
+    total = config.rollout_num_gpus
+    if total is None:
+        total = config.actor_num_nodes * config.actor_num_gpus_per_node if config.colocate else per_engine
+    if per_engine < 1 or total < per_engine or total % per_engine:
+        raise ValueError(f"--rollout-num-gpus {total} does not split into engines of --rollout-num-gpus-per-engine "
+                         f"{per_engine}; make it a positive multiple of it")
+    return total // per_engine
+
+
+def engine_url(address: str) -> str:
+    """The base URL of an engine given as ``HOST:PORT`` (or already as a URL)."""
+    if "://" in address:
+        return address.rstrip("/")
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"engine address {address!r} is not HOST:PORT (e.g. 10.0.0.5:30000)")
+    return f"http://{host}:{port}"
+
+
+def _health_problem(url: str) -> str | None:
+    """Why the engine at ``url`` is not usable (None when it answers ``/health``)."""
+    try:
+        response = httpx.get(f"{url}/health", timeout=HEALTH_TIMEOUT_S, trust_env=False)
+    except httpx.HTTPError as exc:
+        return f"external engine {url} did not answer /health ({type(exc).__name__}: {exc})"
+    if response.status_code != 200:
+        return f"external engine {url} answered /health with {response.status_code}: {response.text[:200]}"
+    return None

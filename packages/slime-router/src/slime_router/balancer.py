@@ -1,0 +1,65 @@
+"""The sglang-router process (the Rust load balancer from PyPI) and its command line.
+
+slime's defaults, which ``--router-*`` options override (``config.router``, keyed without the
+prefix, e.g. ``--router-policy round_robin`` or ``router: {policy: round_robin}`` in YAML):
+
+- ``host`` and ``prometheus_host`` 127.0.0.1, on free ports: nothing is reachable from other
+  machines unless the user says so (``--router-host 0.0.0.0``);
+- ``policy manual``: requests with the same ``X-SMG-Routing-Key`` go to the same engine
+  (session affinity), requests without one are spread at random;
+- ``health_check_interval_secs 10`` (sglang-router's 60 s would keep a dead engine listed for minutes);
+- ``log_level error``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from slime_core.ports import free_port
+from slime_router.servers import Server, connect_host
+
+DEFAULTS: dict[str, Any] = {
+    "host": "127.0.0.1",
+    "prometheus_host": "127.0.0.1",
+    "policy": "manual",
+    "health_check_interval_secs": 10,
+    "log_level": "error",
+}
+HINT = "check the --router-* options (python -m sglang_router.launch_router --help lists them)"
+
+
+def router_options(passthrough: dict[str, Any], worker_urls: list[str]) -> dict[str, Any]:
+    """slime's defaults, free ports, the engines, then the user's ``--router-*`` options."""
+    options = {**DEFAULTS, **passthrough}
+    options.setdefault("port", free_port(options["host"]))
+    options.setdefault("prometheus_port", free_port(options["prometheus_host"]))
+    options["worker_urls"] = [*worker_urls, *_as_list(passthrough.get("worker_urls"))]
+    return options
+
+
+def command(options: dict[str, Any]) -> list[str]:
+    """``python -m sglang_router.launch_router`` with ``options`` as flags (True: a bare flag)."""
+    argv = [sys.executable, "-m", "sglang_router.launch_router"]
+    for key, value in options.items():
+        if value is None or value is False or value == []:
+            continue
+        argv.append("--" + key.replace("_", "-"))
+        if value is not True:
+            argv += [str(item) for item in _as_list(value)]
+    return argv
+
+
+def start(options: dict[str, Any], log_path: Path) -> Server:
+    """Start sglang-router with ``options``, its output going to ``log_path``."""
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(command(options), stdout=log, stderr=subprocess.STDOUT)
+    return Server(f"http://{connect_host(options['host'])}:{options['port']}", "sglang-router", HINT, process, log_path)
+
+
+def _as_list(value: Any) -> list:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]

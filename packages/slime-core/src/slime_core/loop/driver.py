@@ -127,6 +127,8 @@ class Run:
             metrics.update(self.evaluate(rollout_id))
         if self.save_due(rollout_id):
             metrics["time/save"] = _timed(self.save, rollout_id)[1]
+        if self.router is not None:
+            metrics.update(self.router.metrics())  # the router's `metrics` middleware, when enabled
         step = sum(v for k, v in metrics.items() if k.startswith("time/"))
         metrics["perf/step_seconds"] = step
         metrics["perf/tokens_per_second"] = metrics.get("perf/tokens", 0.0) / max(step, 1e-9)

@@ -1,20 +1,14 @@
 """Run a function under a hard time limit, from any thread.
 
 sympy can take unbounded time on adversarial answers, and a reward function must return.
-Two mechanisms, chosen per call:
+Each call runs in a pool of worker processes (``python -c`` running `serve`), one call at a
+time each. The call is sent as (module, function name, arguments); a worker that misses the
+deadline is killed and replaced, so the limit is hard even for a C call that never returns
+to the interpreter (which a ``SIGALRM`` in the calling thread cannot interrupt: an earlier
+version used one in the main thread, and a test run hung on it). Worker start-up (importing
+sympy, a few seconds) is not counted against the limit; workers are reused.
 
-- **Main thread** (a script, the benchmark, ``slime reward score``): ``SIGALRM`` through
-  ``signal.setitimer``. Cheap (no process, no pickling). It interrupts Python code, which is
-  where sympy spends its time; a single C call that never returns to the interpreter (a
-  huge integer power) is not interruptible, which is why the LaTeX parser refuses such
-  numbers before computing them. Used only when no other interval timer is armed.
-- **Any other thread** (the reward hub's thread pool), or when a timer is already armed:
-  a pool of worker processes (``python -c`` running `serve`), one call at a time each.
-  The call is sent as (module, function name, arguments); a worker that misses the
-  deadline is killed and replaced, so the limit is hard even for C code. Worker start-up
-  (importing sympy, a few seconds) is not counted against the limit.
-
-Both raise `TimeoutError`.
+Raises `TimeoutError`.
 """
 
 from __future__ import annotations
@@ -24,7 +18,6 @@ import importlib
 import os
 import pickle
 import select
-import signal
 import struct
 import subprocess
 import sys
@@ -34,44 +27,13 @@ _HEADER = struct.Struct("!I")
 _STARTUP_SECONDS = 120.0
 
 
-class _Expired(BaseException):
-    """Raised by the alarm handler; a BaseException so ``except Exception`` cannot swallow it."""
-
-
 def call_with_time_limit(fn, args: tuple, seconds: float, preload: tuple[str, ...] = ()):
     """``fn(*args)``, or `TimeoutError` after `seconds`.
 
-    `fn` must be a module-level function (the process path imports it by name) and `args`
+    `fn` must be a module-level function (the worker imports it by name) and `args`
     picklable. `preload` names modules a new worker imports before its first call.
     """
-    if _alarm_available():
-        return _call_with_alarm(fn, args, seconds)
     return _POOL.call(fn, args, seconds, preload)
-
-
-def _alarm_available() -> bool:
-    return (
-        hasattr(signal, "setitimer")
-        and threading.current_thread() is threading.main_thread()
-        and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-    )
-
-
-def _call_with_alarm(fn, args: tuple, seconds: float):
-    def expire(signum, frame):
-        raise _Expired
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    try:
-        try:
-            signal.setitimer(signal.ITIMER_REAL, seconds)
-            return fn(*args)
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-    except _Expired:
-        raise TimeoutError(f"{fn.__name__} took longer than {seconds:g} s") from None
-    finally:
-        signal.signal(signal.SIGALRM, previous)
 
 
 class _Worker:

@@ -75,15 +75,19 @@ def test_sync_colocated_run_learns_and_fills_its_run_directory(slime_run, tmp_pa
     assert "rollout_batch_size: 8" in (run_dir / "config.yaml").read_text()
     plugins = {p["distribution"] for p in json.loads((run_dir / "plugins.json").read_text())}
     assert {"slime-core", "slime-fsdp", "slime-sglang", "slime-router"} <= plugins
-    assert "[rollout 6/6]" in (run_dir / "slime.log").read_text()
+    log = (run_dir / "slime.log").read_text()
+    assert "[rollout 6/6]" in log and "placement: 1 bundles (1 training ranks, engines sharing" in log
 
 
 def test_async_run_learns_with_one_version_of_staleness(slime_run):
-    records = slime_run("--num-rollout", "6", "--async", "--max-staleness", "1")
+    """Disaggregated: the weights reach the engine by a gloo broadcast from the driver."""
+    records = slime_run("--num-rollout", "6", "--async", "--max-staleness", "1", "--update-weight-transport", "broadcast")
     assert improved(records), [r["rollout/reward_mean"] for r in records]
     assert records[0]["rollout/staleness_max"] == 0
     assert all(r["rollout/staleness_max"] == 1 and r["rollout/stale_groups_dropped"] == 0 for r in records[1:])
     assert all("time/wait_rollout" in r for r in records)
+    assert records[-1]["weight_version"] == 6 and records[-1]["weight_update/bytes"] > 0
+    assert "placement: 2 bundles (1 training ranks, engines one bundle per engine)" in (slime_run.tmp_path / "run" / "slime.log").read_text()
 
 
 def test_groups_beyond_the_staleness_bound_are_dropped_and_counted():

@@ -70,13 +70,16 @@ class TrainRank(Protocol):
 class TrainGroup:
     """The Ray actors of one train backend (one per rank), called together."""
 
-    def __init__(self, rank_class, config, num_ranks: int, num_gpus_per_rank: float = 0):
+    def __init__(self, rank_class, config, num_ranks: int, num_gpus_per_rank: float = 0, actor_options=None):
+        """``actor_options(rank) -> dict`` (e.g. `slime_core.placement.Placement.train_options`)
+        overrides the Ray options of each rank's actor."""
         import ray
 
         port = free_port()
         actor = ray.remote(num_cpus=0, num_gpus=num_gpus_per_rank)(rank_class)
         self.num_ranks = num_ranks
-        self.ranks = [actor.remote(config, rank, num_ranks, "127.0.0.1", port) for rank in range(num_ranks)]
+        self.ranks = [actor.options(**(actor_options(rank) if actor_options else {}))
+                      .remote(config, rank, num_ranks, "127.0.0.1", port) for rank in range(num_ranks)]
 
     def call(self, method: str, *args) -> list[Any]:
         """``method(*args)`` on every rank; the results in rank order."""

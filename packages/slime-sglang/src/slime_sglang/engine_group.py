@@ -36,11 +36,12 @@ class EngineGroup:
         self._request_timeout = request_timeout  # seconds per control call (None: no limit)
 
     @classmethod
-    def start(cls, config, model_path: str, plugins=None) -> EngineGroup:
+    def start(cls, config, model_path: str, plugins=None, actor_options=None) -> EngineGroup:
         """The run's engines serving ``model_path``: started, or external (see the module docstring).
 
         ``plugins`` (default: ``slime_core.plugins.Plugins()``, as a Ray worker sees them)
-        supply the command of ``--rollout-engine``.
+        supply the command of ``--rollout-engine``; ``actor_options(index) -> dict`` places
+        each engine's actor (`slime_core.placement.Placement.engine_options`).
         """
         if config.get("rollout_external_engine_addrs"):
             return cls.connect(config.rollout_external_engine_addrs)
@@ -49,7 +50,7 @@ class EngineGroup:
 
             plugins = Plugins()
         command_fn = plugins.registry("rollout_engines").get(config.rollout_engine)
-        return cls(*start_servers(config, command_fn, model_path, engine_count(config)))
+        return cls(*start_servers(config, command_fn, model_path, engine_count(config), actor_options))
 
     @classmethod
     def connect(cls, addresses: list[str]) -> EngineGroup:

@@ -99,15 +99,17 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def start_servers(config, command_fn, model_path: str, count: int) -> tuple[list[str], list]:
+def start_servers(config, command_fn, model_path: str, count: int, actor_options=None) -> tuple[list[str], list]:
     """Start ``count`` `EngineServer` actors side by side; their URLs and actors once all are
-    healthy. The CPU engine takes no GPU; every other engine ``--rollout-num-gpus-per-engine``.
+    healthy. The CPU engine takes no GPU; every other engine ``--rollout-num-gpus-per-engine``;
+    ``actor_options(index) -> dict`` (the run's placement) overrides that per engine.
     If one does not come up, all are stopped and the error names each that failed."""
     import ray
 
     gpus = 0 if config.rollout_engine == "cpu" else config.rollout_num_gpus_per_engine
     actor_class = ray.remote(num_cpus=0, num_gpus=gpus)(EngineServer)
-    servers = [actor_class.remote(config, command_fn, model_path) for _ in range(count)]
+    servers = [actor_class.options(**(actor_options(index) if actor_options else {})).remote(config, command_fn, model_path)
+               for index in range(count)]
     urls, problems = [], []
     for index, ready in enumerate([server.wait_healthy.remote() for server in servers]):
         try:

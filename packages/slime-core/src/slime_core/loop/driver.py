@@ -42,9 +42,9 @@ class Run:
 
     def __init__(self, config, plugins, run_dir: RunDir):
         self.config, self.plugins, self.run_dir = config, plugins, run_dir
-        self.trainer = self.critic = self.engines = self.router = self.rollouts = self.weights = None
+        self.placement = self.trainer = self.critic = self.engines = self.router = self.rollouts = self.weights = None
+        self.colocation = None  # slime_core.loop.colocation.Colocation, set when the parts start
         self.source_states: dict[int, dict] = {}  # the data source as it was before each rollout started
-        self.resident = {"trainer": True, "engines": True}  # colocated mode: who holds the devices now
         self.start = self.version = 0
 
     # ---------------------------------------------------------------- the two modes
@@ -52,7 +52,7 @@ class Run:
     def train_sync(self) -> None:
         self.evaluate_before_training()
         for rollout_id in range(self.start, self.config.num_rollout):
-            self.colocate_for_rollout()
+            self.colocation.for_rollout()
             result, seconds = _timed(self.submit(rollout_id).result)
             metrics = self.train(rollout_id, result, {"time/rollout": seconds})
             metrics.update(self.update_weights(rollout_id))
@@ -91,7 +91,7 @@ class Run:
         batch = RolloutBatch.from_samples([s for g in groups for s in g], self.config.reward_key)
         if len(batch) == 0:
             return metrics
-        self.colocate_for_training()
+        self.colocation.for_training()
         start = time.perf_counter()
         if self.critic is not None:
             batch.values = self.critic.compute_values(batch)
@@ -110,7 +110,7 @@ class Run:
     def update_weights(self, rollout_id: int) -> dict[str, float]:
         if self.engines is None:
             return {}
-        self.colocate_for_rollout()
+        self.colocation.for_rollout()
         self.plugins.before_weight_update(rollout_id, self.version)
         metrics = self.weights.push(self.version)
         metrics["time/weight_update"] = metrics["weight_update/seconds"]
@@ -144,7 +144,7 @@ class Run:
                 f"{k[5:]} {v:.3f}" for k, v in metrics.items() if k.endswith("/reward_mean")))
 
     def evaluate(self, rollout_id: int) -> dict[str, float]:
-        self.colocate_for_rollout()
+        self.colocation.for_rollout()
         self.plugins.before_eval(rollout_id)
         start = time.perf_counter()
         metrics = self.rollouts.evaluate()
@@ -176,28 +176,6 @@ class Run:
         interval = self.config.save_interval
         return bool(self.config.save) and bool(interval) and (
             (rollout_id + 1) % interval == 0 or rollout_id + 1 == self.config.num_rollout)
-
-    def colocate_for_training(self) -> None:
-        """Colocated mode: the engines give their memory back before the trainer takes it."""
-        if not (self.config.colocate and self.engines is not None):
-            return
-        if self.resident["engines"]:
-            self.rollouts.run(self.engines.release_memory())
-            self.resident["engines"] = False
-        if not self.resident["trainer"]:
-            self.trainer.call("onload")
-            self.resident["trainer"] = True
-
-    def colocate_for_rollout(self) -> None:
-        """Colocated mode: the trainer moves to CPU memory before the engines take theirs back."""
-        if not (self.config.colocate and self.engines is not None):
-            return
-        if self.resident["trainer"]:
-            self.trainer.call("offload")
-            self.resident["trainer"] = False
-        if not self.resident["engines"]:
-            self.rollouts.run(self.engines.resume_memory())
-            self.resident["engines"] = True
 
     # ---------------------------------------------------------------- start and stop
 

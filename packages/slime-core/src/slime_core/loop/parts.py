@@ -1,4 +1,4 @@
-"""Starting and stopping the parts of a run, in order: train ranks (and a PPO critic), the
+"""Starting and stopping the parts of a run, in order: the placement group, train ranks (and a PPO critic), the
 rollout engines, the router, the rollout manager, the weight sync; on resume, the data
 source's state and the trainer's weights pushed to the engines."""
 
@@ -10,24 +10,30 @@ from pathlib import Path
 
 def start_parts(run) -> None:
     config, plugins = run.config, run.plugins
-    run.trainer = _train_group(config, plugins, config.train_backend)
+    rollout_fn = plugins.registry("rollout_functions").get(config.rollout_function)
+    needs_engines = getattr(rollout_fn, "needs_engines", True)
+    run.placement = _reserve(config, needs_engines)
+    run.run_dir.log(run.placement.describe())
+    run.trainer = _train_group(config, plugins, config.train_backend, run.placement.train_options)
     run.start = run.trainer.init()["rollout_id"]
     run.version = run.trainer.call("weight_version")[0]
     if config.advantage_estimator == "ppo":
-        run.critic = _train_group(config, plugins, f"{config.train_backend}_critic")
+        run.critic = _train_group(config, plugins, f"{config.train_backend}_critic", run.placement.critic_options)
         run.critic.init()
-    rollout_fn = plugins.registry("rollout_functions").get(config.rollout_function)
     router_url = None
-    if getattr(rollout_fn, "needs_engines", True):
+    if needs_engines:
         from slime_router.launch import start_router
         from slime_sglang.engine_group import EngineGroup
 
-        run.engines = EngineGroup.start(config, config.hf_checkpoint, plugins)
+        run.engines = EngineGroup.start(config, config.hf_checkpoint, plugins, run.placement.engine_options)
         run.router = start_router(config, run.engines.urls)
         router_url = run.router.url
     from slime_sglang.rollout_manager import RolloutManager
 
     run.rollouts = RolloutManager(config, plugins, router_url)
+    from slime_core.loop.colocation import Colocation
+
+    run.colocation = Colocation(config.colocate, run.trainer, run.engines, run.rollouts.run)
     if run.engines is not None:
         from slime_core.loop.weight_sync import WeightSync
 
@@ -45,6 +51,7 @@ def stop_parts(run) -> None:
         lambda: run.engines and run.engines.shutdown(),
         lambda: run.critic and run.critic.shutdown(),
         lambda: run.trainer and run.trainer.shutdown(),
+        lambda: run.placement and run.placement.release(),
     ]
     errors = []
     for step in steps:
@@ -56,16 +63,26 @@ def stop_parts(run) -> None:
         raise errors[0]
 
 
-def _train_group(config, plugins, backend: str):
-    """One actor per rank: ``--actor-num-nodes × --actor-num-gpus-per-node`` ranks, each with a
-    GPU where there is CUDA, else sharing the CPU cores."""
-    import torch
+def _reserve(config, needs_engines: bool):
+    """The run's placement group: training ranks, and engines unless external or not needed."""
+    from slime_core.placement import Placement
 
+    started_engines = needs_engines and not config.get("rollout_external_engine_addrs")
+    if not started_engines:
+        return Placement.reserve(config, num_engines=0)
+    from slime_sglang.engine_group import engine_count
+
+    return Placement.reserve(config, num_engines=engine_count(config))
+
+
+def _train_group(config, plugins, backend: str, actor_options):
+    """One actor per rank (``--actor-num-nodes × --actor-num-gpus-per-node``), each placed by
+    ``actor_options(rank)`` in its bundle."""
     from slime_core.train_backend import TrainGroup
 
     rank_class = plugins.registry("train_backends").get(backend)
     ranks = config.actor_num_nodes * config.actor_num_gpus_per_node
-    return TrainGroup(rank_class, config, ranks, num_gpus_per_rank=1 if torch.cuda.is_available() else 0)
+    return TrainGroup(rank_class, config, ranks, actor_options=actor_options)
 
 
 def _resume(run) -> None:

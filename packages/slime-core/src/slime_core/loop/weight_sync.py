@@ -54,11 +54,7 @@ class WeightSync:
                 "weight_update/gbps": sent / max(seconds, 1e-9) / 1e9}
 
     def _by_tensor(self, version: str) -> int:
-        sent = 0
-        for bucket in self.trainer.export_weights(self.config.update_weight_buffer_size):
-            self.run(self.engines.update_weights_from_tensor(bucket, version))
-            sent += _bytes(bucket)
-        return sent
+        return self._each_bucket(lambda bucket: self.run(self.engines.update_weights_from_tensor(bucket, version)))
 
     def _by_broadcast(self, version: str) -> int:
         if self._broadcaster is None:
@@ -66,9 +62,13 @@ class WeightSync:
 
             self._broadcaster = self.run(WeightBroadcaster.connect(
                 self.engines.urls, backend=_collective_backend(), ranks_per_engine=self.config.rollout_num_gpus_per_engine))
+        return self._each_bucket(lambda bucket: self.run(self._broadcaster.broadcast(bucket, version)))
+
+    def _each_bucket(self, send) -> int:
+        """``send`` every bucket of the trainer's export; the bytes sent."""
         sent = 0
         for bucket in self.trainer.export_weights(self.config.update_weight_buffer_size):
-            self.run(self._broadcaster.broadcast(bucket, version))
+            send(bucket)
             sent += _bytes(bucket)
         return sent
 

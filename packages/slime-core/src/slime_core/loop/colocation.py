@@ -1,0 +1,36 @@
+"""Colocated mode (``--colocate``): training and engines take turns on the same devices.
+
+Before generating, the train ranks move their weights and optimizer state to CPU memory and
+the engines take their memory back; before training, the engines release theirs and the
+ranks move back. `Colocation` remembers who holds the devices, so each switch happens once
+however often a phase asks for it. Without ``--colocate`` (or without engines) it does nothing.
+"""
+
+from __future__ import annotations
+
+
+class Colocation:
+    def __init__(self, enabled: bool, trainer, engines, run):
+        self.enabled = enabled and engines is not None
+        self.trainer, self.engines, self.run = trainer, engines, run
+        self.trainer_resident = self.engines_resident = True  # both start loaded
+
+    def for_training(self) -> None:
+        if not self.enabled:
+            return
+        if self.engines_resident:
+            self.run(self.engines.release_memory())
+            self.engines_resident = False
+        if not self.trainer_resident:
+            self.trainer.call("onload")
+            self.trainer_resident = True
+
+    def for_rollout(self) -> None:
+        if not self.enabled:
+            return
+        if self.trainer_resident:
+            self.trainer.call("offload")
+            self.trainer_resident = False
+        if not self.engines_resident:
+            self.run(self.engines.resume_memory())
+            self.engines_resident = True

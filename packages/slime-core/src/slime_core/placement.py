@@ -1,0 +1,84 @@
+"""Where a run's actors go: one Ray placement group with a bundle per device.
+
+Training ranks get one bundle each (a GPU, or on a CPU machine a CPU slot), and so do the
+ranks of a PPO critic (``--advantage-estimator ppo``). Disaggregated
+engines get one bundle each, holding ``--rollout-num-gpus-per-engine`` GPUs (CPU engines: a
+CPU slot). Colocated engines share the training ranks' bundles, taking a fraction of each GPU
+while the ranks take the rest (they take turns: the ranks offload while engines generate).
+Reserving everything up front makes a run that cannot fit fail at once, with the count it
+asked for, instead of hanging while some actors wait for devices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: Colocated on a GPU: the share each side asks Ray for (they never run at the same time).
+COLOCATED_TRAIN_GPU, COLOCATED_ENGINE_GPU = 0.6, 0.3
+RESERVE_TIMEOUT_S = 120.0
+
+
+@dataclass
+class Placement:
+    group: Any  # ray.util.placement_group.PlacementGroup
+    num_ranks: int
+    critic_ranks: int  # as many as num_ranks for PPO, else 0
+    colocate: bool
+    gpu: bool
+    engine_gpus: int  # GPUs of one engine (0 for the CPU engine)
+
+    @classmethod
+    def reserve(cls, config, num_engines: int) -> Placement:
+        """The run's placement group, ready; an error naming what could not be reserved."""
+        import ray
+        import torch
+        from ray.util.placement_group import placement_group
+
+        gpu = torch.cuda.is_available()
+        ranks = config.actor_num_nodes * config.actor_num_gpus_per_node
+        critic = ranks if config.advantage_estimator == "ppo" else 0
+        engine_gpus = 0 if config.rollout_engine == "cpu" or not gpu else config.rollout_num_gpus_per_engine
+        if config.colocate and engine_gpus > 1:
+            raise ValueError("--colocate with --rollout-num-gpus-per-engine > 1 is not supported yet: an engine "
+                             "would span several training ranks' GPUs; use 1, or run disaggregated")
+        unit = {"GPU": 1, "CPU": 1} if gpu else {"CPU": 1}
+        engine_unit = {"GPU": engine_gpus, "CPU": 1} if engine_gpus else {"CPU": 1}
+        bundles = [unit] * (ranks + critic) + ([] if config.colocate else [engine_unit] * num_engines)
+        group = placement_group(bundles, strategy="PACK")
+        ready, _ = ray.wait([group.ready()], timeout=RESERVE_TIMEOUT_S)
+        if not ready:
+            ray.util.remove_placement_group(group)
+            raise RuntimeError(f"Ray could not reserve {len(bundles)} bundles {bundles} in {RESERVE_TIMEOUT_S:.0f} s "
+                               f"(cluster: {ray.cluster_resources()}); lower --actor-num-gpus-per-node or "
+                               "--rollout-num-gpus, or add nodes")
+        return cls(group, ranks, critic, config.colocate, gpu, engine_gpus)
+
+    def describe(self) -> str:
+        engines = "sharing the ranks' bundles" if self.colocate else "one bundle per engine"
+        return f"placement: {len(self.group.bundle_specs)} bundles ({self.num_ranks} training ranks, engines {engines})"
+
+    def train_options(self, rank: int) -> dict:
+        """Ray actor options of training rank ``rank``."""
+        gpus = (COLOCATED_TRAIN_GPU if self.colocate else 1) if self.gpu else 0
+        return {"num_cpus": 0, "num_gpus": gpus, "scheduling_strategy": self._bundle(rank)}
+
+    def critic_options(self, rank: int) -> dict:
+        """Ray actor options of the PPO critic's rank ``rank`` (bundles after the policy's)."""
+        return {**self.train_options(rank), "scheduling_strategy": self._bundle(self.num_ranks + rank)}
+
+    def engine_options(self, index: int) -> dict:
+        """Ray actor options of engine ``index``."""
+        bundle = index if self.colocate else self.num_ranks + self.critic_ranks + index
+        gpus = (COLOCATED_ENGINE_GPU if self.colocate else self.engine_gpus) if self.engine_gpus else 0
+        return {"num_cpus": 0, "num_gpus": gpus, "scheduling_strategy": self._bundle(bundle)}
+
+    def release(self) -> None:
+        import ray
+
+        ray.util.remove_placement_group(self.group)
+
+    def _bundle(self, index: int):
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        return PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index)

@@ -81,6 +81,9 @@ class _Rollout:
             self._submit(pending, self.in_flight_goal)
             while len(self.accepted) < self.target and pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                failures = [task.exception() for task in done if task.exception() is not None]  # each one retrieved
+                if failures:
+                    raise failures[0]
                 for task in done:
                     self._judge(task.result(), len(pending))
                 self._submit(pending, self.in_flight_goal - len(pending) - len(self.accepted))

@@ -21,6 +21,7 @@ def _run(o: OptionSet) -> None:
     o.add("--num-rollout", type=int, default=None, help="number of rollouts (generate + train iterations)", group=g)
     o.add("--seed", type=int, default=1234, help="random seed for training", group=g)
     o.add("--max-staleness", type=int, default=None, help="async: drop groups generated more than this many weight versions ago (counted in rollout/stale_groups_dropped)", group=g)
+    o.add("--dump-rollouts", type=bool, default=False, help="write every rollout's samples (tokens, response, reward, loss mask, log-probs) to <output-dir>/rollouts/rollout_NNNNNN.jsonl", group=g)
     o.add("--eval-interval", type=int, default=None, help="evaluate on --eval-prompt-data every N rollouts (and before the first and after the last)", group=g)
 
 

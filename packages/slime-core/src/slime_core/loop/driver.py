@@ -84,6 +84,8 @@ class Run:
     def train(self, rollout_id: int, result, timings: dict[str, float]) -> dict[str, float]:
         """Rewards and batch from the rollout's groups, then the optimizer steps."""
         self.plugins.after_rollout(rollout_id, result.groups, result.metrics)
+        if self.config.dump_rollouts:
+            self.run_dir.dump_rollout(rollout_id, result.groups)
         groups, dropped = drop_stale_groups(result.groups, self.version, self.config.max_staleness)
         metrics = {**result.metrics, **rollout_metrics(groups, self.config.reward_key), **timings,
                    "rollout/stale_groups_dropped": float(dropped),

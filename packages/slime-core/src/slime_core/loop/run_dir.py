@@ -5,6 +5,7 @@
       plugins.json                   the installed plugins with their versions
       metrics.jsonl                  one line per rollout (and one per evaluation)
       slime.log                      what the console showed
+      rollouts/                      each rollout's samples, with --dump-rollouts
       checkpoints/                   when --save-interval is given without --save
       weights/                       the Hugging Face directories of --update-weight-transport disk
 """
@@ -45,6 +46,13 @@ class RunDir:
         record = {"rollout_id": rollout_id, "time": round(time.time(), 3), **metrics}
         with self.metrics_file.open("a") as out:
             out.write(json.dumps(record) + "\n")
+
+    def dump_rollout(self, rollout_id: int, groups) -> Path:
+        """``rollouts/rollout_NNNNNN.jsonl``: one sample per line (``Sample.to_dict``)."""
+        path = self.path / "rollouts" / f"rollout_{rollout_id:06d}.jsonl"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("".join(json.dumps(sample.to_dict()) + "\n" for group in groups for sample in group))
+        return path
 
     def log(self, line: str) -> None:
         """Print a line and keep it in ``slime.log``."""

@@ -122,3 +122,68 @@ def test_resuming_a_checkpoint_gives_the_next_rollout_of_an_uninterrupted_run(sl
     assert [r["rollout_id"] for r in resumed] == [2]
     for key in ("rollout/reward_mean", "rollout/response_length_mean", "train/loss", "train/grad_norm", "weight_version"):
         assert resumed[0][key] == pytest.approx(whole[2][key], rel=1e-4, abs=1e-6), key
+
+
+@pytest.mark.parametrize("stop_signal", ["SIGINT", "SIGTERM"])
+def test_a_stopped_run_leaves_no_process_behind(tmp_path, tiny_model_dir, stop_signal):
+    """Stopped mid-run (Ctrl-C, or a scheduler's SIGTERM), `slime run` shuts its engines, router,
+    train ranks and Ray down: no process it started outlives it."""
+    import os
+    import shutil
+    import signal
+    import tempfile
+    import time
+
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{a}+1=", "label": str(a + 1)}) + "\n" for a in range(50)))
+    ray_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must fit in 108 bytes
+    env = dict(os.environ, HOME=ray_dir, RAY_TMPDIR=ray_dir)
+    command = [sys.executable, "-m", "slime_core.cli.main", "run", "--prompt-data", str(data), "--hf-checkpoint",
+               str(tiny_model_dir), "--rollout-engine", "cpu", "--rm-type", "exact_match", "--num-rollout", "1000",
+               "--rollout-batch-size", "4", "--n-samples-per-prompt", "2", "--rollout-max-response-len", "4",
+               "--output-dir", str(tmp_path / "run")]
+    driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        metrics = tmp_path / "run" / "metrics.jsonl"
+        deadline = time.monotonic() + 180
+        while not (metrics.exists() and metrics.read_text().strip()):
+            assert driver.poll() is None and time.monotonic() < deadline, "the run did not get to its first rollout"
+            time.sleep(0.5)
+        started = descendants(driver.pid)
+        assert len(started) >= 3  # Ray's processes, the train rank, the engine and the router at least
+        driver.send_signal(getattr(signal, stop_signal))
+        assert driver.wait(timeout=120) == 130
+        time.sleep(2)
+        assert [pid for pid in started if alive(pid)] == []
+    finally:
+        driver.kill()
+        shutil.rmtree(ray_dir, ignore_errors=True)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc's parent links)."""
+    from pathlib import Path
+
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for its parent's wait() has stopped)."""
+    from pathlib import Path
+
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False

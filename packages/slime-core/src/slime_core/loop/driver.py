@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from slime_core.loop.progress import Progress
@@ -22,18 +25,37 @@ from slime_core.rollout_batch import RolloutBatch
 
 
 def run(config, plugins) -> int:
-    """Run the loop to ``--num-rollout``; 0 when it finished."""
+    """Run the loop to ``--num-rollout``; 0 when it finished. Ctrl-C or SIGTERM stop it
+    cleanly: every part (engines, router, train ranks, Ray) is shut down on the way out."""
     run_dir = RunDir.create(config, plugins)
     run_dir.log(f"slime run: writing to {run_dir.path}")
     plugins.before_run(config)
     status = "failed"
     try:
-        with ray_runtime(config), Run(config, plugins, run_dir) as loop:
+        with ray_runtime(config), _sigterm_as_interrupt(), Run(config, plugins, run_dir) as loop:
             loop.train_async() if config.train_mode == "async" else loop.train_sync()
-        status = "finished"
+        status = "completed"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
     finally:
         plugins.after_run(config, status)
     return 0
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM (a scheduler stopping the job) unwinds like Ctrl-C, so the parts are stopped.
+    Installed after `ray.init`, which sets a SIGTERM handler of its own that aborts."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt) if threading.current_thread() is threading.main_thread() else None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 class Run:

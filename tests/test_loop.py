@@ -4,54 +4,15 @@ sglang-router, weight updates every rollout, and a reward the tiny model learns 
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
-from slime_core import hookimpl
-from slime_core.cli.run import run_command
 from slime_core.loop.rollout_metrics import drop_stale_groups
-from slime_core.loop.run_dir import read_metrics
-from slime_core.plugins import Plugins
 from slime_core.sample import Sample
+from slime_core.testing import alive, descendants
 
 pytestmark = pytest.mark.integration
-
-
-def digit_share(sample, config) -> float:
-    """The share of response characters that are digits: a random tiny model starts near
-    0.1 and GRPO raises it within a few rollouts."""
-    return sum(ch.isdigit() for ch in sample.response) / max(len(sample.response), 1)
-
-
-class _Rewards:
-    @staticmethod
-    @hookimpl
-    def slime_register_reward_functions(register):
-        register("digit_share", digit_share)
-
-
-@pytest.fixture
-def slime_run(ray_cluster, tiny_model_dir, tmp_path):
-    """``slime_run(*flags)`` runs ``slime run`` in this process (on the test's Ray) with the
-    digit reward on addition prompts; returns the run directory's metrics records."""
-    data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n"
-                            for a in range(10) for b in range(10)))
-    base = ["--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--rollout-engine", "cpu",
-            "--rm-type", "digit_share", "--rollout-batch-size", "8", "--n-samples-per-prompt", "8",
-            "--rollout-max-response-len", "8", "--lr", "5e-3", "--use-dynamic-batch-size", "--max-tokens-per-gpu", "2048"]
-
-    def run(*flags, output="run"):
-        plugins = Plugins()
-        plugins.register_object("loop_test_rewards", _Rewards)
-        try:
-            assert run_command([*base, "--output-dir", str(tmp_path / output), *flags], plugins) == 0
-        finally:
-            plugins.unregister("loop_test_rewards")
-        return [r for r in read_metrics(tmp_path / output / "metrics.jsonl") if r["rollout_id"] >= 0]
-
-    run.tmp_path = tmp_path
-    return run
 
 
 def improved(records) -> bool:
@@ -124,66 +85,64 @@ def test_resuming_a_checkpoint_gives_the_next_rollout_of_an_uninterrupted_run(sl
         assert resumed[0][key] == pytest.approx(whole[2][key], rel=1e-4, abs=1e-6), key
 
 
-@pytest.mark.parametrize("stop_signal", ["SIGINT", "SIGTERM"])
-def test_a_stopped_run_leaves_no_process_behind(tmp_path, tiny_model_dir, stop_signal):
-    """Stopped mid-run (Ctrl-C, or a scheduler's SIGTERM), `slime run` shuts its engines, router,
-    train ranks and Ray down: no process it started outlives it."""
+STOPPER = """
+import json, os, signal, threading
+from slime_core import hookimpl
+from slime_core.testing import descendants
+
+def _stop():
+    with open(os.environ["STOP_RECORD"], "w") as out:
+        json.dump(descendants(os.getpid()), out)
+    os.kill(os.getpid(), getattr(signal, os.environ["STOP_SIGNAL"]))
+
+@hookimpl
+def slime_before_rollout(rollout_id, config):
+    if os.environ["STOP_PHASE"] == "rollout" and rollout_id == 1:
+        threading.Timer(0.5, _stop).start()
+
+@hookimpl
+def slime_before_train_step(rollout_id, step):
+    if os.environ["STOP_PHASE"] == "training" and rollout_id == 1:
+        threading.Timer(0.05, _stop).start()
+"""
+
+
+@pytest.mark.parametrize("stop_signal,phase", [("SIGINT", "rollout"), ("SIGINT", "training"), ("SIGTERM", "rollout")])
+def test_a_stopped_run_leaves_no_process_behind_and_a_resumable_checkpoint(tmp_path, tiny_model_dir, stop_signal, phase):
+    """Stopped in rollout 1 (Ctrl-C, or a scheduler's SIGTERM), while generating or while
+    training, `slime run` shuts its engines, router, train ranks and Ray down: no process it
+    started outlives it; the checkpoint of rollout 0 is complete and a run resumes from it."""
     import os
     import shutil
-    import signal
     import tempfile
-    import time
 
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{a}+1=", "label": str(a + 1)}) + "\n" for a in range(50)))
+    (tmp_path / "stopper.py").write_text(STOPPER)
     ray_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must fit in 108 bytes
-    env = dict(os.environ, HOME=ray_dir, RAY_TMPDIR=ray_dir)
+    record = tmp_path / "processes.json"
+    env = dict(os.environ, HOME=ray_dir, RAY_TMPDIR=ray_dir, PYTHONPATH=str(tmp_path), STOP_SIGNAL=stop_signal,
+               STOP_PHASE=phase, STOP_RECORD=str(record))
     command = [sys.executable, "-m", "slime_core.cli.main", "run", "--prompt-data", str(data), "--hf-checkpoint",
-               str(tiny_model_dir), "--rollout-engine", "cpu", "--rm-type", "exact_match", "--num-rollout", "1000",
+               str(tiny_model_dir), "--rollout-engine", "cpu", "--rm-type", "exact_match",
                "--rollout-batch-size", "4", "--n-samples-per-prompt", "2", "--rollout-max-response-len", "4",
-               "--output-dir", str(tmp_path / "run")]
-    driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               "--save-interval", "1", "--save", str(tmp_path / "ckpt")]
     try:
-        metrics = tmp_path / "run" / "metrics.jsonl"
-        deadline = time.monotonic() + 180
-        while not (metrics.exists() and metrics.read_text().strip()):
-            assert driver.poll() is None and time.monotonic() < deadline, "the run did not get to its first rollout"
-            time.sleep(0.5)
-        started = descendants(driver.pid)
+        stopped = subprocess.run([*command, "-p", "stopper", "--num-rollout", "1000", "--output-dir", str(tmp_path / "run")],
+                                 env=env, capture_output=True, text=True, timeout=300)
+        assert stopped.returncode == 130, stopped.stderr[-2000:]
+        started = json.loads(record.read_text())
         assert len(started) >= 3  # Ray's processes, the train rank, the engine and the router at least
-        driver.send_signal(getattr(signal, stop_signal))
-        assert driver.wait(timeout=120) == 130
         time.sleep(2)
         assert [pid for pid in started if alive(pid)] == []
+        assert (tmp_path / "ckpt" / "rollout_state" / "iter_0000000.json").is_file()
+        assert not (tmp_path / "ckpt" / "rollout_state" / "iter_0000001.json").exists()
+        if phase == "training":
+            resumed = subprocess.run([*command, "--load", str(tmp_path / "ckpt"), "--num-rollout", "2",
+                                      "--output-dir", str(tmp_path / "resumed")], env=env, capture_output=True, text=True,
+                                     timeout=300)
+            assert resumed.returncode == 0, resumed.stderr[-2000:]
+            lines = (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()
+            assert [json.loads(line)["rollout_id"] for line in lines] == [1]
     finally:
-        driver.kill()
         shutil.rmtree(ray_dir, ignore_errors=True)
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (from /proc's parent links)."""
-    from pathlib import Path
-
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting for its parent's wait() has stopped)."""
-    from pathlib import Path
-
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False

@@ -3,7 +3,10 @@ front of several, or the CPU engine (``slime_core.engine.RolloutEngine``).
 
 A failed control call (abort, pause, update, ...) raises `EngineError` naming the engine,
 the endpoint and the answer; a ``/generate`` that the server refuses (4xx) raises too, with
-the server's message, because it means the request itself is wrong.
+the server's message, because it means the request itself is wrong. When the engine is not
+there to answer (no connection, or a 5xx from it or from the router in front of it) the error
+is the subclass `EngineUnavailable`: with ``--use-fault-tolerance`` the rollout generates
+such a sample again once the engines are back (``slime_sglang.generate.generate_resilient``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,11 @@ from slime_core.engine import GenerateResult, SamplingParams
 
 class EngineError(RuntimeError):
     """An engine refused or failed a call."""
+
+
+class EngineUnavailable(EngineError):
+    """The engine did not answer, or answered 5xx: it (or the router's route to it) failed,
+    not the request."""
 
 
 class EngineClient:
@@ -103,7 +111,7 @@ class EngineClient:
         try:
             response = await self._http.post(path, json=body)
         except httpx.HTTPError as exc:
-            raise EngineError(f"engine {self.url}{path} did not answer ({type(exc).__name__}: {exc}); is it running?") from exc
+            raise EngineUnavailable(f"engine {self.url}{path} did not answer ({type(exc).__name__}: {exc}); is it running?") from exc
         _raise_for_status(response, self.url, path)
         return response.json() if response.content else {}
 
@@ -126,7 +134,8 @@ def parse_generate(body: dict[str, Any]) -> GenerateResult:
 def _raise_for_status(response: httpx.Response, url: str, path: str) -> None:
     if response.status_code < 400:
         return
-    raise EngineError(f"engine {url}{path} answered {response.status_code}: {response.text[:500]}")
+    error = EngineUnavailable if response.status_code >= 500 else EngineError
+    raise error(f"engine {url}{path} answered {response.status_code}: {response.text[:500]}")
 
 
 def _check_success(body: dict[str, Any], url: str, path: str) -> None:

@@ -8,6 +8,9 @@ engines), side by side, and returns once every one answers ``/health``. With
 already running (SGLang servers or ``slime engine serve``), checks that each answers, and
 never shuts them down.
 
+`restart(index)` replaces a failed engine that the group started by a fresh one in the same
+place (``--use-fault-tolerance``: ``slime_sglang.health_monitor``).
+
 Control calls (pause, weight updates, ...) go to every engine concurrently, each over a
 connection of its own made for the call, so one group serves any event loop (also one that
 ``asyncio.run`` makes per phase). A call that fails on some engine raises that engine's
@@ -30,10 +33,12 @@ HEALTH_TIMEOUT_S = 5.0  # an external engine must answer /health within this
 class EngineGroup:
     """The engines of a run: started here (as Ray actors) or external."""
 
-    def __init__(self, urls: list[str], servers: list | None = None, request_timeout: float | None = None):
+    def __init__(self, urls: list[str], servers: list | None = None, request_timeout: float | None = None,
+                 launch: tuple | None = None):
         self.urls = list(urls)
         self._servers = list(servers or [])  # Ray actors of the servers this group started
         self._request_timeout = request_timeout  # seconds per control call (None: no limit)
+        self._launch = launch  # (config, command_fn, model_path, actor_options) of started engines
 
     @classmethod
     def start(cls, config, model_path: str, plugins=None, actor_options=None) -> EngineGroup:
@@ -50,7 +55,8 @@ class EngineGroup:
 
             plugins = Plugins()
         command_fn = plugins.registry("rollout_engines").get(config.rollout_engine)
-        return cls(*start_servers(config, command_fn, model_path, engine_count(config), actor_options))
+        urls, servers = start_servers(config, command_fn, model_path, engine_count(config), actor_options)
+        return cls(urls, servers, launch=(config, command_fn, model_path, actor_options))
 
     @classmethod
     def connect(cls, addresses: list[str]) -> EngineGroup:
@@ -105,6 +111,30 @@ class EngineGroup:
 
     async def destroy_weights_update_group(self, group_name: str) -> None:
         await self._each(lambda client, _: client.destroy_weights_update_group(group_name))
+
+    @property
+    def restartable(self) -> bool:
+        """Whether this group started its engines (external engines cannot be restarted)."""
+        return self._launch is not None
+
+    def restart(self, index: int) -> str:
+        """Kill engine ``index`` (SIGKILL: it may be hung), start a fresh one on the initial
+        weights in its placement, and return its URL once it is healthy. The caller brings it to
+        the current weights and tells the router."""
+        if not self.restartable:
+            raise RuntimeError("external engines (--rollout-external-engine-addrs) cannot be restarted by slime")
+        import ray
+
+        config, command_fn, model_path, actor_options = self._launch
+        try:
+            ray.get(self._servers[index].kill.remote(), timeout=30)
+        except ray.exceptions.RayError:
+            pass  # the actor is gone, and its server with it
+        ray.kill(self._servers[index])
+        place = (lambda _: actor_options(index)) if actor_options else None
+        (url,), (server,) = start_servers(config, command_fn, model_path, 1, place)
+        self.urls[index], self._servers[index] = url, server
+        return url
 
     def shutdown(self) -> None:
         """Stop the servers this group started and their actors (idempotent); external

@@ -14,6 +14,7 @@ from math import comb
 from slime_core.data.prompt_dataset import PromptDataset, PromptFormat
 from slime_core.reward_hub import scalar_reward
 from slime_core.sample import Sample, SampleStatus
+from slime_sglang.generate import generate_resilient
 from slime_sglang.rollout import RolloutParts, sampling_params
 
 
@@ -41,7 +42,7 @@ async def _generate_all(config, parts: RolloutParts, dataset: PromptDataset) -> 
 
     async def one(sample: Sample) -> None:
         async with limit:
-            await parts.generate(sample, sampling, parts.ctx)
+            await generate_resilient(sample, sampling, parts.ctx, parts.generate)
 
     await asyncio.gather(*(one(sample) for group in groups for sample in group))
     await asyncio.gather(*(parts.reward_hub.score_group(group) for group in groups))

@@ -9,7 +9,10 @@ that appends tool output with ``trainable=False``.
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import dataclasses
+import logging
 import uuid
 import zlib
 from dataclasses import dataclass
@@ -17,6 +20,8 @@ from typing import Any
 
 from slime_core.engine import GenerateResult, RolloutEngine, SamplingParams
 from slime_core.sample import Sample, SampleStatus
+
+log = logging.getLogger(__name__)
 
 #: /generate finish reasons -> the status of the sample.
 FINISH_STATUS = {"stop": SampleStatus.COMPLETED, "length": SampleStatus.TRUNCATED, "abort": SampleStatus.ABORTED}
@@ -76,3 +81,29 @@ def version_number(weight_version: str) -> int:
     if not weight_version.isdigit():
         raise ValueError(f"engine weight version {weight_version!r} is not one slime pushed (a number, or 'default')")
     return int(weight_version)
+
+
+async def generate_resilient(sample: Sample, sampling: SamplingParams, ctx: GenerateContext, generate) -> int:
+    """``generate(sample, sampling, ctx)``; with ``--use-fault-tolerance``, a failure of the
+    engine (`EngineUnavailable`: it died or hung mid-request) puts the sample back as it was and
+    generates it again once the engines answer, up to ``--generate-max-retries`` times, waiting
+    1, 2, 4 … 10 s in between. Returns how many times the sample was generated again.
+
+    The sample's sampling seed depends only on the sample (`sample_seed`), so a regenerated
+    sample is drawn exactly as the lost one would have been on the same weights."""
+    from slime_sglang.client import EngineUnavailable
+
+    retries = ctx.config.generate_max_retries if ctx.config.get("use_fault_tolerance") else 0
+    before, attempt = (copy.deepcopy(sample) if retries else None), 0
+    while True:
+        try:
+            await generate(sample, sampling, ctx)
+            return attempt
+        except EngineUnavailable as exc:
+            if attempt == retries:
+                raise
+            attempt += 1
+            log.info("sample %s-%s: %s; generating it again (retry %d of %d)",
+                        sample.group_index, sample.index, exc, attempt, retries)
+            sample.__dict__.update(copy.deepcopy(before).__dict__)
+            await asyncio.sleep(min(2.0 ** (attempt - 1), 10.0))

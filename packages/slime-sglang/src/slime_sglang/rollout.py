@@ -29,7 +29,7 @@ from slime_core.engine import SamplingParams
 from slime_core.filters import RolloutProgress
 from slime_core.rollout_result import RolloutResult
 from slime_core.sample import Sample, SampleStatus
-from slime_sglang.generate import GenerateContext
+from slime_sglang.generate import GenerateContext, generate_resilient
 
 
 @dataclass
@@ -72,7 +72,7 @@ class _Rollout:
         self.sampling = sampling_params(config)
         self.limit = asyncio.Semaphore(config.rollout_concurrency)
         self.accepted: list[list[Sample]] = []
-        self.counts = {"filtered": 0, "submitted": 0, "aborted": 0, "failed_reward": 0, "surplus": 0}
+        self.counts = {"filtered": 0, "submitted": 0, "aborted": 0, "failed_reward": 0, "surplus": 0, "regenerated": 0}
 
     async def run(self) -> RolloutResult:
         start = time.perf_counter()
@@ -128,7 +128,7 @@ class _Rollout:
             return  # finished before its group was handed back by an earlier rollout
         async with self.limit:
             started = time.perf_counter()
-            await self.parts.generate(sample, self.sampling, self.parts.ctx)
+            self.counts["regenerated"] += await generate_resilient(sample, self.sampling, self.parts.ctx, self.parts.generate)
             sample.metadata["generate_seconds"] = sample.metadata.get("generate_seconds", 0.0) + time.perf_counter() - started
 
     def _judge(self, group: list[Sample], in_flight: int) -> None:
@@ -174,6 +174,7 @@ class _Rollout:
             "rollout/groups_aborted": self.counts["aborted"],
             "rollout/groups_failed_reward": self.counts["failed_reward"],
             "rollout/groups_surplus": self.counts["surplus"],
+            "rollout/samples_regenerated": self.counts["regenerated"],
             "rollout/response_length_mean": sum(lengths) / max(len(lengths), 1),
             "rollout/truncated_fraction": sum(s.status == SampleStatus.TRUNCATED for s in samples) / max(len(samples), 1),
         }

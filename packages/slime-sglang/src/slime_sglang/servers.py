@@ -74,6 +74,13 @@ class EngineServer:
     def pid(self) -> int:
         return self.process.pid
 
+    def kill(self) -> None:
+        """SIGKILL the server's whole process group at once: for a server that failed (a hung
+        or stopped process would not act on SIGTERM)."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
     def shutdown(self) -> None:
         """Stop the server's whole process group (SIGTERM, then SIGKILL after 10 s)."""
         if self.process.poll() is not None:

@@ -9,7 +9,7 @@ from slime_core.config.options import OptionSet
 
 def add_core_options(options: OptionSet) -> None:
     """Declare every core option, grouped as `slime run --help` shows them."""
-    for add in (_run, _cluster, _data, _rollout, _reward, _algorithm, _training, _weights, _checkpoint, _custom_paths):
+    for add in (_run, _cluster, _data, _rollout, _reward, _algorithm, _training, _weights, _checkpoint, _fault_tolerance, _debug, _custom_paths):
         add(options)
 
 
@@ -153,6 +153,23 @@ def _checkpoint(o: OptionSet) -> None:
     o.add("--save-hf", default=None, help="also write a Hugging Face model directory here with each checkpoint", group=g)
     o.add("--ref-load", default=None, help="Hugging Face directory of the reference model (default: --hf-checkpoint)", group=g)
     o.add("--opd-teacher-load", default=None, help="Hugging Face directory of the on-policy distillation teacher", group=g)
+
+
+def _fault_tolerance(o: OptionSet) -> None:
+    g = "Fault tolerance"
+    o.add("--use-fault-tolerance", type=bool, default=False, help="replace rollout engines that die or hang (health-checked), bring them to the current weights, and generate their unfinished samples again", group=g)
+    o.add("--rollout-health-check-interval", type=float, default=10.0, help="seconds between two /health checks of every engine", group=g)
+    o.add("--rollout-health-check-timeout", type=float, default=30.0, help="an engine that does not answer /health within this many seconds counts as hung", group=g)
+    o.add("--max-engine-restarts", type=int, default=10, help="engine replacements before the run gives up", group=g)
+    o.add("--generate-max-retries", type=int, default=8, help="times a sample whose engine failed is generated again (waiting 1, 2, 4 ... 10 s)", group=g)
+
+
+def _debug(o: OptionSet) -> None:
+    g = "Debugging"
+    o.add("--debug-rollout-only", type=bool, default=False, help="generate and score rollouts without training (no train ranks are started)", group=g)
+    o.add("--debug-train-only", type=bool, default=False, help="train without engines, on rollouts replayed from --load-debug-rollout-data", group=g)
+    o.add("--save-debug-rollout-data", default=None, help="save each rollout's samples and metrics to this path; {rollout_id} in it is replaced (e.g. dbg/rollout_{rollout_id}.json)", group=g)
+    o.add("--load-debug-rollout-data", default=None, help="replay rollouts saved by --save-debug-rollout-data into training instead of generating (implies --debug-train-only)", group=g)
 
 
 def _custom_paths(o: OptionSet) -> None:

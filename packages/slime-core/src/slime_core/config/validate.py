@@ -19,6 +19,37 @@ def validate(config: Config, options: OptionSet) -> list[str]:
     errors += _check_batch(config)
     errors += _check_data_paths(config)
     errors += _check_batching(config)
+    errors += _check_debug(config)
+    errors += _check_fault_tolerance(config)
+    return errors
+
+
+def _check_debug(config: Config) -> list[str]:
+    """The debug modes exclude each other; replaying rollouts means training only."""
+    errors = []
+    for key in ("save_debug_rollout_data", "load_debug_rollout_data"):
+        template = config.get(key)
+        if template and "{rollout_id}" not in template:
+            errors.append(f"{key_to_flag(key)} {template}: put {{rollout_id}} in the path (one file per rollout), "
+                          "e.g. dbg/rollout_{rollout_id}.json")
+    if config.get("load_debug_rollout_data"):
+        config.debug_train_only = True
+    if config.get("debug_train_only") and not config.get("load_debug_rollout_data"):
+        errors.append("--debug-train-only trains on saved rollouts: give --load-debug-rollout-data PATH_{rollout_id} "
+                      "(written by a run with --save-debug-rollout-data)")
+    if config.get("debug_train_only") and config.get("debug_rollout_only"):
+        errors.append("--debug-rollout-only and --debug-train-only (or --load-debug-rollout-data) exclude each other")
+    return errors
+
+
+def _check_fault_tolerance(config: Config) -> list[str]:
+    if not config.get("use_fault_tolerance"):
+        return []
+    errors = [f"{key_to_flag(key)} must be positive, got {config.get(key)}"
+              for key in ("rollout_health_check_interval", "rollout_health_check_timeout") if config.get(key) <= 0]
+    if config.get("rollout_external_engine_addrs"):
+        errors.append("--use-fault-tolerance restarts the engines slime started; engines given by "
+                      "--rollout-external-engine-addrs are not slime's to restart (drop one of the two options)")
     return errors
 
 

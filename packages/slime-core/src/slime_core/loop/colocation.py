@@ -3,7 +3,7 @@
 Before generating, the train ranks move their weights and optimizer state to CPU memory and
 the engines take their memory back; before training, the engines release theirs and the
 ranks move back. `Colocation` remembers who holds the devices, so each switch happens once
-however often a phase asks for it. Without ``--colocate`` (or without engines) it does nothing.
+however often a phase asks for it. Without ``--colocate`` (or without engines, or without training) it does nothing.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 class Colocation:
     def __init__(self, enabled: bool, trainer, engines, run):
-        self.enabled = enabled and engines is not None
+        self.enabled = enabled and engines is not None and trainer is not None
         self.trainer, self.engines, self.run = trainer, engines, run
         self.trainer_resident = self.engines_resident = True  # both start loaded
 

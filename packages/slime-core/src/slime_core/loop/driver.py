@@ -14,9 +14,10 @@ import os
 import signal
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
+from slime_core.loop.debug_rollouts import save_rollout
 from slime_core.loop.progress import Progress
 from slime_core.loop.rollout_metrics import drop_stale_groups, rollout_metrics, staleness
 from slime_core.loop.run_dir import RunDir
@@ -65,6 +66,7 @@ class Run:
     def __init__(self, config, plugins, run_dir: RunDir):
         self.config, self.plugins, self.run_dir = config, plugins, run_dir
         self.placement = self.trainer = self.critic = self.engines = self.router = self.rollouts = self.weights = None
+        self.monitor = None  # slime_core.loop.fault_tolerance.EngineMonitor with --use-fault-tolerance
         self.colocation = None  # slime_core.loop.colocation.Colocation, set when the parts start
         self.source_states: dict[int, dict] = {}  # the data source as it was before each rollout started
         self.start = self.version = 0
@@ -108,12 +110,14 @@ class Run:
         self.plugins.after_rollout(rollout_id, result.groups, result.metrics)
         if self.config.dump_rollouts:
             self.run_dir.dump_rollout(rollout_id, result.groups)
+        if self.config.save_debug_rollout_data:
+            save_rollout(self.config.save_debug_rollout_data, rollout_id, result)
         groups, dropped = drop_stale_groups(result.groups, self.version, self.config.max_staleness)
         metrics = {**result.metrics, **rollout_metrics(groups, self.config.reward_key), **timings,
                    "rollout/stale_groups_dropped": float(dropped),
                    "rollout/staleness_max": float(max((staleness(g, self.version) for g in groups), default=0))}
         batch = RolloutBatch.from_samples([s for g in groups for s in g], self.config.reward_key)
-        if len(batch) == 0:
+        if len(batch) == 0 or self.trainer is None:  # nothing to train on, or --debug-rollout-only
             return metrics
         self.colocation.for_training()
         start = time.perf_counter()
@@ -121,9 +125,10 @@ class Run:
             batch.values = self.critic.compute_values(batch)
             metrics.update({f"critic/{k}": v for k, v in self.critic.train(rollout_id, batch).items()})
         self.plugins.before_train_step(rollout_id, 0)
-        train = self.trainer.train(rollout_id, batch)
+        with self.weights.lock if self.weights else nullcontext():  # an engine replacement reads them
+            train = self.trainer.train(rollout_id, batch)
+            self.version += 1
         self.plugins.after_train_step(rollout_id, 0, train)
-        self.version += 1
         seconds = time.perf_counter() - start
         tokens = sum(len(t) for t in batch.tokens)
         metrics.update({f"train/{k}": v for k, v in train.items()})
@@ -132,11 +137,12 @@ class Run:
         return metrics
 
     def update_weights(self, rollout_id: int) -> dict[str, float]:
-        if self.engines is None:
+        if self.weights is None:
             return {}
         self.colocation.for_rollout()
         self.plugins.before_weight_update(rollout_id, self.version)
-        metrics = self.weights.push(self.version)
+        push = lambda: self.weights.push(self.version)  # noqa: E731
+        metrics = self.monitor.after_replacements(push) if self.monitor else push()
         metrics["time/weight_update"] = metrics["weight_update/seconds"]
         if self.config.check_weight_update_equal:
             from slime_core.loop.weight_check import max_logprob_diff
@@ -153,6 +159,8 @@ class Run:
             metrics["time/save"] = _timed(self.save, rollout_id)[1]
         if self.router is not None:
             metrics.update(self.router.metrics())  # the router's `metrics` middleware, when enabled
+        if self.monitor is not None:
+            metrics.update(self.monitor.metrics())
         step = sum(v for k, v in metrics.items() if k.startswith("time/"))
         metrics["perf/step_seconds"] = step
         metrics["perf/tokens_per_second"] = metrics.get("perf/tokens", 0.0) / max(step, 1e-9)
@@ -198,7 +206,7 @@ class Run:
 
     def save_due(self, rollout_id: int) -> bool:
         interval = self.config.save_interval
-        return bool(self.config.save) and bool(interval) and (
+        return bool(self.config.save) and bool(interval) and self.trainer is not None and (
             (rollout_id + 1) % interval == 0 or rollout_id + 1 == self.config.num_rollout)
 
     # ---------------------------------------------------------------- start and stop

@@ -11,15 +11,11 @@ from pathlib import Path
 def start_parts(run) -> None:
     config, plugins = run.config, run.plugins
     rollout_fn = plugins.registry("rollout_functions").get(config.rollout_function)
-    needs_engines = getattr(rollout_fn, "needs_engines", True)
+    needs_engines = getattr(rollout_fn, "needs_engines", True) and not config.debug_train_only
     run.placement = _reserve(config, needs_engines)
     run.run_dir.log(run.placement.describe())
-    run.trainer = _train_group(config, plugins, config.train_backend, run.placement.train_options)
-    run.start = run.trainer.init()["rollout_id"]
-    run.version = run.trainer.call("weight_version")[0]
-    if config.advantage_estimator == "ppo":
-        run.critic = _train_group(config, plugins, f"{config.train_backend}_critic", run.placement.critic_options)
-        run.critic.init()
+    if not config.debug_rollout_only:
+        _start_training(run)
     router_url = None
     if needs_engines:
         from slime_router.launch import start_router
@@ -28,23 +24,48 @@ def start_parts(run) -> None:
         run.engines = EngineGroup.start(config, config.hf_checkpoint, plugins, run.placement.engine_options)
         run.router = start_router(config, run.engines.urls)
         router_url = run.router.url
-    from slime_sglang.rollout_manager import RolloutManager
-
-    run.rollouts = RolloutManager(config, plugins, router_url)
+    run.rollouts = _rollouts(config, plugins, router_url)
     from slime_core.loop.colocation import Colocation
 
-    run.colocation = Colocation(config.colocate, run.trainer, run.engines, run.rollouts.run)
-    if run.engines is not None:
+    run.colocation = Colocation(config.colocate, run.trainer, run.engines, run.rollouts.run if run.engines else None)
+    if run.engines is not None and run.trainer is not None:
         from slime_core.loop.weight_sync import WeightSync
 
         run.weights = WeightSync(config, run.trainer, run.engines, run.rollouts.run, run.run_dir)
     if run.start > 0:
         _resume(run)
+    if config.use_fault_tolerance and run.engines is not None:
+        from slime_core.loop.fault_tolerance import EngineMonitor
+
+        run.monitor = EngineMonitor(run).start()
+
+
+def _start_training(run) -> None:
+    """The train ranks (and a PPO critic), loaded or resumed."""
+    config, plugins = run.config, run.plugins
+    run.trainer = _train_group(config, plugins, config.train_backend, run.placement.train_options)
+    run.start = run.trainer.init()["rollout_id"]
+    run.version = run.trainer.call("weight_version")[0]
+    if config.advantage_estimator == "ppo":
+        run.critic = _train_group(config, plugins, f"{config.train_backend}_critic", run.placement.critic_options)
+        run.critic.init()
+
+
+def _rollouts(config, plugins, router_url):
+    """Where rollouts come from: generated (the rollout manager), or replayed from files."""
+    if config.load_debug_rollout_data:
+        from slime_core.loop.debug_rollouts import ReplayedRollouts
+
+        return ReplayedRollouts(config.load_debug_rollout_data)
+    from slime_sglang.rollout_manager import RolloutManager
+
+    return RolloutManager(config, plugins, router_url)
 
 
 def stop_parts(run) -> None:
     """Reverse order; each part is stopped even if an earlier one fails to stop."""
     steps = [
+        lambda: run.monitor and run.monitor.stop(),
         lambda: run.weights and run.weights.close(),
         lambda: run.rollouts and run.rollouts.close(),
         lambda: run.router and run.router.stop(),

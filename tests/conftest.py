@@ -1,0 +1,51 @@
+"""Fixtures of the end-to-end tests: ``slime run`` on the tiny model with CPU engines."""
+
+import json
+
+import pytest
+
+from slime_core import hookimpl
+from slime_core.cli.run import run_command
+from slime_core.loop.run_dir import read_metrics
+from slime_core.plugins import Plugins
+
+
+def digit_share(sample, config) -> float:
+    """The share of response characters that are digits: a random tiny model starts near
+    0.1 and GRPO raises it within a few rollouts."""
+    return sum(ch.isdigit() for ch in sample.response) / max(len(sample.response), 1)
+
+
+class _Rewards:
+    @staticmethod
+    @hookimpl
+    def slime_register_reward_functions(register):
+        register("digit_share", digit_share)
+
+
+@pytest.fixture
+def slime_run(ray_cluster, tiny_model_dir, tmp_path):
+    """``slime_run(*flags)`` runs ``slime run`` in this process (on the test's Ray) with the
+    digit reward on addition prompts; returns the run directory's metrics records."""
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n"
+                            for a in range(10) for b in range(10)))
+    base = ["--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--rollout-engine", "cpu",
+            "--rm-type", "digit_share", "--rollout-batch-size", "8", "--n-samples-per-prompt", "8",
+            "--rollout-max-response-len", "8", "--lr", "5e-3", "--use-dynamic-batch-size", "--max-tokens-per-gpu", "2048"]
+
+    def run(*flags, output="run", hooks=()):
+        """``hooks``: more plugin objects (with ``@hookimpl`` methods) for this run."""
+        plugins = Plugins()
+        extra = {"loop_test_rewards": _Rewards, **{f"loop_test_hooks_{i}": h for i, h in enumerate(hooks)}}
+        for name, obj in extra.items():
+            plugins.register_object(name, obj)
+        try:
+            assert run_command([*base, "--output-dir", str(tmp_path / output), *flags], plugins) == 0
+        finally:
+            for name in extra:
+                plugins.unregister(name)
+        return [r for r in read_metrics(tmp_path / output / "metrics.jsonl") if r["rollout_id"] >= 0]
+
+    run.tmp_path = tmp_path
+    return run

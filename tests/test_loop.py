@@ -10,7 +10,7 @@ import pytest
 
 from slime_core.loop.rollout_metrics import drop_stale_groups
 from slime_core.sample import Sample
-from slime_core.testing import alive, descendants
+from slime_core.testing import alive, command_line
 
 pytestmark = pytest.mark.integration
 
@@ -107,11 +107,14 @@ def slime_before_train_step(rollout_id, step):
 """
 
 
-@pytest.mark.parametrize("stop_signal,phase", [("SIGINT", "rollout"), ("SIGINT", "training"), ("SIGTERM", "rollout")])
+@pytest.mark.parametrize("stop_signal,phase", [("SIGINT", "rollout"), ("SIGINT", "training"), ("SIGTERM", "rollout"),
+                                               ("SIGKILL", "training")])
 def test_a_stopped_run_leaves_no_process_behind_and_a_resumable_checkpoint(tmp_path, tiny_model_dir, stop_signal, phase):
     """Stopped in rollout 1 (Ctrl-C, or a scheduler's SIGTERM), while generating or while
     training, `slime run` shuts its engines, router, train ranks and Ray down: no process it
-    started outlives it; the checkpoint of rollout 0 is complete and a run resumes from it."""
+    started outlives it; the checkpoint of rollout 0 is complete and a run resumes from it.
+    Killed outright (SIGKILL), its engines, router and train ranks still die with it (Ray's
+    two agents exit on their own within about a minute, so they are not counted)."""
     import os
     import shutil
     import tempfile
@@ -130,14 +133,15 @@ def test_a_stopped_run_leaves_no_process_behind_and_a_resumable_checkpoint(tmp_p
     try:
         stopped = subprocess.run([*command, "-p", "stopper", "--num-rollout", "1000", "--output-dir", str(tmp_path / "run")],
                                  env=env, capture_output=True, text=True, timeout=300)
-        assert stopped.returncode == 130, stopped.stderr[-2000:]
+        assert stopped.returncode == (-9 if stop_signal == "SIGKILL" else 130), stopped.stderr[-2000:]
         started = json.loads(record.read_text())
         assert len(started) >= 3  # Ray's processes, the train rank, the engine and the router at least
-        time.sleep(2)
-        assert [pid for pid in started if alive(pid)] == []
+        time.sleep(5 if stop_signal == "SIGKILL" else 2)
+        ray_agents = ("ray::DashboardAgent", "ray::RuntimeEnvAgent") if stop_signal == "SIGKILL" else ()
+        assert [command_line(pid) for pid in started if alive(pid) and not command_line(pid).startswith(ray_agents)] == []
         assert (tmp_path / "ckpt" / "rollout_state" / "iter_0000000.json").is_file()
         assert not (tmp_path / "ckpt" / "rollout_state" / "iter_0000001.json").exists()
-        if phase == "training":
+        if (stop_signal, phase) == ("SIGINT", "training"):
             resumed = subprocess.run([*command, "--load", str(tmp_path / "ckpt"), "--num-rollout", "2",
                                       "--output-dir", str(tmp_path / "resumed")], env=env, capture_output=True, text=True,
                                      timeout=300)

@@ -126,6 +126,14 @@ def alive(pid: int) -> bool:
         return False
 
 
+def command_line(pid: int) -> str:
+    """The command line of process ``pid`` ('' once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").replace("\0", " ").strip()
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
 def processes_running(*words: str) -> list[int]:
     """Pids of the live processes whose command line contains every one of ``words``."""
     found = []

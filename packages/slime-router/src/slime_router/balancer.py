@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from slime_core.child_process import die_with_parent
 from slime_core.ports import free_port
 from slime_router.servers import Server, connect_host
 
@@ -55,7 +56,7 @@ def command(options: dict[str, Any]) -> list[str]:
 def start(options: dict[str, Any], log_path: Path) -> Server:
     """Start sglang-router with ``options``, its output going to ``log_path``."""
     with open(log_path, "ab") as log:
-        process = subprocess.Popen(command(options), stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command(options), stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
     return Server(f"http://{connect_host(options['host'])}:{options['port']}", "sglang-router", HINT, process, log_path)
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 
+from slime_core.child_process import die_with_parent
 from slime_core.ports import free_port
 from slime_router import balancer
 from slime_router.servers import RouterError, Server, connect_host, log_tail
@@ -141,7 +142,8 @@ def _front(config, router_url: str, plugins, log_dir: Path) -> Server:
     command = [sys.executable, "-m", "slime_router.front", "--config", str(config_path), "--host", host, "--port", str(port)]
     log_path = log_dir / "front.log"
     with open(log_path, "ab") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_front_env(plugins))
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_front_env(plugins),
+                                   preexec_fn=die_with_parent)
     return Server(f"http://{connect_host(host)}:{port}", "slime-router's middleware front", FRONT_HINT, process, log_path)
 
 

@@ -12,18 +12,15 @@ starts a run's engines side by side and `stop_servers` stops them (``slime_sglan
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+from slime_core.child_process import die_with_parent
 from slime_core.ports import free_port
 from slime_sglang.cpu_engine.launch import wait_healthy
-
-_PR_SET_PDEATHSIG = 1
-
 
 def sglang_command(config, model_path: str, port: int) -> list[str]:
     """``sglang.launch_server`` for one engine; ``config.sglang`` holds the pass-through options."""
@@ -58,7 +55,7 @@ class EngineServer:
         self.log_path = Path(os.environ.get("SLIME_ENGINE_LOG_DIR", "/tmp")) / f"slime-engine-{self.port}.log"
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent
             )
 
     def wait_healthy(self, timeout_s: float = 600.0) -> str:
@@ -99,11 +96,6 @@ def _last_line(path: Path) -> str:
         log.seek(max(0, log.seek(0, os.SEEK_END) - 4096))
         lines = [line.strip() for line in log.read().decode(errors="replace").splitlines() if line.strip()]
     return lines[-1][:300] if lines else ""
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the parent (the actor) dies."""
-    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def start_servers(config, command_fn, model_path: str, count: int, actor_options=None) -> tuple[list[str], list]:

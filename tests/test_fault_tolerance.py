@@ -35,10 +35,13 @@ class EngineFault:
         self.hit.append(pid)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])
-def test_a_failed_engine_is_replaced_and_no_sample_is_lost(slime_run, tiny_model_dir, signum):
+@pytest.mark.parametrize("signum,transport", [(signal.SIGKILL, "tensor"), (signal.SIGSTOP, "broadcast")],
+                         ids=["killed", "hung"])
+def test_a_failed_engine_is_replaced_and_no_sample_is_lost(slime_run, tiny_model_dir, signum, transport):
+    """The replacement gets the current weights by the run's transport: in memory, or by a
+    gloo broadcast (a new group: the old one had the failed engine in it)."""
     fault = EngineFault(tiny_model_dir, signum)
-    records = slime_run(*FAULT_TOLERANCE, hooks=[fault])
+    records = slime_run(*FAULT_TOLERANCE, "--update-weight-transport", transport, hooks=[fault])
     assert len(fault.hit) == 1
     assert [r["rollout_id"] for r in records] == [0, 1, 2]
     assert all(r["rollout/samples"] == 64 for r in records)  # 8 prompts x 8 samples in every rollout

@@ -43,7 +43,7 @@ torch_pin=$("$VENV_PY" -c 'from importlib.metadata import version; print(version
 extras_sglang=""
 [ "$mode" = cuda ] && extras_sglang="[server]"
 uv pip install --quiet -p "$VENV_PY" "torch==$torch_pin" \
-    -e "packages/slime-core[test]" \
+    -e "packages/slime-core[test,tensorboard,wandb,report]" \
     -e packages/slime-rewards \
     -e packages/slime-router \
     -e "packages/slime-sglang$extras_sglang" \

@@ -16,9 +16,11 @@ def slime_add_options(options):
 
 @hookimpl
 def slime_add_commands(subparsers):
+    from slime_core.cli.report import add_report_command
     from slime_core.cli.tiny_model import add_tiny_model_command
 
     add_tiny_model_command(subparsers)
+    add_report_command(subparsers)
 
 
 @hookimpl

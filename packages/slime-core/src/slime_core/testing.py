@@ -65,7 +65,8 @@ def ray_session(num_cpus: int = 4):
     saved = {key: os.environ.get(key) for key in ("HOME", "RAY_TMPDIR")}
     os.environ.update(HOME=str(work_dir), RAY_TMPDIR=str(work_dir))
     try:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(work_dir), log_to_driver=False)
+        ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(work_dir), log_to_driver=False,
+                 _system_config={"worker_niceness": 0})
         yield
     finally:
         ray.shutdown()

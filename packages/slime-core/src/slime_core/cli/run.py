@@ -6,6 +6,7 @@ import sys
 
 from slime_core.components import resolve_components
 from slime_core.config import ConfigError, OptionSet, load_config
+from slime_core.loop.trackers import TrackerError, tracker_problems
 from slime_core.plugins.custom_paths import apply_custom_paths
 
 
@@ -26,7 +27,11 @@ def run_command(argv: list[str], plugins) -> int:
         return 0
     from slime_core.loop import run
 
-    return run(config, plugins)
+    try:
+        return run(config, plugins)
+    except TrackerError as exc:  # e.g. an online W&B run without a login
+        print(f"slime run: {exc}", file=sys.stderr)
+        return 2
 
 
 def run_problems(config, plugins) -> list[str]:
@@ -35,7 +40,7 @@ def run_problems(config, plugins) -> list[str]:
     apply_custom_paths(config, plugins)
     if config.dry_run:
         return []
-    return resolve_components(config, plugins)[1] + loop_problems(config)
+    return resolve_components(config, plugins)[1] + loop_problems(config) + tracker_problems(config)
 
 
 def loop_problems(config) -> list[str]:

@@ -9,7 +9,7 @@ from slime_core.config.options import OptionSet
 
 def add_core_options(options: OptionSet) -> None:
     """Declare every core option, grouped as `slime run --help` shows them."""
-    for add in (_run, _cluster, _data, _rollout, _reward, _algorithm, _training, _weights, _checkpoint, _fault_tolerance, _debug, _custom_paths):
+    for add in (_run, _cluster, _data, _rollout, _reward, _algorithm, _training, _weights, _checkpoint, _fault_tolerance, _debug, _custom_paths, _observability):
         add(options)
 
 
@@ -179,3 +179,15 @@ def _custom_paths(o: OptionSet) -> None:
 
     for path_key, (kind, _selector) in CUSTOM_PATHS.items():
         o.add("--" + path_key.replace("_", "-"), default=None, help=f"module.function used as the {kind.rstrip('s').replace('_', ' ')}", group=g)
+
+
+def _observability(o: OptionSet) -> None:
+    """Trackers that receive every metrics.jsonl record (see slime_core.loop.trackers)."""
+    g = "observability"
+    o.add("--use-tensorboard", type=bool, default=False, help="write every metric as a TensorBoard scalar to <output-dir>/tensorboard (step = rollout id); needs slime-core[tensorboard]", group=g)
+    o.add("--use-wandb", type=bool, default=False, help="log metrics, the resolved config and the installed plugins to Weights & Biases; needs slime-core[wandb]", group=g)
+    o.add("--wandb-project", default="slime", help="W&B project", group=g)
+    o.add("--wandb-group", default=None, help="W&B group (e.g. one per experiment with several seeds)", group=g)
+    o.add("--wandb-run-name", default=None, help="W&B run name (default: the output directory's name)", group=g)
+    o.add("--wandb-mode", default=None, choices=["online", "offline"], help="online (needs `wandb login` or WANDB_API_KEY) or offline (files only; `wandb sync` uploads them later); default: W&B's own, online unless WANDB_MODE says otherwise", group=g)
+    o.add("--wandb-dir", default=None, help="folder W&B writes its files into (default: the output directory, so they land in <output-dir>/wandb)", group=g)

@@ -40,6 +40,7 @@ def run(config, plugins) -> int:
         status = "interrupted"
         raise
     finally:
+        run_dir.close(status)
         plugins.after_run(config, status)
     return 0
 

@@ -4,10 +4,13 @@
       config.yaml                    the resolved config
       plugins.json                   the installed plugins with their versions
       metrics.jsonl                  one line per rollout (and one per evaluation)
+      status.json                    running, then completed / failed / interrupted
       slime.log                      what the console showed
       rollouts/                      each rollout's samples, with --dump-rollouts
       checkpoints/                   when --save-interval is given without --save
       weights/                       the Hugging Face directories of --update-weight-transport disk
+      tensorboard/, wandb/           with --use-tensorboard, --use-wandb (slime_core.loop.trackers)
+      report/                        what `slime report` writes (slime_core.report)
 """
 
 from __future__ import annotations
@@ -17,13 +20,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from slime_core.loop.trackers import Tracker, open_trackers
+
 
 class RunDir:
-    """Paths of a run and the files it appends to."""
+    """Paths of a run and the files it appends to; each metrics record also goes to the
+    trackers (TensorBoard, W&B) that `create` opened and `close` finishes."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
+        self.trackers: list[Tracker] = []
 
     @classmethod
     def create(cls, config, plugins) -> RunDir:
@@ -33,9 +40,24 @@ class RunDir:
         config.output_dir = str(run.path)
         if config.save_interval and not config.save:
             config.save = str(run.path / "checkpoints")
+        described = plugins.describe()
         (run.path / "config.yaml").write_text(config.to_yaml())
-        (run.path / "plugins.json").write_text(json.dumps(plugins.describe(), indent=2) + "\n")
+        (run.path / "plugins.json").write_text(json.dumps(described, indent=2) + "\n")
+        run.trackers = open_trackers(config, described, run.path)
+        run.write_status("running")
         return run
+
+    def close(self, status: str) -> None:
+        """Record how the run ended (completed, failed or interrupted) and finish the
+        trackers; safe to call twice."""
+        self.write_status(status)
+        trackers, self.trackers = self.trackers, []
+        for tracker in trackers:
+            tracker.close(status)
+
+    def write_status(self, status: str) -> None:
+        """``status.json``: what `slime report` shows as the run's state."""
+        (self.path / "status.json").write_text(json.dumps({"status": status, "time": round(time.time(), 3)}) + "\n")
 
     @property
     def metrics_file(self) -> Path:
@@ -46,6 +68,8 @@ class RunDir:
         record = {"rollout_id": rollout_id, "time": round(time.time(), 3), **metrics}
         with self.metrics_file.open("a") as out:
             out.write(json.dumps(record) + "\n")
+        for tracker in self.trackers:
+            tracker.log(rollout_id, metrics)
 
     def dump_rollout(self, rollout_id: int, groups) -> Path:
         """``rollouts/rollout_NNNNNN.jsonl``: one sample per line (``Sample.to_dict``)."""
@@ -62,6 +86,18 @@ class RunDir:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a ``metrics.jsonl`` (a finished or a running run)."""
-    lines = Path(path).read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+    """The records of a ``metrics.jsonl``, of a finished or a running run: a last line that
+    is still being written (no newline yet, not valid JSON) is left out; any other broken
+    line is an error naming the file and line."""
+    lines = Path(path).read_text().splitlines(keepends=True)
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            if number == len(lines) and not line.endswith("\n"):
+                break  # the run is writing it right now
+            raise ValueError(f"{path}:{number}: not a JSON record ({exc.msg}); the file was edited or damaged") from exc
+    return records

@@ -1,0 +1,352 @@
+"""slime against TRL's GRPOTrainer on the quickstart task: wall time per step, where it goes,
+and the eval reward after N steps, on CPU.
+
+    .venv/bin/python benchmarks/trl_vs_slime.py [--steps 20] [--quick] [--rounds 2] [--seed 1234]
+                                                [--init HF_DIR] [--workdir DIR]
+
+Needs TRL, for this benchmark only (not in the dev setup or CI); this pin leaves torch and
+transformers as they are and adds no nvidia packages:
+
+    uv pip install -p .venv/bin/python "trl==1.16.0"
+
+Both sides start from the same weights: the quickstart's tiny Qwen3 (`slime tiny-model`)
+after its supervised warm-up (examples/quickstart/sft_warmup.yaml; ``--init`` reuses one,
+e.g. runs/quickstart/sft/hf/iter_0000299 from examples/quickstart/run.sh). Then N steps of
+GRPO on examples/quickstart/data/addition_train.jsonl with the exact-match reward, the same
+group size, prompts per step, learning rate (constant), response length, temperature, clip
+range, no KL term, per-sample loss averaging and one optimizer step per rollout:
+
+- slime: ``slime run examples/quickstart/grpo_addition.yaml`` (FSDP train rank and the CPU
+  engine as Ray actors, weights pushed to the engine after every step), in a subprocess;
+  its timings come from metrics.jsonl.
+- TRL: ``GRPOTrainer`` in this process (the policy model generates with ``generate``, so
+  there is no weight sync); its phases are timed by wrapping the trainer's methods and with
+  a callback.
+
+Step time is each step's wall time (slime: between two metrics records, less the final eval
+and save; TRL: between two optimizer steps). Both train with one torch thread per core
+(slime's single FSDP rank, like TRL's process, takes them all); slime's Ray workers get TRL's process priority
+(`SAME_PRIORITY`). On a machine shared with other work the figures swing with its load:
+``--rounds`` alternates which side goes first.
+
+Eval reward: greedy exact-match accuracy on the 200 held-out prompts of
+examples/quickstart/data/addition_eval.jsonl, measured the same way (transformers
+``generate``) on the starting weights and on each side's weights after N steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "examples" / "quickstart"
+SLIME = os.environ.get("SLIME", str(Path(sys.executable).with_name("slime")))  # as examples/quickstart/run.sh
+TRL_INSTALL = f'uv pip install -p {sys.executable} "trl==1.16.0"'
+#: Ray starts its workers (slime's train rank and engine) at nice 15; TRL runs in this process
+#: at nice 0. On a machine shared with other work that alone would slow slime down several
+#: times, so slime's workers get the same priority as TRL here.
+SAME_PRIORITY = {"RAY_worker_niceness": "0"}
+
+
+@dataclass
+class Setup:
+    """What both sides train with (the quickstart's GRPO settings)."""
+
+    steps: int = 20
+    prompts_per_step: int = 32  # --rollout-batch-size; TRL: generation batch / num_generations
+    group_size: int = 8  # --n-samples-per-prompt; TRL: num_generations
+    lr: float = 1e-4
+    max_response_len: int = 8
+    temperature: float = 1.0
+    seed: int = 1234
+    sft_rollouts: int = 300  # the warm-up, when --init is not given
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.prompts_per_step * self.group_size
+
+
+@dataclass
+class Result:
+    """One side's measurements; ``phases`` are mean seconds per step."""
+
+    name: str
+    step_seconds: list[float] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)
+    total_seconds: float = 0.0
+    rewards: list[float] = field(default_factory=list)  # mean training reward of the last 5 steps (of each round)
+    eval_after: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- shared
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def exact_match(response: str, label: str) -> float:
+    """The quickstart's reward (slime_rewards' ``exact_match``), on plain strings."""
+    from types import SimpleNamespace
+
+    from slime_rewards.functions import exact_match_reward
+
+    return exact_match_reward(SimpleNamespace(response=response, label=label))
+
+
+def greedy_accuracy(model, tokenizer, rows: list[dict], max_new_tokens: int) -> float:
+    """Share of ``rows`` whose greedy answer matches the label exactly (one left-padded batch)."""
+    import torch
+
+    tokenizer.padding_side = "left"
+    batch = tokenizer([r["prompt"] for r in rows], return_tensors="pt", padding=True)
+    model.eval()
+    with torch.no_grad():
+        out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
+                             pad_token_id=tokenizer.pad_token_id)
+    answers = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+    return sum(exact_match(a, r["label"]) for a, r in zip(answers, rows)) / len(rows)
+
+
+def eval_model_dir(path: Path, setup: Setup) -> float:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(path)
+    rows = read_jsonl(QUICKSTART / "data" / "addition_eval.jsonl")
+    return greedy_accuracy(model, AutoTokenizer.from_pretrained(path), rows, setup.max_response_len)
+
+
+def run(*command: str) -> None:
+    print("$", " ".join(command), flush=True)
+    subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, env={**os.environ, **SAME_PRIORITY})
+
+
+def warm_start(workdir: Path, setup: Setup) -> Path:
+    """The quickstart's tiny model after its SFT warm-up (as examples/quickstart/run.sh)."""
+    sft = workdir / "sft"
+    if not list((sft / "hf").glob("iter_*")):
+        run(SLIME, "tiny-model", str(workdir / "tiny-qwen3"))
+        run(SLIME, "run", str(QUICKSTART / "sft_warmup.yaml"), "--hf-checkpoint", str(workdir / "tiny-qwen3"),
+            "--output-dir", str(sft), "--save", str(sft / "checkpoints"), "--save-hf", str(sft / "hf"),
+            "--num-rollout", str(setup.sft_rollouts), "--save-interval", str(setup.sft_rollouts))
+    return sorted((sft / "hf").glob("iter_*"))[-1]
+
+
+# ---------------------------------------------------------------- slime
+
+
+def run_slime(init: Path, workdir: Path, setup: Setup) -> Result:
+    """``slime run`` of the quickstart's GRPO config for ``setup.steps`` rollouts, evaluated
+    (by slime, too) before the first and after the last, saving the final weights."""
+    out = workdir / "slime"
+    start = time.perf_counter()
+    run(SLIME, "run", str(QUICKSTART / "grpo_addition.yaml"), "--hf-checkpoint", str(init), "--output-dir", str(out),
+        "--num-rollout", str(setup.steps), "--eval-interval", str(setup.steps),
+        "--rollout-batch-size", str(setup.prompts_per_step), "--n-samples-per-prompt", str(setup.group_size),
+        "--global-batch-size", str(setup.samples_per_step), "--lr", str(setup.lr),
+        "--rollout-max-response-len", str(setup.max_response_len), "--rollout-temperature", str(setup.temperature),
+        "--seed", str(setup.seed), "--rollout-seed", str(setup.seed), "--save", str(out / "checkpoints"), "--save-interval", str(setup.steps),
+        "--save-hf", str(out / "hf"))
+    result = Result("slime", total_seconds=time.perf_counter() - start)
+    records = read_jsonl(out / "metrics.jsonl")
+    slime_step_times(records, result)
+    result.rewards = [r["rollout/reward_mean"] for r in records if "rollout/reward_mean" in r][-5:]
+    result.eval_after = [eval_model_dir(sorted((out / "hf").glob("iter_*"))[-1], setup)]
+    own = [r["eval/addition/reward_mean"] for r in records if "eval/addition/reward_mean" in r]
+    result.notes.append(f"slime's own eval (its engine, greedy): {own[0]:.3f} before, {own[-1]:.3f} after")
+    return result
+
+
+def slime_step_times(records: list[dict], result: Result) -> None:
+    """Step wall time = time between consecutive metrics records, less the evaluation and
+    checkpoint that some steps end with; overhead = what generation (incl. reward),
+    training and the weight push leave of it."""
+    phases = {"generation + reward": "time/rollout", "training": "time/train", "weight sync": "time/weight_update"}
+    sums = dict.fromkeys([*phases, "framework overhead"], 0.0)
+    for previous, record in zip(records, records[1:]):
+        wall = record["time"] - previous["time"] - record.get("time/eval", 0.0) - record.get("time/save", 0.0)
+        result.step_seconds.append(wall)
+        for name, key in phases.items():
+            sums[name] += record.get(key, 0.0)
+        sums["framework overhead"] += wall - sum(record.get(key, 0.0) for key in phases.values())
+    result.phases = {name: total / len(result.step_seconds) for name, total in sums.items()}
+
+
+# ---------------------------------------------------------------- TRL
+
+
+class PhaseTimer:
+    """Seconds spent in wrapped methods of one object, summed per phase name."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    def wrap(self, obj, method: str, phase: str) -> None:
+        inner = getattr(obj, method)
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+
+        setattr(obj, method, timed)
+
+
+def trl_step_callback(timer: PhaseTimer, result: Result):
+    """A TrainerCallback recording each optimizer step's wall time (end to end, dataloader
+    included) and the optimizer step itself."""
+    from transformers import TrainerCallback
+
+    class StepClock(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.last = time.perf_counter()
+
+        def on_pre_optimizer_step(self, args, state, control, **kwargs):
+            self.optimizer_start = time.perf_counter()
+
+        def on_optimizer_step(self, args, state, control, **kwargs):
+            timer.seconds["optimizer"] = timer.seconds.get("optimizer", 0.0) + time.perf_counter() - self.optimizer_start
+
+        def on_step_end(self, args, state, control, **kwargs):
+            now = time.perf_counter()
+            result.step_seconds.append(now - self.last)
+            self.last = now
+
+    return StepClock()
+
+
+def trl_config(workdir: Path, setup: Setup):
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(workdir / "trl"), use_cpu=True, bf16=False, report_to="none", save_strategy="no",
+        max_steps=setup.steps, per_device_train_batch_size=setup.samples_per_step, gradient_accumulation_steps=1,
+        num_generations=setup.group_size, max_completion_length=setup.max_response_len,
+        temperature=setup.temperature, top_p=1.0, top_k=0, learning_rate=setup.lr, lr_scheduler_type="constant",
+        warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, beta=0.0, num_iterations=1, epsilon=0.2,
+        loss_type="grpo", scale_rewards="group", seed=setup.seed, logging_steps=1, dataloader_num_workers=0,
+        disable_tqdm=True)
+
+
+def run_trl(init: Path, workdir: Path, setup: Setup) -> Result:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
+
+    def reward(prompts, completions, label, **kwargs):
+        return [exact_match(c, l) for c, l in zip(completions, label)]
+
+    start = time.perf_counter()
+    result, timer = Result("TRL"), PhaseTimer()
+    tokenizer = AutoTokenizer.from_pretrained(init)
+    trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(init), reward_funcs=reward,
+                          args=trl_config(workdir, setup), processing_class=tokenizer,
+                          train_dataset=Dataset.from_list(read_jsonl(QUICKSTART / "data" / "addition_train.jsonl")),
+                          callbacks=[trl_step_callback(timer, result)])
+    timer.wrap(trainer, "_generate", "generation")
+    timer.wrap(trainer, "_calculate_rewards", "reward")
+    timer.wrap(trainer, "_generate_and_score_completions", "generate and score")
+    timer.wrap(trainer, "training_step", "training step")
+    trainer.train()
+    result.total_seconds = time.perf_counter() - start
+    result.phases = trl_phases(timer.seconds, sum(result.step_seconds), len(result.step_seconds))
+    result.rewards = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry][-5:]
+    rows = read_jsonl(QUICKSTART / "data" / "addition_eval.jsonl")
+    result.eval_after = [greedy_accuracy(trainer.model, tokenizer, rows, setup.max_response_len)]
+    return result
+
+
+def trl_phases(seconds: dict[str, float], wall: float, steps: int) -> dict[str, float]:
+    """Mean seconds per step: generation, reward, training (scoring the completions' log-probs,
+    loss, backward, optimizer), weight sync (none) and what is left (dataloader, logging)."""
+    generation, reward = seconds.get("generation", 0.0), seconds.get("reward", 0.0)
+    scoring = seconds.get("generate and score", 0.0) - generation - reward
+    training = seconds.get("training step", 0.0) - seconds.get("generate and score", 0.0) + seconds.get("optimizer", 0.0)
+    totals = {"generation + reward": generation + reward, "training": training + scoring, "weight sync": 0.0}
+    totals["framework overhead"] = wall - sum(totals.values())
+    return {name: value / steps for name, value in totals.items()} | {"  of which reward": reward / steps}
+
+
+# ---------------------------------------------------------------- report
+
+
+def table(results: list[Result], setup: Setup, eval_before: float) -> str:
+    rows = [("steps", [str(len(r.step_seconds)) for r in results]),
+            ("wall time per step, mean (s)", [f"{statistics.mean(r.step_seconds):.2f}" for r in results]),
+            ("wall time per step, median (s)", [f"{statistics.median(r.step_seconds):.2f}" for r in results])]
+    for phase in dict.fromkeys(phase for r in results for phase in r.phases):
+        rows.append((f"  {phase}", [f"{r.phases[phase]:.2f}" if phase in r.phases else "-" for r in results]))
+    rows += [("total wall incl. start-up and eval (s), mean", [f"{r.total_seconds:.1f}" for r in results]),
+             (f"eval reward before (greedy, {len(read_jsonl(QUICKSTART / 'data' / 'addition_eval.jsonl'))} prompts)",
+              [f"{eval_before:.3f}"] * len(results)),
+             ("training reward, mean of the last 5 steps", [f"{statistics.mean(r.rewards):.3f}" for r in results]),
+             (f"eval reward after {setup.steps} steps", ["/".join(f"{e:.3f}" for e in r.eval_after) for r in results])]
+    width, cell = max(len(name) for name, _ in rows), max(8, *(len(v) for _, values in rows for v in values))
+    lines = [f"{'':{width}}  " + "  ".join(f"{r.name:>{cell}}" for r in results)]
+    lines += [f"{name:{width}}  " + "  ".join(f"{v:>{cell}}" for v in values) for name, values in rows]
+    return "\n".join(lines + [note for r in results for note in r.notes])
+
+
+def merge(rounds: list[Result]) -> Result:
+    """One side over several rounds: every step's time, mean phases and wall, each eval."""
+    phases = {name: statistics.mean(r.phases[name] for r in rounds) for name in rounds[0].phases}
+    return Result(rounds[0].name, [t for r in rounds for t in r.step_seconds], phases,
+                  statistics.mean(r.total_seconds for r in rounds), [w for r in rounds for w in r.rewards],
+                  [e for r in rounds for e in r.eval_after], list(dict.fromkeys(n for r in rounds for n in r.notes)))
+
+
+def parse_args(argv=None) -> tuple[argparse.Namespace, Setup]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=None, help="GRPO steps on each side (default 20; --quick: 3)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 3 steps of 8 prompts, 60-step warm-up")
+    parser.add_argument("--seed", type=int, default=1234, help="seed of both sides: prompt order and sampling")
+    parser.add_argument("--init", type=Path, default=None, help="start from this HF directory (skips the warm-up)")
+    parser.add_argument("--workdir", type=Path, default=ROOT / "runs" / "bench-trl-vs-slime",
+                        help="where the warm-up, both sides' runs and results.txt go")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat both sides, alternating which goes first "
+                        "(slime-TRL, TRL-slime, ...), to even out a machine whose load changes")
+    args = parser.parse_args(argv)
+    setup = Setup(steps=3, prompts_per_step=8, sft_rollouts=60) if args.quick else Setup()
+    setup.steps, setup.seed = args.steps or setup.steps, args.seed
+    return args, setup
+
+
+def main(argv=None) -> int:
+    args, setup = parse_args(argv)
+    try:
+        import trl  # noqa: F401
+    except ImportError:
+        print(f"This benchmark needs TRL, which is not installed here. Install it with:\n  {TRL_INSTALL}", file=sys.stderr)
+        return 2
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    init = args.init or warm_start(args.workdir, setup)
+    eval_before = eval_model_dir(init, setup)
+    runs: dict[str, list[Result]] = {"slime": [], "TRL": []}
+    for round_ in range(args.rounds):
+        sides = [run_slime, run_trl] if round_ % 2 == 0 else [run_trl, run_slime]
+        for side in sides:
+            result = side(init, args.workdir / f"round{round_}", setup)
+            result.notes.append(f"round {round_}, {result.name}: {statistics.mean(result.step_seconds):.2f} s/step "
+                                f"(median {statistics.median(result.step_seconds):.2f}), load average "
+                                f"{os.getloadavg()[0]:.1f} at its end")
+            runs[result.name].append(result)
+    results = [merge(rounds) for rounds in runs.values()]
+    report = table(results, setup, eval_before) + f"\nload average after: {os.getloadavg()}"
+    print("\n" + report)
+    (args.workdir / "results.txt").write_text(report + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

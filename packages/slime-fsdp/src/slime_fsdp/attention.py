@@ -8,7 +8,11 @@ the position ids instead:
 
 - on CUDA in bf16/fp16, one call of torch's varlen flash kernel
   (``torch.nn.attention.varlen.varlen_attn``) over all samples, as flash-attention-2 does;
-- elsewhere (CPU, float32), causal sdpa on each sample in turn: memory O(longest sample²).
+- elsewhere (CPU, float32), sdpa over windows of consecutive samples of at most
+  ``WINDOW`` tokens with a block-diagonal causal mask (a longer sample is a window of its own,
+  plainly causal): memory O(max(WINDOW, longest sample)²). Short samples share one call, since
+  one sdpa call per sample costs more in call overhead than in arithmetic (a rollout of
+  thousands of 16-token samples made thousands of calls per layer).
 
 Padded rows (right padding, position ids 0..W-1) are one sample per row; causal attention never
 lets a real token see the padding after it, so no padding mask is needed either.
@@ -23,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 NAME = "slime_packed"
+WINDOW = 256  # tokens of consecutive short samples that share one masked sdpa call on CPU
 
 
 def register() -> None:
@@ -52,7 +57,7 @@ def packed_attention(module, query, key, value, attention_mask, dropout: float =
     if _use_varlen(q, dropout):
         out = _varlen(q, k, v, starts, scaling)
     else:
-        out = _per_sample_sdpa(q, k, v, starts, scaling, dropout)
+        out = _windowed_sdpa(q, k, v, starts, scaling, dropout)
     return out.reshape(batch, length, heads, dim), None
 
 
@@ -64,15 +69,38 @@ def _sample_starts(flat_positions: torch.Tensor) -> list[int]:
     return starts + [flat_positions.numel()]
 
 
-def _per_sample_sdpa(q, k, v, starts: list[int], scaling, dropout: float) -> torch.Tensor:
-    """Causal sdpa on each (T_i, H, D) slice; GQA heads are shared inside sdpa."""
+def _windowed_sdpa(q, k, v, starts: list[int], scaling, dropout: float) -> torch.Tensor:
+    """sdpa on each window of consecutive samples (q/k/v: (T, H, D)); GQA heads are shared
+    inside sdpa."""
     chunks = []
-    for begin, end in zip(starts, starts[1:]):
+    for window in _windows(starts, WINDOW):
+        begin, end = window[0], window[-1]
         qi, ki, vi = (x[begin:end].transpose(0, 1)[None] for x in (q, k, v))
-        out = F.scaled_dot_product_attention(qi, ki, vi, is_causal=True, scale=scaling, dropout_p=dropout,
-                                             enable_gqa=qi.shape[1] != ki.shape[1])
+        mask = None if len(window) == 2 else _block_causal_mask(window, q.device)
+        out = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, is_causal=mask is None, scale=scaling,
+                                             dropout_p=dropout, enable_gqa=qi.shape[1] != ki.shape[1])
         chunks.append(out[0].transpose(0, 1))
     return torch.cat(chunks)
+
+
+def _windows(starts: list[int], size: int) -> list[list[int]]:
+    """Sample boundaries grouped into windows of consecutive samples of at most ``size``
+    tokens (a longer sample alone); each window is its boundaries [b0, b1, ..., bn]."""
+    windows = [[starts[0]]]
+    for end in starts[1:]:
+        window = windows[-1]
+        if len(window) > 1 and end - window[0] > size:
+            windows.append([window[-1]])
+        windows[-1].append(end)
+    return windows
+
+
+def _block_causal_mask(window: list[int], device) -> torch.Tensor:
+    """(L, L) boolean mask: causal, and only inside each sample of the window."""
+    lengths = torch.tensor([end - begin for begin, end in zip(window, window[1:])], device=device)
+    sample = torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths)
+    same = sample[:, None] == sample[None, :]
+    return same & torch.ones_like(same).tril()
 
 
 def _use_varlen(q: torch.Tensor, dropout: float) -> bool:

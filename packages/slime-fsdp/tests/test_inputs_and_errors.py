@@ -6,6 +6,7 @@ from transformers import AutoModelForCausalLM
 
 from slime_core.algorithms import PolicyLossConfig, PolicyLossInputs, compute_policy_loss, loss_denominators
 from slime_core.micro_batches import token_budget_micro_batches
+from slime_core.rank_step import pad_rows
 from slime_core.testing import synthetic_rollout_batch
 from slime_core.tiny_models import build_tiny_qwen3
 from slime_fsdp import inputs
@@ -22,8 +23,8 @@ def test_packed_and_padded_batches_give_the_same_log_probs_and_loss(tiny_model_d
         ("padded", inputs.padded(batch.tokens, batch.response_lengths, "cpu", pad_token_id=0)),
     ]:
         logits = model(**micro.model_inputs()).logits
-        log_probs = inputs.pad_rows(inputs.response_log_probs(logits, micro, temperature=0.7))
-        mask = inputs.pad_rows(batch.loss_masks)
+        log_probs = pad_rows(inputs.response_log_probs(logits, micro, temperature=0.7))
+        mask = pad_rows(batch.loss_masks)
         loss_inputs = PolicyLossInputs(log_probs, log_probs.detach() - 0.1, torch.ones_like(mask), mask)
         loss, _ = compute_policy_loss(loss_inputs, PolicyLossConfig(), loss_denominators(mask))
         results[name] = log_probs, loss

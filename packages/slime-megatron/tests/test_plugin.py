@@ -1,5 +1,70 @@
-from slime_core.testing import check_plugin_installed
+import json
+
+import pytest
+
+from slime_core.config import ConfigError, OptionSet
+from slime_core.plugins import Plugins
+from slime_core.testing import check_plugin_installed, make_config
 
 
 def test_found_through_its_entry_point_and_light_to_import():
-    check_plugin_installed("megatron", "slime-megatron")
+    described = check_plugin_installed("megatron", "slime-megatron")
+    assert {"slime_add_options", "slime_validate_config", "slime_register_train_backends", "slime_add_commands"} <= set(described["hooks"])
+
+
+def test_the_megatron_options_show_in_slime_run_help_under_their_group():
+    options = OptionSet()
+    Plugins().add_options(options)
+    help_text = options.help_parser("slime run").format_help()
+    assert "Megatron backend (slime-megatron):" in help_text
+    for flag in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+                 "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--sequence-parallel",
+                 "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
+                 "--use-distributed-optimizer", "--megatron-config"):
+        assert options[flag[2:].replace("-", "_")].plugin == "megatron", flag
+        assert flag in help_text
+
+
+def test_the_megatron_backend_is_registered():
+    entry = Plugins().registry("train_backends").entry("megatron")
+    assert entry.target == "slime_megatron.rank:MegatronTrainRank"
+
+
+@pytest.fixture
+def megatron_run(tmp_path, tiny_model_dir):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
+
+    def build(**overrides):
+        return make_config(prompts, tiny_model_dir, rollout_batch_size=2, train_backend="megatron", **overrides)
+
+    return build
+
+
+def test_parallel_sizes_must_divide_the_training_ranks(megatron_run):
+    with pytest.raises(ConfigError) as error:
+        megatron_run(actor_num_gpus_per_node=4, tensor_model_parallel_size=3, expert_model_parallel_size=8)
+    assert "--tensor-model-parallel-size 3 does not divide the 4 training ranks" in str(error.value)
+    assert "--expert-model-parallel-size 8 does not divide the 4 training ranks" in str(error.value)
+    config = megatron_run(actor_num_gpus_per_node=4, tensor_model_parallel_size=2, expert_model_parallel_size=2)
+    assert config.tensor_model_parallel_size == 2
+
+
+def test_megatron_config_is_checked_against_transformer_config(megatron_run):
+    with pytest.raises(ConfigError) as error:
+        megatron_run(megatron_config=["attention_sofmax_in_fp32=true", "moe_router_topk=two", "noequals"])
+    message = str(error.value)
+    assert "'attention_sofmax_in_fp32' is not a field of megatron's TransformerConfig; did you mean 'attention_softmax_in_fp32'?" in message
+    assert "'moe_router_topk=two': expected int" in message
+    assert "'noequals': write KEY=VALUE" in message
+    from slime_megatron.models.transformer_config import parse_megatron_config
+
+    assert parse_megatron_config(["attention_softmax_in_fp32=false", "moe_router_topk=4", "init_method_std=0.01"]) == {
+        "attention_softmax_in_fp32": False, "moe_router_topk": 4, "init_method_std": 0.01}
+
+
+def test_full_recomputation_needs_a_method_and_a_layer_count_and_sequence_parallel_is_refused(megatron_run):
+    with pytest.raises(ConfigError) as error:
+        megatron_run(recompute_granularity="full", sequence_parallel=True)
+    assert "--recompute-granularity full needs --recompute-method" in str(error.value)
+    assert "--sequence-parallel is not supported yet" in str(error.value)

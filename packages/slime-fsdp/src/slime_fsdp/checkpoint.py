@@ -7,15 +7,12 @@ Layout under ``--save DIR``::
         rank_0.pt, rank_1.pt     per-rank scheduler state, RNG states, counters
     DIR/latest_checkpointed_iteration.txt   "3"
 
-A checkpoint is written into ``iter_0000003.tmp`` and renamed once every rank has finished,
-and the ``latest`` file is replaced after that, so a crash mid-save never leaves a
-directory that looks complete: ``--load`` follows the ``latest`` file only.
+The directory layout and its atomic publishing are slime-core's (`slime_core.checkpoint_dir`),
+shared with the Megatron backend.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import torch
@@ -23,48 +20,25 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-LATEST = "latest_checkpointed_iteration.txt"
+from slime_core.checkpoint_dir import latest_checkpoint, prepare, publish, staging
+
+__all__ = ["latest_checkpoint", "load_checkpoint", "save_checkpoint", "save_hf"]
 
 
 def save_checkpoint(save_dir: str, rollout_id: int, model, optimizer, extra: dict) -> str:
     """Write the checkpoint of ``rollout_id``; every rank calls this. Returns its directory."""
-    final = Path(save_dir) / f"iter_{rollout_id:07d}"
-    tmp = final.with_name(final.name + ".tmp")
+    final, tmp = staging(save_dir, rollout_id)
     if dist.get_rank() == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        prepare(tmp)
     dist.barrier()
     model_state, optim_state = get_state_dict(model, optimizer)
     dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(tmp))
     torch.save(extra, tmp / f"rank_{dist.get_rank()}.pt")
     dist.barrier()
     if dist.get_rank() == 0:
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        _write_atomically(Path(save_dir) / LATEST, str(rollout_id))
+        publish(tmp, final, rollout_id)
     dist.barrier()
     return str(final)
-
-
-def latest_checkpoint(load_dir: str) -> Path | None:
-    """The newest complete checkpoint under ``load_dir``; None if it holds none yet.
-
-    A ``--load`` directory that does not exist is an error (a typo must not silently start
-    a fresh run).
-    """
-    directory = Path(load_dir)
-    if not directory.is_dir():
-        raise FileNotFoundError(
-            f"--load {load_dir}: the directory does not exist; give the --save directory of an earlier run, "
-            "or drop --load to start from --hf-checkpoint"
-        )
-    latest = directory / LATEST
-    if not latest.is_file():
-        return None
-    path = directory / f"iter_{int(latest.read_text().strip()):07d}"
-    if not path.is_dir():
-        raise FileNotFoundError(f"{latest} names {path.name}, which is missing; the checkpoint directory was changed by hand")
-    return path
 
 
 def load_checkpoint(path: Path, model, optimizer) -> dict:
@@ -94,8 +68,3 @@ def save_hf(path: str, model, tokenizer) -> None:
         tokenizer.save_pretrained(path)
     dist.barrier()
 
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)

@@ -19,11 +19,12 @@ import torch.distributed as dist
 
 from slime_core.algorithms import AdvantageInputs, loss_denominators, ppo_advantages, reduce_loss, value_loss
 from slime_core.micro_batches import step_slices
+from slime_core.rank_step import pad_rows, sum_over_ranks
 from slime_core.rollout_batch import RolloutBatch
 from slime_fsdp import inputs
 from slime_fsdp.model import load_model, load_tokenizer, shard
 from slime_fsdp.optimizer import build_optimizer
-from slime_fsdp.rank import FSDPTrainRank, _sum_over_ranks
+from slime_fsdp.rank import FSDPTrainRank
 
 
 class ValueModel(torch.nn.Module):
@@ -72,8 +73,8 @@ class FSDPCriticRank(FSDPTrainRank):
 
     def train(self, rollout_id: int, batch: RolloutBatch) -> dict[str, float]:
         cfg = self.config
-        mask = inputs.pad_rows(batch.loss_masks)
-        old = inputs.pad_rows(self.compute_values(batch))
+        mask = pad_rows(batch.loss_masks)
+        old = pad_rows(self.compute_values(batch))
         advantage_inputs = AdvantageInputs(
             torch.tensor(batch.rewards, dtype=torch.float32), torch.tensor(batch.group_ids), mask,
             values=old, gamma=cfg.gamma, lambd=cfg.lambd,
@@ -92,7 +93,7 @@ class FSDPCriticRank(FSDPTrainRank):
             if not micro_indices:
                 (values.sum() * 0.0).backward()
                 continue
-            predicted = inputs.pad_rows([v for v, _ in inputs.response_slices(values, micro)])
+            predicted = pad_rows([v for v, _ in inputs.response_slices(values, micro)])
             width = predicted.shape[1]
             rows = lambda t: t[micro_indices, :width]  # noqa: E731
             per_token, clipfrac = value_loss(predicted, rows(old), rows(returns), self.config.value_clip)
@@ -100,5 +101,5 @@ class FSDPCriticRank(FSDPTrainRank):
             (loss * self.world_size).backward()
             for key, value in (("value_loss", loss), ("value_clipfrac", reduce_loss(clipfrac, rows(mask), denominators))):
                 totals[key] = totals.get(key, 0.0) + value.item()
-        metrics = _sum_over_ranks(totals)
+        metrics = sum_over_ranks(totals)
         return {**metrics, "critic_grad_norm": self._apply_gradients()}

@@ -108,13 +108,3 @@ def response_entropy(logits: torch.Tensor, batch: MicroBatch, temperature: float
     scores, _, counts = response_scores(logits, batch)
     return list(entropy_from_logits(scores, temperature).split(counts))
 
-
-def pad_rows(rows: list[torch.Tensor | list], device=None, value: float = 0.0) -> torch.Tensor:
-    """Right-pad per-sample 1-D tensors (or lists) into a (B, T) float tensor."""
-    tensors = [r if isinstance(r, torch.Tensor) else torch.tensor(r, dtype=torch.float32) for r in rows]
-    width = max((t.numel() for t in tensors), default=0)
-    out = []
-    for t in tensors:
-        t = t.to(device=device if device is not None else t.device, dtype=torch.float32)
-        out.append(torch.nn.functional.pad(t, (0, width - t.numel()), value=value))
-    return torch.stack(out)

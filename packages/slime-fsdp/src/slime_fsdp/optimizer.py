@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
+
+from slime_core.rank_step import lr_factor
 
 
 def build_optimizer(model, config, lr: float | None = None) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
@@ -23,23 +23,3 @@ def build_optimizer(model, config, lr: float | None = None) -> tuple[torch.optim
     )
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
 
-
-def lr_factor(step: int, warmup: int, style: str, decay_iters: int | None, min_ratio: float) -> float:
-    """The multiple of ``--lr`` at optimizer step ``step``.
-
-    Warmup: (step + 1) / warmup for the first ``warmup`` steps. Then ``constant``: 1;
-    ``linear``/``cosine``: from 1 down to ``min_ratio`` over ``decay_iters`` steps, then
-    ``min_ratio``.
-    """
-    if step < warmup:
-        return (step + 1) / warmup
-    if style == "constant" or not decay_iters:
-        return 1.0
-    progress = min(1.0, (step - warmup) / max(1, decay_iters - warmup))
-    if style == "linear":
-        shape = 1.0 - progress
-    elif style == "cosine":
-        shape = 0.5 * (1.0 + math.cos(math.pi * progress))
-    else:
-        raise ValueError(f"unknown --lr-decay-style {style!r}; use constant, linear or cosine")
-    return min_ratio + (1.0 - min_ratio) * shape

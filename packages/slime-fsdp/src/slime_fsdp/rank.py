@@ -14,10 +14,8 @@ from contextlib import contextmanager, nullcontext
 import torch
 import torch.distributed as dist
 
-from slime_core.algorithms import AdvantageInputs, PolicyLossConfig, PolicyLossInputs, compute_policy_loss
-from slime_core.algorithms import loss_denominators, opd_advantages, whiten
-from slime_core.micro_batches import fixed_micro_batches, step_slices, token_budget_micro_batches
-from slime_core.plugins import Plugins
+from slime_core.micro_batches import step_slices
+from slime_core.rank_step import RankStep, StepTensors, check_prompts, memory_gib, pad_rows, sum_over_ranks
 from slime_core.rollout_batch import RolloutBatch
 from slime_fsdp import checkpoint, inputs, weights
 from slime_fsdp.model import load_model, load_tokenizer, shard
@@ -41,6 +39,7 @@ class FSDPTrainRank:
         backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
         dist.init_process_group(backend, init_method=url, rank=rank, world_size=world_size)
         self.mesh = init_device_mesh(self.device.type, (world_size,))
+        self.step = RankStep(config)
         self.version = 0
         self._buckets: list[list[str]] = []
 
@@ -57,10 +56,6 @@ class FSDPTrainRank:
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg)
         self.reference = self._reference_shards()
         self.teacher = load_model(cfg.opd_teacher_load).eval() if cfg.opd_teacher_load else None
-        plugins = Plugins()
-        self.estimator = plugins.registry("advantage_estimators").get(cfg.advantage_estimator)
-        self.loss_config = PolicyLossConfig.from_config(cfg)
-        self.loss_fn = plugins.registry("policy_losses").get(self.loss_config.loss_type)
         return {"rollout_id": self._resume(), "weight_version": self.version}
 
     def _reference_shards(self) -> dict[str, torch.Tensor] | None:
@@ -117,48 +112,21 @@ class FSDPTrainRank:
 
     def train(self, rollout_id: int, batch: RolloutBatch) -> dict[str, float]:
         """Advantages for this rank's share, then ``--num-steps-per-rollout`` optimizer steps."""
-        cfg = self.config
         self.model.train()
-        data = self._train_tensors(batch)
-        history = []
-        for indices in step_slices(len(batch), cfg.num_steps_per_rollout):
-            history.append(self._optimizer_step(batch, indices, data))
+        data = self.step.tensors(batch, lambda model: self._log_probs(batch, model),
+                                 reference=self.reference is not None, teacher=self.teacher is not None)
+        history = [self._optimizer_step(batch, indices, data)
+                   for indices in step_slices(len(batch), self.config.num_steps_per_rollout)]
         self.version += 1
-        metrics = {key: sum(m[key] for m in history) / len(history) for key in history[0]}
-        if self.loss_config.loss_type != "sft_loss":  # SFT has no rollout log-probs
-            metrics["train_rollout_logprob_abs_diff"] = _mean_abs_diff(data["old"], batch.rollout_log_probs, data["mask"])
-        return metrics
+        return self.step.rollout_metrics(history, data, batch)
 
-    def _train_tensors(self, batch: RolloutBatch) -> dict[str, torch.Tensor | None]:
-        """(N, R) tensors of the share: mask, old / ref / rollout log-probs, advantages."""
-        cfg = self.config
-        mask = inputs.pad_rows(batch.loss_masks)
-        sft = self.loss_config.loss_type == "sft_loss"  # no ratio, so no old log-prob pass
-        old = torch.zeros_like(mask) if sft else inputs.pad_rows(self._log_probs(batch, "actor"))
-        ref = inputs.pad_rows(self._log_probs(batch, "ref")) if self.reference is not None else None
-        advantage_inputs = AdvantageInputs(
-            torch.tensor(batch.rewards, dtype=torch.float32), torch.tensor(batch.group_ids), mask,
-            log_probs=old, ref_log_probs=ref, kl_coef=cfg.kl_coef, kl_type=cfg.kl_loss_type,
-            values=None if batch.values is None else inputs.pad_rows(batch.values), gamma=cfg.gamma, lambd=cfg.lambd,
-        )
-        advantages, _ = self.estimator(advantage_inputs)
-        if self.teacher is not None:
-            teacher = inputs.pad_rows(self._log_probs(batch, "teacher"))
-            advantages = opd_advantages(advantages, old, teacher, mask, cfg.opd_kl_coef)
-        if cfg.normalize_advantages:
-            advantages = whiten(advantages, mask, group=dist.group.WORLD)
-        rollout = inputs.pad_rows(batch.rollout_log_probs) if self.loss_config.use_tis else None
-        return {"mask": mask, "old": old, "ref": ref, "rollout": rollout, "advantages": advantages}
-
-    def _optimizer_step(self, batch: RolloutBatch, indices: list[int], data: dict) -> dict[str, float]:
-        denominators = loss_denominators(
-            data["mask"][indices], max_tokens_per_sample=self.config.rollout_max_response_len, group=dist.group.WORLD
-        )
+    def _optimizer_step(self, batch: RolloutBatch, indices: list[int], data: StepTensors) -> dict[str, float]:
+        denominators = self.step.denominators(data, indices)
         totals: dict[str, float] = {}
         for micro_indices in self._plan(indices, batch):
             for key, value in self._backward(batch, micro_indices, data, denominators).items():
                 totals[key] = totals.get(key, 0.0) + value
-        metrics = _sum_over_ranks(totals)
+        metrics = sum_over_ranks(totals)
         metrics.update(lr=self.scheduler.get_last_lr()[0], grad_norm=self._apply_gradients())
         return metrics
 
@@ -180,33 +148,19 @@ class FSDPTrainRank:
             (logits.sum() * 0.0).backward()
             return {}
         temperature = self.config.rollout_temperature
-        log_probs = inputs.pad_rows(inputs.response_log_probs(logits, micro, temperature))
-        width = log_probs.shape[1]
+        log_probs = pad_rows(inputs.response_log_probs(logits, micro, temperature))
         entropy = None
-        if self.loss_config.entropy_coef:
-            entropy = inputs.pad_rows(inputs.response_entropy(logits, micro, temperature))
-        rows = lambda key: None if data[key] is None else data[key][indices, :width].to(self.device)  # noqa: E731
-        loss_inputs = PolicyLossInputs(
-            log_probs, rows("old"), rows("advantages"), rows("mask"), entropy, rows("ref"), rows("rollout")
-        )
-        loss, metrics = compute_policy_loss(loss_inputs, self.loss_config, denominators, self.loss_fn)
+        if self.step.loss_config.entropy_coef:
+            entropy = pad_rows(inputs.response_entropy(logits, micro, temperature))
+        loss, metrics = self.step.loss(data.loss_inputs(indices, log_probs, entropy), denominators)
         (loss * self.world_size).backward()  # FSDP averages gradients over ranks; the loss is a sum
         return metrics
 
     # ---------------------------------------------------------------- micro-batches
 
     def _plan(self, indices: list[int], batch: RolloutBatch) -> list[list[int]]:
-        """Micro-batches of ``indices``; padded with empty ones to the count of the rank that
-        has the most, since every forward and backward is a collective."""
-        cfg = self.config
-        if cfg.use_dynamic_batch_size:
-            lengths = [len(t) for t in batch.tokens]
-            plan = token_budget_micro_batches(indices, lengths, cfg.max_tokens_per_gpu)
-        else:
-            plan = fixed_micro_batches(indices, cfg.micro_batch_size)
-        count = torch.tensor(len(plan))
-        dist.all_reduce(count, op=dist.ReduceOp.MAX)
-        return plan + [[] for _ in range(int(count) - len(plan))]
+        """The micro-batches of ``indices`` (`RankStep.plan`); the critic's too."""
+        return self.step.plan(indices, batch)
 
     def _inputs(self, batch: RolloutBatch, indices: list[int]) -> inputs.MicroBatch:
         pad = self.tokenizer.pad_token_id or 0
@@ -214,7 +168,7 @@ class FSDPTrainRank:
             return inputs.packed([[pad, pad]], [1], self.device, self.attn_implementation)
         tokens = [batch.tokens[i] for i in indices]
         response_lengths = [batch.response_lengths[i] for i in indices]
-        _check_prompts(tokens, response_lengths)
+        check_prompts(tokens, response_lengths)
         if self.config.use_dynamic_batch_size:
             return inputs.packed(tokens, response_lengths, self.device, self.attn_implementation)
         return inputs.padded(tokens, response_lengths, self.device, pad)
@@ -257,19 +211,7 @@ class FSDPTrainRank:
         weights.move_optimizer_state(self.optimizer, self.device)
 
     def memory(self) -> dict[str, float]:
-        if self.device.type == "cuda":
-            return {"allocated_gib": torch.cuda.memory_allocated() / 2**30, "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
-        status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
-        return {"rss_gib": int(status["VmRSS"].split()[0]) / 2**20, "peak_rss_gib": int(status["VmHWM"].split()[0]) / 2**20}
-
-
-def _mean_abs_diff(train: torch.Tensor, rollout: list[list[float]], mask: torch.Tensor) -> float:
-    """Mean |train − rollout| log-prob over the trained tokens of every rank: how far the
-    engine's sampling distribution is from the trainer's on the same weights."""
-    diff = (train - inputs.pad_rows(rollout)[:, : train.shape[1]]).abs() * mask
-    totals = torch.stack([diff.sum(), mask.sum()]).double()
-    dist.all_reduce(totals)
-    return float(totals[0] / totals[1].clamp(min=1))
+        return memory_gib(self.device)
 
 
 @contextmanager
@@ -280,20 +222,3 @@ def _on_device(model, device):
         yield
     finally:
         model.to("cpu")
-
-
-def _check_prompts(tokens: list[list[int]], response_lengths: list[int]) -> None:
-    for seq, response_length in zip(tokens, response_lengths):
-        if not 0 < response_length < len(seq):
-            raise ValueError(
-                f"a sample has {len(seq)} tokens and a response of {response_length}: it needs at least one prompt "
-                "token and one response token to be trained on"
-            )
-
-
-def _sum_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
-    """Per-key sums over all ranks (a rank that only ran padding micro-batches has none)."""
-    gathered: list[dict[str, float]] = [{} for _ in range(dist.get_world_size())]
-    dist.all_gather_object(gathered, metrics)
-    keys = sorted({key for part in gathered for key in part})
-    return {key: sum(part.get(key, 0.0) for part in gathered) for key in keys}

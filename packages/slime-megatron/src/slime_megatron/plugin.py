@@ -1,5 +1,92 @@
 """slime-megatron's plugin module, found through the ``slime`` entry-point group.
 
-This is where the package registers the Megatron-core train backend (--train-backend megatron) and its options.
-It imports nothing heavy, so ``slime --help`` stays fast.
+Registers the Megatron-core train backend (``--train-backend megatron``), its options (the
+Megatron pass-through flags) and ``slime convert``. It imports nothing heavy (the rank class
+is named by a string, the rest is imported when used), so ``slime --help`` stays fast.
 """
+
+from slime_core import hookimpl
+
+GROUP = "Megatron backend (slime-megatron)"
+
+#: The parallel sizes, each of which must divide the number of training ranks.
+PARALLEL_SIZES = (
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "context_parallel_size",
+    "expert_model_parallel_size",
+)
+
+
+@hookimpl
+def slime_add_options(options):
+    add = options.add
+    add("--tensor-model-parallel-size", type=int, default=1, help="tensor parallelism: split each layer's weights over this many ranks", group=GROUP)
+    add("--pipeline-model-parallel-size", type=int, default=1, help="pipeline parallelism: split the layers over this many stages", group=GROUP)
+    add("--context-parallel-size", type=int, default=1, help="context parallelism: split each sequence over this many ranks", group=GROUP)
+    add("--expert-model-parallel-size", type=int, default=1, help="expert parallelism: split a MoE layer's experts over this many ranks", group=GROUP)
+    add("--expert-tensor-parallel-size", type=int, default=None, help="tensor parallelism inside each expert (default: --tensor-model-parallel-size)", group=GROUP)
+    add("--sequence-parallel", type=bool, default=False, help="with tensor parallelism, also split norms and dropout over the sequence", group=GROUP)
+    add("--recompute-granularity", default=None, choices=["full", "selective"], help="recompute activations in the backward pass: whole layers (full) or attention only (selective)", group=GROUP)
+    add("--recompute-method", default=None, choices=["uniform", "block"], help="full recomputation: checkpoint groups of --recompute-num-layers layers (uniform) or the first that many layers of each stage (block)", group=GROUP)
+    add("--recompute-num-layers", type=int, default=None, help="layers per recomputation group (uniform) or recomputed layers per stage (block)", group=GROUP)
+    add("--use-distributed-optimizer", type=bool, default=False, help="shard the optimizer state over data-parallel ranks (ZeRO-1)", group=GROUP)
+    add("--megatron-config", nargs="+", default=None, help="KEY=VALUE overrides of any other megatron TransformerConfig field (e.g. attention_softmax_in_fp32=true)", group=GROUP)
+
+
+@hookimpl
+def slime_validate_config(config):
+    if config.get("train_backend") != "megatron":
+        return []
+    errors = _check_parallel_sizes(config) + _check_layer_options(config)
+    if config.get("megatron_config"):
+        from slime_megatron.models.transformer_config import MegatronConfigError, parse_megatron_config
+
+        try:
+            parse_megatron_config(config.megatron_config)
+        except MegatronConfigError as exc:
+            errors += exc.errors
+    return errors
+
+
+def _check_parallel_sizes(config) -> list[str]:
+    """Every parallel size is positive and divides the training ranks; so does their product."""
+    ranks = config.actor_num_nodes * config.actor_num_gpus_per_node
+    where = f"{ranks} training ranks (--actor-num-nodes {config.actor_num_nodes} × --actor-num-gpus-per-node {config.actor_num_gpus_per_node})"
+    errors = []
+    for key in PARALLEL_SIZES + ("expert_tensor_parallel_size",):
+        size = config.get(key)
+        if size is not None and (size < 1 or ranks % size):
+            flag = "--" + key.replace("_", "-")
+            errors.append(f"{flag} {size} does not divide the {where}; pick a size that divides {ranks}, or change the rank count")
+    tp, pp, cp = (config.get(key) for key in PARALLEL_SIZES[:3])
+    if not errors and ranks % (tp * pp * cp):
+        errors.append(f"tensor × pipeline × context parallel sizes = {tp} × {pp} × {cp} = {tp * pp * cp} does not divide the {where}; "
+                      "the data-parallel size is what is left, so lower one of them")
+    etp = config.get("expert_tensor_parallel_size") or tp
+    ep = config.expert_model_parallel_size
+    if not errors and ranks % (etp * ep * pp):
+        errors.append(f"expert × expert-tensor × pipeline parallel sizes = {ep} × {etp} × {pp} does not divide the {where}; lower one of them")
+    return errors
+
+
+def _check_layer_options(config) -> list[str]:
+    errors = []
+    if config.get("recompute_granularity") == "full" and not (config.get("recompute_method") and config.get("recompute_num_layers")):
+        errors.append("--recompute-granularity full needs --recompute-method (uniform or block) and --recompute-num-layers N")
+    if config.get("sequence_parallel"):
+        errors.append("--sequence-parallel is not supported yet: the backend builds megatron-core's local layers "
+                      "(no Transformer Engine), whose RMSNorm cannot split the sequence; drop --sequence-parallel")
+    return errors
+
+
+@hookimpl
+def slime_register_train_backends(register):
+    register("megatron", "slime_megatron.rank:MegatronTrainRank")
+
+
+@hookimpl
+def slime_add_commands(subparsers):
+    from slime_megatron.convert.command import add_convert_command
+
+    add_convert_command(subparsers)

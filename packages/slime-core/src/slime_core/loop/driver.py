@@ -10,13 +10,13 @@ groups older than ``--max-staleness`` weight versions (counted).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import threading
 import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
+from slime_core.checkpoint_dir import write_atomically
 from slime_core.loop.debug_rollouts import save_rollout
 from slime_core.loop.progress import Progress
 from slime_core.loop.rollout_metrics import drop_stale_groups, rollout_metrics, staleness
@@ -191,7 +191,7 @@ class Run:
         path = Path(self.config.save) / "rollout_state" / f"iter_{rollout_id:07d}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         state = self.source_states.get(rollout_id + 1) or self.rollouts.state_dict()
-        _write_atomically(path, json.dumps({"rollout_id": rollout_id, "data_source": state}))
+        write_atomically(path, json.dumps({"rollout_id": rollout_id, "data_source": state}))
         self.plugins.before_save(rollout_id, self.config.save)
         self.trainer.call("save", rollout_id)
         if self.critic is not None:
@@ -235,8 +235,3 @@ def _timed(fn, *args):
     out = fn(*args)
     return out, time.perf_counter() - start
 
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)

@@ -1,0 +1,61 @@
+"""The checkpoint directory every train backend writes (``--save``) and resumes from (``--load``).
+
+    DIR/iter_0000003/                       one checkpoint (after rollout 3), backend's format
+    DIR/latest_checkpointed_iteration.txt   "3"
+
+A checkpoint is written into ``iter_0000003.tmp`` (`staging`), renamed once every rank has
+finished, and only then does the ``latest`` file name it (`publish`), so a crash mid-save
+never leaves a checkpoint that looks complete: `latest_checkpoint` follows the ``latest``
+file only. The backends add the barriers around these steps (they need torch.distributed).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+LATEST = "latest_checkpointed_iteration.txt"
+
+
+def staging(root: str | Path, rollout_id: int) -> tuple[Path, Path]:
+    """(final, tmp) directories of the checkpoint of ``rollout_id``."""
+    final = Path(root) / f"iter_{rollout_id:07d}"
+    return final, final.with_name(final.name + ".tmp")
+
+
+def prepare(tmp: Path) -> None:
+    """An empty ``tmp`` directory (one rank calls this, before the others write into it)."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+
+
+def publish(tmp: Path, final: Path, rollout_id: int) -> None:
+    """Make the finished ``tmp`` the checkpoint of ``rollout_id`` and the latest (one rank
+    calls this, after every rank has finished writing)."""
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    write_atomically(final.parent / LATEST, str(rollout_id))
+
+
+def latest_checkpoint(root: str | Path, written_by: str = "an earlier run") -> Path | None:
+    """The newest complete checkpoint under ``root``; None if it holds none yet. A ``root``
+    that does not exist is an error (a typo must not silently start a fresh run)."""
+    directory = Path(root)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"--load {root}: the directory does not exist; give the --save directory of "
+                                f"{written_by}, or drop --load to start from --hf-checkpoint")
+    latest = directory / LATEST
+    if not latest.is_file():
+        return None
+    path = directory / f"iter_{int(latest.read_text().strip()):07d}"
+    if not path.is_dir():
+        raise FileNotFoundError(f"{latest} names {path.name}, which is missing; the checkpoint directory was changed by hand")
+    return path
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace ``path``'s content at once (a reader sees the old text or the new, never half)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -1,0 +1,204 @@
+"""The backend-independent half of a training rank's RL step.
+
+Every train backend (FSDP, Megatron) runs the same step on its share of a rollout; only the
+forward and backward passes differ. `RankStep` holds the rest, so the backends give the same
+numbers for the same data:
+
+1. `RankStep.tensors`: (N, R) tensors of the share: loss mask, old / reference / rollout
+   log-probs, and advantages from the ``--advantage-estimator`` plugin (plus on-policy
+   distillation and ``--normalize-advantages`` whitening over the data-parallel group);
+2. per optimizer step, `RankStep.denominators` (samples and tokens of the global batch,
+   counted over the data-parallel group) and `RankStep.plan` (micro-batches, padded with
+   empty ones to the count of the rank that has the most, since every forward is a
+   collective);
+3. per micro-batch, `RankStep.loss`: the ``--loss-type`` plugin's loss through
+   ``compute_policy_loss``, a global-batch contribution;
+4. `sum_over_ranks` adds up the micro-batches' metrics of every data-parallel rank, and
+   `RankStep.rollout_metrics` averages the steps and adds the train/rollout log-prob gap;
+5. `lr_factor`: the learning-rate schedule, one value per optimizer step.
+
+Only rank processes import this module (it imports torch and torch.distributed).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from slime_core.algorithms import AdvantageInputs, LossDenominators, PolicyLossConfig, PolicyLossInputs
+from slime_core.algorithms import compute_policy_loss, loss_denominators, opd_advantages, whiten
+from slime_core.micro_batches import fixed_micro_batches, token_budget_micro_batches
+from slime_core.plugins import Plugins
+from slime_core.rollout_batch import RolloutBatch
+
+#: ``log_probs(model)``: per-sample response log-probs of the rank's share under ``model``
+#: ("actor", "ref" or "teacher"), each a (response_len,) tensor.
+LogProbsFn = Callable[[str], list[torch.Tensor]]
+
+
+@dataclass
+class StepTensors:
+    """The share's per-token inputs of the loss, right-padded to the longest response R."""
+
+    mask: torch.Tensor  # (N, R) 1 on response tokens trained on
+    old: torch.Tensor  # (N, R) log π_old(y_t) (zeros for SFT, which has no ratio)
+    ref: torch.Tensor | None  # (N, R) log π_ref(y_t), with a reference model
+    rollout: torch.Tensor | None  # (N, R) the engine's log-probs, with --use-tis
+    advantages: torch.Tensor  # (N, R)
+
+    def loss_inputs(self, indices: list[int], log_probs: torch.Tensor, entropy: torch.Tensor | None) -> PolicyLossInputs:
+        """The loss inputs of the micro-batch ``indices``, given its (B, W) log-probs (with
+        gradient) and entropy; the stored rows are cut to width W and moved to its device."""
+        width, device = log_probs.shape[1], log_probs.device
+        rows = lambda t: None if t is None else t[indices, :width].to(device)  # noqa: E731
+        return PolicyLossInputs(log_probs, rows(self.old), rows(self.advantages), rows(self.mask), entropy,
+                                rows(self.ref), rows(self.rollout))
+
+
+class RankStep:
+    """The RL math of one rank: options, advantage estimator and loss from the plugins."""
+
+    def __init__(self, config, group=None):
+        """``group``: the data-parallel process group the share's statistics are summed over
+        (default: every rank)."""
+        plugins = Plugins()
+        self.config = config
+        self.group = group or dist.group.WORLD
+        self.estimator = plugins.registry("advantage_estimators").get(config.advantage_estimator)
+        self.loss_config = PolicyLossConfig.from_config(config)
+        self.loss_fn = plugins.registry("policy_losses").get(self.loss_config.loss_type)
+
+    @property
+    def sft(self) -> bool:
+        """SFT trains on -log π alone: no old log-probs, no advantages, no rollout gap."""
+        return self.loss_config.loss_type == "sft_loss"
+
+    def tensors(self, batch: RolloutBatch, log_probs: LogProbsFn, reference: bool, teacher: bool) -> StepTensors:
+        """Old / reference / teacher log-probs (through ``log_probs``) and advantages of the
+        share; ``reference`` / ``teacher``: whether the rank holds that model."""
+        cfg = self.config
+        mask = pad_rows(batch.loss_masks)
+        old = torch.zeros_like(mask) if self.sft else pad_rows(log_probs("actor"))
+        ref = pad_rows(log_probs("ref")) if reference else None
+        advantage_inputs = AdvantageInputs(
+            torch.tensor(batch.rewards, dtype=torch.float32), torch.tensor(batch.group_ids), mask,
+            log_probs=old, ref_log_probs=ref, kl_coef=cfg.kl_coef, kl_type=cfg.kl_loss_type,
+            values=None if batch.values is None else pad_rows(batch.values), gamma=cfg.gamma, lambd=cfg.lambd,
+        )
+        advantages, _ = self.estimator(advantage_inputs)
+        if teacher:
+            advantages = opd_advantages(advantages, old, pad_rows(log_probs("teacher")), mask, cfg.opd_kl_coef)
+        if cfg.normalize_advantages:
+            advantages = whiten(advantages, mask, group=self.group)
+        rollout = pad_rows(batch.rollout_log_probs) if self.loss_config.use_tis else None
+        return StepTensors(mask, old, ref, rollout, advantages)
+
+    def plan(self, indices: list[int], batch: RolloutBatch) -> list[list[int]]:
+        """Micro-batches of ``indices`` (``--use-dynamic-batch-size``: by token budget, else
+        ``--micro-batch-size`` samples), padded with empty ones to the largest count of any
+        rank: every forward and backward is a collective in some group, so all ranks run
+        the same number."""
+        cfg = self.config
+        if cfg.use_dynamic_batch_size:
+            plan = token_budget_micro_batches(indices, [len(t) for t in batch.tokens], cfg.max_tokens_per_gpu)
+        else:
+            plan = fixed_micro_batches(indices, cfg.micro_batch_size)
+        count = torch.tensor(len(plan))
+        dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        return plan + [[] for _ in range(int(count) - len(plan))]
+
+    def denominators(self, data: StepTensors, indices: list[int]) -> LossDenominators:
+        """Samples and trained tokens of one optimizer step's global batch (every
+        data-parallel rank's ``indices``), the denominators of the loss reduction."""
+        return loss_denominators(data.mask[indices], max_tokens_per_sample=self.config.rollout_max_response_len,
+                                 group=self.group)
+
+    def loss(self, inputs: PolicyLossInputs, denominators: LossDenominators) -> tuple[torch.Tensor, dict[str, float]]:
+        """The micro-batch's contribution to the global-batch loss, and its metrics."""
+        return compute_policy_loss(inputs, self.loss_config, denominators, self.loss_fn)
+
+    def rollout_metrics(self, history: list[dict[str, float]], data: StepTensors, batch: RolloutBatch) -> dict[str, float]:
+        """The steps' metrics averaged, plus ``train_rollout_logprob_abs_diff`` (not for SFT,
+        which has no old log-probs)."""
+        metrics = {key: sum(m[key] for m in history) / len(history) for key in history[0]}
+        if not self.sft:
+            metrics["train_rollout_logprob_abs_diff"] = self.mean_abs_diff(data.old, batch.rollout_log_probs, data.mask)
+        return metrics
+
+    def lr(self, step: int) -> float:
+        """``--lr`` times `lr_factor` at optimizer step ``step`` (0 = the first update)."""
+        cfg = self.config
+        return cfg.lr * lr_factor(step, cfg.lr_warmup_iters, cfg.lr_decay_style, cfg.lr_decay_iters, cfg.min_lr / cfg.lr)
+
+    def mean_abs_diff(self, train: torch.Tensor, rollout: list[list[float]], mask: torch.Tensor) -> float:
+        """Mean |train − rollout| log-prob over the trained tokens of every data-parallel
+        rank: how far the engine's sampling distribution is from the trainer's."""
+        diff = (train - pad_rows(rollout)[:, : train.shape[1]]).abs() * mask
+        totals = torch.stack([diff.sum(), mask.sum()]).double()
+        dist.all_reduce(totals, group=self.group)
+        return float(totals[0] / totals[1].clamp(min=1))
+
+
+def sum_over_ranks(metrics: dict[str, float], group=None) -> dict[str, float]:
+    """Per-key sums of ``metrics`` over the ranks of ``group`` (default: every rank); a rank
+    that only ran padding micro-batches contributes none."""
+    gathered: list[dict[str, float]] = [{} for _ in range(dist.get_world_size(group))]
+    dist.all_gather_object(gathered, metrics, group=group)
+    keys = sorted({key for part in gathered for key in part})
+    return {key: sum(part.get(key, 0.0) for part in gathered) for key in keys}
+
+
+def lr_factor(step: int, warmup: int, style: str, decay_iters: int | None, min_ratio: float) -> float:
+    """The multiple of ``--lr`` at optimizer step ``step`` (0 = the first update).
+
+    Warmup: (step + 1) / warmup for the first ``warmup`` steps. Then ``constant``: 1;
+    ``linear``/``cosine``: from 1 down to ``min_ratio`` over ``decay_iters`` steps, then
+    ``min_ratio``.
+    """
+    if step < warmup:
+        return (step + 1) / warmup
+    if style == "constant" or not decay_iters:
+        return 1.0
+    progress = min(1.0, (step - warmup) / max(1, decay_iters - warmup))
+    if style == "linear":
+        shape = 1.0 - progress
+    elif style == "cosine":
+        shape = 0.5 * (1.0 + math.cos(math.pi * progress))
+    else:
+        raise ValueError(f"unknown --lr-decay-style {style!r}; use constant, linear or cosine")
+    return min_ratio + (1.0 - min_ratio) * shape
+
+
+def memory_gib(device: torch.device) -> dict[str, float]:
+    """Memory of this rank, in GiB: allocated and peak device memory on a GPU; resident and
+    peak resident memory of the process on a CPU."""
+    if device.type == "cuda":
+        return {"allocated_gib": torch.cuda.memory_allocated() / 2**30, "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
+    status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+    return {"rss_gib": int(status["VmRSS"].split()[0]) / 2**20, "peak_rss_gib": int(status["VmHWM"].split()[0]) / 2**20}
+
+
+def check_prompts(tokens: list[list[int]], response_lengths: list[int]) -> None:
+    """Every sample needs a prompt token (the first response token is predicted from it)
+    and a response token."""
+    for seq, response_length in zip(tokens, response_lengths):
+        if not 0 < response_length < len(seq):
+            raise ValueError(
+                f"a sample has {len(seq)} tokens and a response of {response_length}: it needs at least one prompt "
+                "token and one response token to be trained on"
+            )
+
+
+def pad_rows(rows: list[torch.Tensor | list], device=None, value: float = 0.0) -> torch.Tensor:
+    """Right-pad per-sample 1-D tensors (or lists) into a (B, T) float32 tensor."""
+    tensors = [r if isinstance(r, torch.Tensor) else torch.tensor(r, dtype=torch.float32) for r in rows]
+    width = max((t.numel() for t in tensors), default=0)
+    out = []
+    for t in tensors:
+        t = t.to(device=device if device is not None else t.device, dtype=torch.float32)
+        out.append(torch.nn.functional.pad(t, (0, width - t.numel()), value=value))
+    return torch.stack(out)

@@ -1,0 +1,133 @@
+"""`slime_core.rank_step`: the backend-independent RL step of a train rank, on two gloo
+processes (shares of different sizes) compared with the whole batch on one."""
+
+import math
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from slime_core.rank_step import RankStep, check_prompts, lr_factor, pad_rows, sum_over_ranks
+from slime_core.rollout_batch import RolloutBatch
+
+
+class _Config:
+    """The options `RankStep` reads, as attributes (what ``Config`` gives a rank)."""
+
+    advantage_estimator = "grpo"
+    loss_type = "policy_loss"
+    kl_coef = 0.0
+    kl_loss_type = "low_var_kl"
+    gamma = 1.0
+    lambd = 1.0
+    normalize_advantages = True
+    use_dynamic_batch_size = False
+    micro_batch_size = 2
+    max_tokens_per_gpu = 64
+    rollout_max_response_len = 4
+    opd_kl_coef = 0.0
+    lr, min_lr, lr_warmup_iters, lr_decay_style, lr_decay_iters = 1e-3, 1e-4, 2, "cosine", 6
+
+
+def _batch() -> RolloutBatch:
+    """A group of four samples and one of two; responses of 1..3 tokens."""
+    lengths = [1, 2, 3, 3, 2, 1]
+    return RolloutBatch(
+        tokens=[[5] * 3 + [6] * n for n in lengths], response_lengths=lengths, loss_masks=[[1] * n for n in lengths],
+        rewards=[1.0, 0.0, 0.0, 1.0, 1.0, 0.0], group_ids=[0, 0, 0, 0, 1, 1],
+        rollout_log_probs=[[-0.5 * (i + 1)] * n for i, n in enumerate(lengths)],
+    )
+
+
+def _log_probs(batch: RolloutBatch):
+    """Made-up 'actor' log-probs that differ per sample and token."""
+    return lambda model: [torch.tensor([-0.1 * (t + 1) - r for t in range(len(m))]) for m, r in zip(batch.loss_masks, batch.rewards)]
+
+
+def _step_results(batch: RolloutBatch) -> dict:
+    step = RankStep(_Config())
+    data = step.tensors(batch, _log_probs(batch), reference=False, teacher=False)
+    indices = list(range(len(batch)))
+    return {
+        "advantages": [row[: len(m)].tolist() for row, m in zip(data.advantages, batch.loss_masks)],
+        "plan": step.plan(indices, batch),
+        "denominators": step.denominators(data, indices),
+        "sums": sum_over_ranks({"loss": float(len(batch))}),
+        "rollout": step.rollout_metrics([{"loss": 1.0}, {"loss": 3.0}], data, batch),
+    }
+
+
+def _rank_main(rank: int, port: int, results: dict) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        share = [0, 1, 2, 3] if rank == 0 else [4, 5]  # whole groups, uneven shares
+        results[rank] = _step_results(_batch().select(share))
+    finally:
+        dist.destroy_process_group()
+
+
+def _single_process(port: int) -> dict:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        return _step_results(_batch())
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_ranks_plan_together_and_count_and_sum_the_global_batch():
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.start_processes(_rank_main, args=(_free_port(), results), nprocs=2, join=True, start_method="fork")
+        results = dict(results)
+    whole = _single_process(_free_port())
+    # rank 0 needs 2 micro-batches of 2; rank 1 one, padded with an empty one
+    assert results[0]["plan"] == [[0, 1], [2, 3]] and results[1]["plan"] == [[0, 1], []]
+    assert results[0]["denominators"] == results[1]["denominators"] == whole["denominators"]
+    assert whole["denominators"].num_samples == 6 and whole["denominators"].num_tokens == 12
+    assert results[0]["sums"] == results[1]["sums"] == {"loss": 6.0}
+    for key in ("loss", "train_rollout_logprob_abs_diff"):
+        assert results[0]["rollout"][key] == pytest.approx(whole["rollout"][key])
+    assert whole["rollout"]["loss"] == 2.0  # the mean over the steps
+    # whitening runs over both ranks: the shares' advantages are the whole batch's
+    shares = results[0]["advantages"] + results[1]["advantages"]
+    assert all(a == pytest.approx(b, abs=1e-6) for a, b in zip(shares, whole["advantages"]))
+
+
+def test_grpo_advantages_are_the_group_normalised_rewards():
+    port = _free_port()
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        config = _Config()
+        config.normalize_advantages = False
+        batch = _batch()
+        data = RankStep(config).tensors(batch, _log_probs(batch), reference=False, teacher=False)
+    finally:
+        dist.destroy_process_group()
+    # group 0: rewards 1, 0, 0, 1: mean 1/2, unbiased std sqrt(1/3)
+    expected = (1 - 1 / 2) / (math.sqrt(1 / 3) + 1e-6)
+    assert data.advantages[0, 0].item() == pytest.approx(expected, rel=1e-5)
+    assert data.mask.tolist()[0] == [1, 0, 0] and data.rollout is None and data.ref is None
+    inputs = data.loss_inputs([2, 0], torch.zeros(2, 2), None)
+    assert inputs.loss_mask.tolist() == [[1, 1], [1, 0]] and inputs.old_log_probs.shape == (2, 2)
+
+
+def test_lr_schedule_warms_up_then_decays_to_the_minimum():
+    factors = [lr_factor(step, 2, "cosine", 6, 0.1) for step in range(8)]
+    assert factors[:3] == [0.5, 1.0, 1.0] and factors[4] == pytest.approx(0.55) and factors[6:] == [0.1, 0.1]
+    assert [lr_factor(step, 0, "linear", 4, 0.0) for step in range(5)] == [1.0, 0.75, 0.5, 0.25, 0.0]
+    with pytest.raises(ValueError, match="unknown --lr-decay-style 'step'"):
+        lr_factor(3, 0, "step", 4, 0.0)
+
+
+def test_samples_without_prompt_or_response_are_refused_and_rows_are_padded():
+    with pytest.raises(ValueError, match="at least one prompt token and one response token"):
+        check_prompts([[1, 2, 3]], [3])
+    assert pad_rows([[1.0], torch.tensor([2.0, 3.0])], value=-1.0).tolist() == [[1.0, -1.0], [2.0, 3.0]]

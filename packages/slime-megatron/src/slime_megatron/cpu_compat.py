@@ -1,0 +1,254 @@
+"""Run megatron-core on CPU (gloo) where there is no CUDA device: for development and CI.
+
+megatron-core 0.16 assumes CUDA in four ways, and ``enable_cpu_mode()`` answers each as
+narrowly as it can, only where megatron needs it:
+
+1. RNG: ``tensor_parallel.random`` keeps one CUDA generator state per parallel region
+   (``model_parallel_cuda_manual_seed``, ``get_cuda_rng_tracker().fork()``, activation
+   recomputation). :class:`CpuRNGStatesTracker` keeps the same named states for the CPU
+   generator, and recomputation saves and restores the CPU generator's state.
+2. ``torch.cuda.current_device()`` used as the device of new tensors or ``.to(...)``;
+3. ``device="cuda"`` in tensor factories (``torch.zeros(..., device="cuda")``).
+   For 2 and 3, the ``torch`` global of each module in :data:`CPU_TORCH_MODULES` (found by
+   running a tensor- and data-parallel model's forward, backward with recomputation,
+   optimizer step and checkpoint on CPU) is replaced by :data:`cpu_torch`, a view of torch
+   whose factories put "cuda" tensors on the CPU and whose ``cuda.current_device()`` is the
+   CPU.
+4. The optimizers sort parameters by ``tensor.type() == "torch.cuda.FloatTensor"``: the
+   calls in :data:`CUDA_TYPE_CHECKS` run inside :func:`cuda_type_names`.
+
+Code outside those modules and calls sees no change, and nothing changes on a machine with
+CUDA (``enable_cpu_mode`` refuses to run there). Not covered: sequence parallelism (the
+local RMSNorm refuses it on any device) and the all-to-all MoE token dispatcher (CUDA
+streams; the families pick the all-gather one on CPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import types
+
+import torch
+
+#: The megatron modules whose ``torch`` global becomes :data:`cpu_torch`, each with the
+#: CUDA-only calls that made it necessary (megatron-core 0.16.1).
+CPU_TORCH_MODULES = {
+    "megatron.core.models.common.embeddings.rotary_pos_embedding":
+        "RotaryEmbedding.get_emb: inv_freq.to(device=torch.cuda.current_device())",
+    "megatron.core.transformer.utils":
+        "get_default_causal_mask: torch.ones(sq, sq, device='cuda'), the attention softmax's causal mask",
+    "megatron.core.utils":
+        "GlobalMemoryBuffer.get_tensor (DotProductAttention's score buffer): torch.empty(device=current_device())",
+    "megatron.core.tensor_parallel.mappings":
+        "the tensor-parallel all-gathers and reduce-scatters: torch.empty(device=current_device())",
+    "megatron.core.transformer.moe.router":
+        "TopKRouter.gating: weight.data.to(device=torch.cuda.current_device())",
+    "megatron.core.distributed.param_and_grad_buffer":
+        "DDP's contiguous parameter and gradient buffers: torch.zeros(device=current_device())",
+    "megatron.core.pipeline_parallel.schedules":
+        "forward_backward_*: total_num_tokens = torch.zeros([], device='cuda')",
+    "megatron.core.optimizer.optimizer":
+        "the optimizers' loss scale and overflow flags: torch.tensor([1.0], device='cuda')",
+    "megatron.core.optimizer.clip_grads":
+        "gradient norm and clipping: torch.zeros(1, device='cuda')",
+    "megatron.core.dist_checkpointing.strategies.filesystem_async":
+        "FileSystemWriterAsync.preload_tensors: torch.cuda.synchronize()",
+    "megatron.core.dist_checkpointing.strategies.state_dict_saver":
+        "save_state_dict_async_finalize: torch.tensor([failures], device=current_device())",
+}
+
+_CUDA_FACTORIES = ("empty", "zeros", "ones", "full", "tensor", "arange", "rand", "randn", "randint")
+
+
+def _cpu_device(device):
+    """The CPU for a CUDA device (``"cuda"``, ``"cuda:0"``, an index, ``torch.device("cuda")``)."""
+    if device is not None and (isinstance(device, int) or torch.device(device).type == "cuda"):
+        return torch.device("cpu")
+    return device
+
+
+def _on_cpu(factory):
+    def factory_on_cpu(*args, device=None, **kwargs):
+        return factory(*args, device=_cpu_device(device), **kwargs)
+
+    factory_on_cpu.__name__ = factory.__name__
+    factory_on_cpu.__doc__ = f"``torch.{factory.__name__}`` with a CUDA ``device`` replaced by the CPU."
+    return factory_on_cpu
+
+
+class _CpuCuda(types.ModuleType):
+    """``torch.cuda`` as the patched modules see it: the current device is the CPU."""
+
+    def __init__(self):
+        super().__init__("torch.cuda")
+
+    def __getattr__(self, name):
+        return getattr(torch.cuda, name)
+
+    @staticmethod
+    def current_device() -> torch.device:
+        return torch.device("cpu")
+
+    @staticmethod
+    def synchronize(device=None) -> None:
+        """Nothing to wait for: CPU operations are synchronous."""
+
+
+class _CpuTorch(types.ModuleType):
+    """``torch`` as the patched modules see it: CUDA tensor factories make CPU tensors."""
+
+    def __init__(self):
+        super().__init__("torch")
+        self.cuda = _CpuCuda()
+        for name in _CUDA_FACTORIES:
+            setattr(self, name, _on_cpu(getattr(torch, name)))
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+
+#: The view of torch that the modules in :data:`CPU_TORCH_MODULES` see in CPU mode.
+cpu_torch = _CpuTorch()
+
+
+class CpuRNGStatesTracker:
+    """megatron's ``CudaRNGStatesTracker`` for the CPU generator.
+
+    Serves ``tensor_parallel.model_parallel_cuda_manual_seed`` (``add`` seeds the
+    data-, tensor- and expert-parallel states) and ``get_cuda_rng_tracker().fork(name)``
+    (dropout and weight init inside a parallel region draw from that region's state, then
+    the outer state is restored), the same contract as the CUDA tracker, whose ``add`` and
+    ``fork`` call ``torch.cuda.get_rng_state``, which fails without CUDA.
+    """
+
+    def __init__(self, *args, **kwargs):
+        self.reset()
+
+    def reset(self):
+        self.states_: dict[str, torch.Tensor] = {}
+        self.seeds_: set[int] = set()
+        self._is_initialized = False
+
+    def is_initialized(self) -> bool:
+        return self._is_initialized
+
+    def get_states(self) -> dict[str, torch.Tensor]:
+        return dict(self.states_)
+
+    def set_states(self, states: dict[str, torch.Tensor]) -> None:
+        self._is_initialized = True
+        self.states_ = states
+
+    def add(self, name: str, seed: int) -> None:
+        if seed in self.seeds_ or name in self.states_:
+            raise ValueError(f"RNG state '{name}' or seed {seed} is already tracked")
+        self._is_initialized = True
+        self.seeds_.add(seed)
+        self.states_[name] = torch.Generator().manual_seed(seed).get_state()
+
+    @contextlib.contextmanager
+    def fork(self, name: str = "model-parallel-rng"):
+        if name not in self.states_:
+            raise ValueError(f"RNG state '{name}' is not tracked; call model_parallel_cuda_manual_seed first")
+        outer = torch.get_rng_state()
+        torch.set_rng_state(self.states_[name])
+        try:
+            yield
+        finally:
+            self.states_[name] = torch.get_rng_state()
+            torch.set_rng_state(outer)
+
+
+def _get_rng_state(*args, **kwargs) -> torch.Tensor:
+    """Replaces ``tensor_parallel.random._get_cuda_rng_state``: the CPU generator's state.
+
+    Activation recomputation (``CheckpointFunction``) saves it before the forward pass and
+    restores it before recomputing, so dropout draws the same masks twice.
+    """
+    return torch.get_rng_state()
+
+
+def _set_rng_state(state: torch.Tensor, *args, **kwargs) -> None:
+    """Replaces ``tensor_parallel.random._set_cuda_rng_state``: see :func:`_get_rng_state`."""
+    torch.set_rng_state(state)
+
+
+@contextlib.contextmanager
+def cuda_type_names():
+    """Within this context, ``tensor.type()`` (no argument) of a CPU tensor names the CUDA
+    type (``torch.cuda.FloatTensor``), because megatron's optimizers sort parameters by it:
+    see :data:`CUDA_TYPE_CHECKS`. ``tensor.type(dtype)`` conversions are unchanged.
+    """
+    original = torch.Tensor.type
+
+    def type_as_cuda(self, dtype=None, non_blocking=False, **kwargs):
+        if dtype is None and self.device.type == "cpu":
+            return original(self).replace("torch.", "torch.cuda.", 1)
+        return original(self, dtype, non_blocking, **kwargs)
+
+    torch.Tensor.type = type_as_cuda
+    try:
+        yield
+    finally:
+        torch.Tensor.type = original
+
+
+#: The megatron calls that run inside :func:`cuda_type_names`: (module, attribute path, why).
+CUDA_TYPE_CHECKS = (
+    # MegatronOptimizer.clip_grad_norm asserts grad.type() == 'torch.cuda.FloatTensor'
+    ("megatron.core.optimizer.optimizer", "clip_grad_by_total_norm_fp32"),
+    # sorts parameters into float16 / fp32 groups by param.type(), TypeError for CPU types
+    ("megatron.core.optimizer.optimizer", "Float16OptimizerWithFloat16Params.__init__"),
+    ("megatron.core.optimizer.distrib_optimizer", "DistributedOptimizer.__init__"),
+)
+
+
+def _with_cuda_type_names(function):
+    @functools.wraps(function)
+    def wrapped(*args, **kwargs):
+        with cuda_type_names():
+            return function(*args, **kwargs)
+
+    return wrapped
+
+
+def _patch_cuda_type_checks() -> None:
+    for module_name, path in CUDA_TYPE_CHECKS:
+        owner = importlib.import_module(module_name)
+        *parents, name = path.split(".")
+        for parent in parents:
+            owner = getattr(owner, parent)
+        setattr(owner, name, _with_cuda_type_names(getattr(owner, name)))
+
+
+_enabled = False
+
+
+def enable_cpu_mode() -> None:
+    """Make megatron-core run on CPU: call once per process, after importing torch and
+    before building a model; calling it again does nothing.
+
+    Only for machines without CUDA: with a CUDA device megatron must use it, so this
+    raises there.
+    """
+    global _enabled
+    if _enabled:
+        return
+    if torch.cuda.is_available():
+        raise RuntimeError("enable_cpu_mode() is for machines without CUDA; this one has a CUDA device, use it")
+    from megatron.core.tensor_parallel import random
+
+    random._CUDA_RNG_STATE_TRACKER = CpuRNGStatesTracker()
+    random._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
+    random._get_cuda_rng_state, random._set_cuda_rng_state = _get_rng_state, _set_rng_state
+    _patch_cuda_type_checks()
+    for module in CPU_TORCH_MODULES:
+        importlib.import_module(module).torch = cpu_torch
+    _enabled = True
+
+
+def cpu_mode_enabled() -> bool:
+    """Whether :func:`enable_cpu_mode` ran in this process."""
+    return _enabled

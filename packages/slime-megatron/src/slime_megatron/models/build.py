@@ -1,0 +1,58 @@
+"""megatron-core's ``GPTModel`` for a Hugging Face config, on the current parallel state."""
+
+from __future__ import annotations
+
+import torch
+
+
+def build_model(hf_config, config):
+    """This rank's part of the model (its tensor/expert shards and pipeline stage).
+
+    Uses megatron's local (non-Transformer-Engine) layers, float32 weights, or bf16 with
+    ``config.bf16``; the weights are randomly initialised: load them with
+    :func:`slime_megatron.models.load_hf_weights`. Megatron's parallel groups must exist
+    (:func:`slime_megatron.parallel.init_parallel`).
+    """
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+
+    from slime_megatron.models.family import model_family
+    from slime_megatron.models.transformer_config import transformer_config
+
+    _without_transformer_engine()
+    family = model_family(hf_config)
+    tc = transformer_config(hf_config, config)
+    _check_vocab(hf_config.vocab_size, tc.tensor_model_parallel_size)
+    model = GPTModel(
+        tc,
+        get_gpt_decoder_block_spec(tc, use_transformer_engine=False, normalization="RMSNorm"),
+        vocab_size=hf_config.vocab_size,
+        max_sequence_length=hf_config.max_position_embeddings,
+        pre_process=parallel_state.is_pipeline_first_stage(),
+        post_process=parallel_state.is_pipeline_last_stage(),
+        share_embeddings_and_output_weights=bool(hf_config.tie_word_embeddings),
+        position_embedding_type="rope",
+        **family.model_kwargs(hf_config),
+    )
+    if torch.cuda.is_available():
+        model.cuda(torch.cuda.current_device())
+    return model
+
+
+def _without_transformer_engine() -> None:
+    """megatron-core 0.16.1's MoE router calls ``moe_utils.te_general_gemm`` when it is not
+    None, but without Transformer Engine never defines it (a NameError on the first MoE
+    forward); define it as None so the router uses its plain torch matmul."""
+    from megatron.core.transformer.moe import moe_utils
+
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
+
+
+def _check_vocab(vocab_size: int, tp: int) -> None:
+    """Megatron splits the vocabulary evenly over tensor-parallel ranks, without padding
+    (padded rows would add logits the Hugging Face model does not have)."""
+    if vocab_size % tp:
+        raise ValueError(f"vocab_size {vocab_size} is not divisible by --tensor-model-parallel-size {tp}; "
+                         "pick a tensor-parallel size that divides the vocabulary")

@@ -1,0 +1,63 @@
+"""Process groups for one Megatron training rank: torch.distributed, then Megatron's
+tensor / pipeline / context / expert / data-parallel groups, then its RNG states."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def init_parallel(config, rank: int, world_size: int, master_addr: str, master_port: int) -> None:
+    """Join the ``world_size`` training ranks and build Megatron's parallel groups.
+
+    On CUDA, CUDA tensors go over nccl and CPU tensors over gloo (``cpu:gloo,cuda:nccl``);
+    without CUDA everything goes over gloo and :func:`slime_megatron.cpu_compat.enable_cpu_mode`
+    makes megatron-core run on the CPU. The parallel sizes are the config's Megatron options
+    (see ``slime_megatron.plugin``); the data-parallel size is what is left of ``world_size``.
+    """
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    else:
+        from slime_megatron.cpu_compat import enable_cpu_mode
+
+        enable_cpu_mode()
+        # ranks share the cores (a caller that asked for fewer threads keeps its setting)
+        torch.set_num_threads(min(torch.get_num_threads(), max(1, (os.cpu_count() or 1) // world_size)))
+    backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
+    dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=rank, world_size=world_size)
+    initialize_model_parallel(config)
+    seed_parallel_rng(config.seed)
+
+
+def initialize_model_parallel(config) -> None:
+    """Megatron's process groups for the sizes in ``config`` (torch.distributed must be up)."""
+    from megatron.core import parallel_state
+
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=config.tensor_model_parallel_size,
+        pipeline_model_parallel_size=config.pipeline_model_parallel_size,
+        context_parallel_size=config.context_parallel_size,
+        expert_model_parallel_size=config.expert_model_parallel_size,
+        expert_tensor_parallel_size=config.expert_tensor_parallel_size,
+    )
+
+
+def seed_parallel_rng(seed: int) -> None:
+    """Seed the default generators with ``seed`` and Megatron's tracked RNG states (one per
+    tensor- and expert-parallel rank, so dropout differs across shards but not replicas)."""
+    from megatron.core import tensor_parallel
+
+    torch.manual_seed(seed)
+    tensor_parallel.model_parallel_cuda_manual_seed(seed)
+
+
+def destroy_parallel() -> None:
+    """Tear down Megatron's groups and the default process group (tests, tools)."""
+    from megatron.core import parallel_state
+
+    parallel_state.destroy_model_parallel()
+    if dist.is_initialized():
+        dist.destroy_process_group()

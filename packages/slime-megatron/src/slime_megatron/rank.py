@@ -1,0 +1,283 @@
+"""`MegatronTrainRank`: one rank of the Megatron-core train backend (see ``slime_core.train_backend``).
+
+The RL step is the FSDP backend's (``slime_core.rank_step``); what is Megatron's here is how
+the passes run:
+
+- every forward and backward goes through Megatron's forward-backward schedule
+  (``get_forward_backward_func``: plain gradient accumulation, or 1F1B over pipeline
+  stages), and the model-grads finalisation (data-parallel all-reduce) runs once per step;
+- log-probs and entropy come from the vocabulary-parallel logits of the rank's tensor-parallel
+  slice (`slime_megatron.logprobs`);
+- ranks of one model replica (tensor/pipeline parallel) gather their shares and train on
+  the union (`slime_megatron.shares`); metrics and denominators are summed over the
+  data-parallel group.
+
+Beside it: `slime_megatron.schedule` (the forward-backward schedule), `.optimizer` (DDP and
+the optimizer), `.inputs` (padded micro-batches), `.swap` (the reference weights),
+`.export` (HF weights for the engines and ``--save-hf``), `.offload` (colocated mode).
+
+The loss each micro-batch returns is its global-batch contribution (``compute_policy_loss``),
+so its gradient is scaled by the micro-batch count and the data-parallel size, which the
+schedule (mean over micro-batches) and DDP (mean over replicas) divide by again.
+
+Reference model: its weights are kept in CPU memory as this rank's parameter shards and
+swapped into the model for the reference pass. The distillation teacher is a second
+GPTModel (same parallel layout, no optimizer) kept on the device.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import nullcontext
+from functools import partial
+
+import torch
+import torch.distributed as dist
+
+from slime_core.micro_batches import step_slices
+from slime_core.rank_step import RankStep, StepTensors, check_prompts, memory_gib, pad_rows, sum_over_ranks
+from slime_core.rollout_batch import RolloutBatch
+from slime_megatron import export, inputs, offload, schedule, swap
+from slime_megatron.logprobs import vocab_parallel_entropy, vocab_parallel_log_probs
+from slime_megatron.optimizer import build_optimizer, set_lr, wrap
+from slime_megatron.parallel import init_parallel
+from slime_megatron.shares import gather_shares
+
+
+class MegatronTrainRank:
+    """One training rank: a tensor/pipeline shard of the policy in a data-parallel replica."""
+
+    def __init__(self, config, rank: int, world_size: int, master_addr: str, master_port: int):
+        from megatron.core import parallel_state
+
+        _check_supported(config)
+        self.config, self.rank, self.world_size = config, rank, world_size
+        init_parallel(config, rank, world_size, master_addr, master_port)
+        cuda = torch.cuda.is_available()
+        self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+        self.parallel = parallel_state
+        self.step = RankStep(config, group=parallel_state.get_data_parallel_group())
+        self.version = 0  # rollouts trained (the weight version the engines see)
+        self.updates = 0  # optimizer steps taken (the learning-rate schedule's step)
+        self._offloaded: offload.Offloaded | None = None
+        self._buckets: list[list[tuple[str, torch.Tensor]]] = []
+
+    # ---------------------------------------------------------------- setup and resume
+
+    def init(self) -> dict:
+        from transformers import AutoConfig, AutoTokenizer
+
+        from slime_megatron.models import build_model, load_hf_weights
+
+        cfg = self.config
+        self.hf_config = AutoConfig.from_pretrained(cfg.hf_checkpoint)
+        self.tokenizer = AutoTokenizer.from_pretrained(cfg.hf_checkpoint)
+        module = build_model(self.hf_config, cfg)
+        load_hf_weights(module, cfg.hf_checkpoint, self.hf_config)
+        self.model = wrap(module, cfg)
+        self.optimizer = build_optimizer(self.model, cfg)
+        self.reference = self._reference_weights()
+        self.teacher = self._teacher()
+        return {"rollout_id": self._resume() if cfg.load else 0, "weight_version": self.version}
+
+    def _reference_weights(self) -> dict[str, torch.Tensor] | None:
+        """The reference policy's parameter shards on CPU: the starting weights, or ``--ref-load``."""
+        from slime_megatron.models import load_hf_weights
+
+        cfg = self.config
+        if not (cfg.use_kl_loss or cfg.kl_coef):
+            return None
+        if not cfg.ref_load:
+            return swap.snapshot(self.model.module)
+        with swap.swapped(self.model.module, swap.snapshot(self.model.module)):
+            load_hf_weights(self.model.module, cfg.ref_load, self.hf_config)
+            return swap.snapshot(self.model.module)
+
+    def _teacher(self):
+        """The on-policy distillation teacher (``--opd-teacher-load``), or None."""
+        from transformers import AutoConfig
+
+        from slime_megatron.models import build_model, load_hf_weights
+
+        if not self.config.opd_teacher_load:
+            return None
+        teacher_config = AutoConfig.from_pretrained(self.config.opd_teacher_load)
+        if teacher_config.vocab_size != self.hf_config.vocab_size:
+            raise ValueError(f"--opd-teacher-load {self.config.opd_teacher_load} has a vocabulary of "
+                             f"{teacher_config.vocab_size}, the policy {self.hf_config.vocab_size}: distillation "
+                             "compares token log-probs, so use a teacher with the policy's tokenizer")
+        teacher = build_model(teacher_config, self.config)
+        load_hf_weights(teacher, self.config.opd_teacher_load, teacher_config)
+        teacher.config.variable_seq_lengths = True
+        return teacher.eval()
+
+    def _resume(self) -> int:
+        """Restore from ``--load`` if it holds a checkpoint; the next rollout id."""
+        from megatron.core import tensor_parallel
+
+        from slime_megatron.checkpoint import latest_checkpoint, load_checkpoint
+
+        path = latest_checkpoint(self.config.load)
+        if path is None:
+            return 0
+        extra = load_checkpoint(path, self.model, self.optimizer)
+        if "rollout_id" not in extra:  # from `slime convert hf-to-megatron`: starting weights, no training state
+            return 0
+        torch.set_rng_state(extra["rng"])
+        tensor_parallel.get_cuda_rng_tracker().set_states(extra["parallel_rng"])
+        self.version, self.updates = extra["weight_version"], extra["updates"]
+        return extra["rollout_id"] + 1
+
+    # ---------------------------------------------------------------- log-probs
+
+    def compute_log_probs(self, share: RolloutBatch, model: str = "actor") -> list[list[float]]:
+        batch, own = gather_shares(share, self.parallel.get_model_parallel_group())
+        log_probs = self._log_probs(batch, model)
+        return [log_probs[i].tolist() for i in own]
+
+    def _log_probs(self, batch: RolloutBatch, model: str) -> list[torch.Tensor]:
+        """Per-sample response log-probs of the replica's ``batch`` under ``model``."""
+        if model == "ref" and self.reference is None:
+            raise ValueError("reference log-probs need a reference model: set --use-kl-loss or --kl-coef")
+        if model == "teacher" and self.teacher is None:
+            raise ValueError("teacher log-probs need a teacher model: set --opd-teacher-load DIR")
+        net = self.teacher if model == "teacher" else self.model
+        micros = self._micro_batches(batch, list(range(len(batch))))
+        reference = swap.swapped(self.model.module, self.reference) if model == "ref" else nullcontext()
+        with torch.no_grad(), reference:
+            results = schedule.run(net, micros, self._collect_log_probs, forward_only=True)
+        out: list[torch.Tensor | None] = [None] * len(batch)
+        for micro, result in zip(micros, results):
+            for index, log_probs in zip(micro.indices, result):
+                out[index] = log_probs
+        return out
+
+    def _collect_log_probs(self, micro: inputs.MicroBatch, logits: torch.Tensor):
+        """The schedule's loss function in a log-prob pass: no loss, the log-probs as CPU tensors."""
+        log_probs = self._response_log_probs(logits, micro)[0] if micro.indices else []
+        return torch.zeros((), device=logits.device), [lp.float().cpu() for lp in log_probs]
+
+    def _response_log_probs(self, logits: torch.Tensor, micro: inputs.MicroBatch, entropy: bool = False):
+        """Per sample, log π of each response token (and the entropy of its distribution),
+        from the (B, W, V/tp) vocabulary-parallel logits."""
+        positions, targets, counts = micro.response_positions()
+        scores = logits.reshape(-1, logits.shape[-1])[positions]  # (N, V/tp)
+        group, temperature, vocab = self.parallel.get_tensor_model_parallel_group(), self.config.rollout_temperature, self.hf_config.vocab_size
+        log_probs = vocab_parallel_log_probs(scores, targets, temperature, group, vocab).split(counts)
+        if not entropy:
+            return log_probs, None
+        return log_probs, vocab_parallel_entropy(scores, temperature, group, vocab).split(counts)
+
+    # ---------------------------------------------------------------- training
+
+    def train(self, rollout_id: int, share: RolloutBatch) -> dict[str, float]:
+        """Advantages for the replica's samples, then ``--num-steps-per-rollout`` optimizer steps."""
+        batch, _ = gather_shares(share, self.parallel.get_model_parallel_group())
+        self.model.train()
+        data = self.step.tensors(batch, lambda model: self._log_probs(batch, model),
+                                 reference=self.reference is not None, teacher=self.teacher is not None)
+        history = [self._optimizer_step(batch, indices, data)
+                   for indices in step_slices(len(batch), self.config.num_steps_per_rollout)]
+        self.version += 1
+        return self.step.rollout_metrics(history, data, batch)
+
+    def _optimizer_step(self, batch: RolloutBatch, indices: list[int], data: StepTensors) -> dict[str, float]:
+        """Forward and backward of every micro-batch through the schedule, then one update."""
+        denominators = self.step.denominators(data, indices)
+        micros = self._micro_batches(batch, indices)
+        scale = len(micros) * self.parallel.get_data_parallel_world_size()
+        self.model.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        loss_fn = partial(self._loss, data=data, denominators=denominators, scale=scale)
+        results = schedule.run(self.model, micros, loss_fn, forward_only=False)
+        totals: dict[str, float] = {}
+        for result in results:
+            for key, value in result.items():
+                totals[key] = totals.get(key, 0.0) + value
+        metrics = sum_over_ranks(totals, self.step.group)
+        lr = self.step.lr(self.updates)
+        set_lr(self.optimizer, lr)
+        _, grad_norm, _ = self.optimizer.step()  # clips to --clip-grad; the norm before clipping
+        self.updates += 1
+        metrics.update(lr=lr, grad_norm=float(grad_norm))
+        return metrics
+
+    def _loss(self, micro: inputs.MicroBatch, logits: torch.Tensor, data: StepTensors, denominators, scale: int):
+        """The schedule's loss function: this micro-batch's loss (scaled, see the module
+        docstring) and its metrics."""
+        if not micro.indices:  # padding micro-batch: in step with the others' collectives, no gradient
+            return logits.sum() * 0.0, {}
+        with_entropy = bool(self.step.loss_config.entropy_coef)
+        log_probs, entropy = self._response_log_probs(logits, micro, entropy=with_entropy)
+        entropy = pad_rows(entropy) if with_entropy else None
+        loss, metrics = self.step.loss(data.loss_inputs(micro.indices, pad_rows(log_probs), entropy), denominators)
+        return loss * scale, metrics
+
+    def _micro_batches(self, batch: RolloutBatch, indices: list[int]) -> list[inputs.MicroBatch]:
+        """The micro-batches of ``indices`` (planned by `RankStep.plan`) as model inputs."""
+        pad = self.tokenizer.pad_token_id or 0
+        multiple = self.parallel.get_tensor_model_parallel_world_size()
+        micros = []
+        for micro in self.step.plan(indices, batch):
+            if not micro:
+                micros.append(inputs.padding_micro_batch(pad, multiple, self.device))
+                continue
+            tokens, response_lengths = [batch.tokens[i] for i in micro], [batch.response_lengths[i] for i in micro]
+            check_prompts(tokens, response_lengths)
+            micros.append(inputs.padded(micro, tokens, response_lengths, pad, multiple, self.device))
+        return micros
+
+    # ---------------------------------------------------------------- weights and checkpoints
+
+    def weight_version(self) -> int:
+        return self.version
+
+    def weight_buckets(self, bucket_bytes: int) -> int:
+        """Gather the weights in Hugging Face names and shapes on rank 0 (every rank takes
+        part) and cut them into buckets of about ``bucket_bytes``."""
+        self._buckets = export.buckets(export.hf_weights(self.model, self.hf_config) or [], bucket_bytes)
+        count = [len(self._buckets)]
+        dist.broadcast_object_list(count, src=0)
+        self._buckets = self._buckets or [[] for _ in range(count[0])]
+        return count[0]
+
+    def export_bucket(self, index: int):
+        bucket, self._buckets[index] = self._buckets[index], []  # served once: free it
+        return bucket if self.rank == 0 else None
+
+    def save(self, rollout_id: int) -> str:
+        """A resumable checkpoint under ``--save`` (model, optimizer, RNG, counters), and
+        with ``--save-hf DIR`` a Hugging Face directory ``DIR/iter_XXXXXXX`` beside it."""
+        from megatron.core import tensor_parallel
+
+        from slime_megatron.checkpoint import save_checkpoint
+
+        extra = {"rng": torch.get_rng_state(), "parallel_rng": tensor_parallel.get_cuda_rng_tracker().get_states(),
+                 "weight_version": self.version, "updates": self.updates, "rollout_id": rollout_id}
+        path = save_checkpoint(self.config.save, rollout_id, self.model, self.optimizer, extra)
+        if self.config.save_hf:
+            self.save_hf(os.path.join(self.config.save_hf, f"iter_{rollout_id:07d}"))
+        return str(path)
+
+    def save_hf(self, path: str) -> None:
+        export.save_hf(path, self.model, self.hf_config, self.tokenizer)
+
+    def offload(self) -> None:
+        """Parameters, gradients and optimizer state to CPU memory (`slime_megatron.offload`)."""
+        self._offloaded = offload.offload(self.model, self.optimizer)
+
+    def onload(self) -> None:
+        offload.onload(self.model, self.optimizer, self._offloaded, self.device)
+        self._offloaded = None
+
+    def memory(self) -> dict[str, float]:
+        return memory_gib(self.device)
+
+
+def _check_supported(config) -> None:
+    if config.context_parallel_size > 1:
+        raise ValueError(
+            f"--context-parallel-size {config.context_parallel_size}: the Megatron rank does not split sequences "
+            "over context-parallel ranks yet (it needs packed THD batches); use --context-parallel-size 1"
+        )
+

@@ -1,0 +1,43 @@
+"""Running micro-batches through megatron's forward-backward schedule.
+
+``get_forward_backward_func()`` picks plain gradient accumulation, or 1F1B over pipeline
+stages; either way it calls the model on each micro-batch and then a *loss function* on
+the output of the last stage, whose ``(loss, result)`` answer it keeps. The loss is what
+the schedule backpropagates (divided by the number of micro-batches); the results come back
+as a list, on the last pipeline stage only, so `from_last_stage` hands them to every stage.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch.distributed as dist
+
+
+def run(model, micros: list, loss_fn, forward_only: bool) -> list:
+    """``micros`` (`slime_megatron.inputs.MicroBatch`) through ``model``; for each, the
+    ``result`` of ``loss_fn(micro, logits) -> (loss, result)``, on every pipeline stage."""
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    def forward_step(iterator, net):
+        micro = next(iterator)
+        return net(micro.input_ids, micro.position_ids, None), partial(loss_fn, micro)
+
+    results = get_forward_backward_func()(
+        forward_step_func=forward_step, data_iterator=iter(micros), model=[model], num_microbatches=len(micros),
+        seq_length=max(m.input_ids.shape[1] for m in micros), micro_batch_size=max(len(m.lengths) for m in micros),
+        forward_only=forward_only,
+    )
+    return from_last_stage(results)
+
+
+def from_last_stage(results: list) -> list:
+    """The last pipeline stage's ``results`` on every stage of its pipeline."""
+    from megatron.core import parallel_state
+
+    group = parallel_state.get_pipeline_model_parallel_group()
+    if dist.get_world_size(group) == 1:
+        return results
+    box = [results]
+    dist.broadcast_object_list(box, src=parallel_state.get_pipeline_model_parallel_last_rank(), group=group)
+    return box[0]

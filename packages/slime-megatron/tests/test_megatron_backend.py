@@ -1,0 +1,209 @@
+"""The Megatron-core backend on real Ray actors and gloo process groups (CPU mode), with a
+tiny Qwen3 model: parallel layouts against one rank, resume, offload, weight export, the loop."""
+
+import json
+import socket
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from slime_core.testing import make_config
+from slime_core.testing import synthetic_rollout_batch as rollout_batch
+from slime_core.train_backend import TrainGroup
+from slime_megatron.rank import MegatronTrainRank, _check_supported
+
+pytestmark = pytest.mark.integration
+
+#: A GRPO step with every loss term on and a non-constant learning rate, shared by the runs
+#: compared below.
+SETTINGS = dict(rollout_batch_size=4, n_samples_per_prompt=4, num_steps_per_rollout=1, lr=1e-3,
+                rollout_max_response_len=8, micro_batch_size=3, use_kl_loss=True, kl_loss_coef=0.1,
+                entropy_coef=0.01, lr_warmup_iters=1, lr_decay_style="cosine", lr_decay_iters=4, weight_decay=0.01)
+ROLLOUTS = 3
+COMPARED_METRICS = ("loss", "pg_loss", "kl_loss", "entropy", "grad_norm", "lr")
+
+
+@pytest.fixture(scope="session")
+def megatron_config(tmp_path_factory, tiny_model_dir):
+    """``megatron_config(**overrides)``: a resolved config for the tiny model and `SETTINGS`."""
+    prompts = tmp_path_factory.mktemp("megatron-data") / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
+
+    def build(**overrides):
+        return make_config(prompts, tiny_model_dir, **{**SETTINGS, "train_backend": "megatron", **overrides})
+
+    return build
+
+
+def start(config, num_ranks: int = 1) -> TrainGroup:
+    group = TrainGroup(MegatronTrainRank, config, num_ranks)
+    group.init()
+    return group
+
+
+def all_weights(group: TrainGroup) -> dict[str, torch.Tensor]:
+    return {name: tensor for bucket in group.export_weights(64 * 1024) for name, tensor in bucket}
+
+
+def train_rollouts(group: TrainGroup, rollout_ids) -> list[dict[str, float]]:
+    return [group.train(rollout_id, rollout_batch(seed=rollout_id)) for rollout_id in rollout_ids]
+
+
+@pytest.fixture(scope="session")
+def one_rank(ray_cluster, megatron_config, tmp_path_factory, tiny_model_dir):
+    """The reference run on one rank: log-probs (actor, reference, a distillation teacher
+    loaded from the same directory with coefficient 0) and weights as loaded, then `ROLLOUTS`
+    rollouts of training, with an offload / onload round trip and a checkpoint (and an HF
+    export) after the first."""
+    root = tmp_path_factory.mktemp("megatron-ckpt")
+    group = start(megatron_config(save=str(root / "ckpt"), save_hf=str(root / "hf"),
+                                  opd_teacher_load=str(tiny_model_dir), opd_kl_coef=0.0))
+    try:
+        run = SimpleNamespace(checkpoint=root / "ckpt", hf=root / "hf" / "iter_0000000",
+                              loaded=all_weights(group), log_probs=group.compute_log_probs(rollout_batch(seed=0)))
+        run.ref, run.teacher = (group.compute_log_probs(rollout_batch(seed=0), model) for model in ("ref", "teacher"))
+        run.metrics = train_rollouts(group, [0])
+        run.before_offload = group.compute_log_probs(rollout_batch(seed=0))
+        group.call("offload")
+        group.call("onload")
+        run.after_onload = group.compute_log_probs(rollout_batch(seed=0))
+        group.call("save", 0)
+        run.metrics += train_rollouts(group, range(1, ROLLOUTS))
+        run.weights, run.version = all_weights(group), group.call("weight_version")[0]
+        run.memory = group.call("memory")[0]
+    finally:
+        group.shutdown()
+    return run
+
+
+@pytest.mark.parametrize("layout", [dict(tensor_model_parallel_size=2), dict(tensor_model_parallel_size=1)],
+                         ids=["tp2", "dp2"])
+def test_two_ranks_in_either_layout_train_like_one_rank(one_rank, megatron_config, layout):
+    """Same loss curve and weights as one rank; with DP 2 this fails if the model-grads
+    finalisation (the data-parallel gradient all-reduce) is not wired into the schedule."""
+    group = start(megatron_config(actor_num_gpus_per_node=2, **layout), num_ranks=2)
+    try:
+        metrics = train_rollouts(group, range(ROLLOUTS))
+        weights = all_weights(group)
+    finally:
+        group.shutdown()
+    for step, (got, want) in enumerate(zip(metrics, one_rank.metrics)):
+        for key in COMPARED_METRICS:
+            assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), (step, key)
+    assert weights.keys() == one_rank.weights.keys()
+    for name in weights:
+        torch.testing.assert_close(weights[name], one_rank.weights[name], rtol=1e-4, atol=1e-5)
+
+
+def test_exported_weights_are_the_hf_checkpoint_and_offload_keeps_them(one_rank, tiny_model_dir):
+    """Loading then exporting is exact; before any update the reference and the teacher
+    give the actor's log-probs; an offload / onload round trip changes nothing."""
+    from safetensors.torch import load_file
+
+    hf = load_file(tiny_model_dir / "model.safetensors")
+    assert one_rank.loaded.keys() == hf.keys()
+    for name, tensor in hf.items():
+        assert torch.equal(one_rank.loaded[name], tensor), name
+    assert one_rank.ref == one_rank.log_probs
+    for teacher, actor in zip(one_rank.teacher, one_rank.log_probs):
+        torch.testing.assert_close(torch.tensor(teacher), torch.tensor(actor), rtol=0.0, atol=1e-6)
+    assert one_rank.after_onload == one_rank.before_offload != one_rank.log_probs
+    assert one_rank.version == ROLLOUTS and one_rank.memory["peak_rss_gib"] > 0.1
+
+
+def test_resuming_the_checkpoint_continues_exactly(one_rank, megatron_config):
+    """The run resumed after rollout 0 (optimizer, schedule position and RNG restored) ends
+    with the uninterrupted run's weights, bit for bit; the HF export beside the checkpoint
+    loads in transformers."""
+    from transformers import AutoModelForCausalLM
+
+    assert sorted(p.name for p in one_rank.checkpoint.iterdir()) == ["iter_0000000", "latest_checkpointed_iteration.txt"]
+    assert AutoModelForCausalLM.from_pretrained(one_rank.hf).config.num_hidden_layers == 2
+    group = TrainGroup(MegatronTrainRank, megatron_config(load=str(one_rank.checkpoint)), 1)
+    try:
+        assert group.init() == {"rollout_id": 1, "weight_version": 1}
+        metrics = train_rollouts(group, range(1, ROLLOUTS))
+        weights = all_weights(group)
+    finally:
+        group.shutdown()
+    assert [m["lr"] for m in metrics] == [m["lr"] for m in one_rank.metrics[1:]]
+    for name in one_rank.weights:
+        assert torch.equal(weights[name], one_rank.weights[name]), name
+
+
+def test_the_cpu_example_loop_runs_with_the_megatron_backend(ray_cluster, tiny_model_dir, tmp_path):
+    """``slime run`` as in examples/quickstart/grpo_addition.yaml, on the tiny model,
+    colocated: every rollout's new weights reach the CPU engine (checked token by token)."""
+    from slime_core.cli.run import run_command
+    from slime_core.loop.run_dir import read_metrics
+    from slime_core.plugins import Plugins
+
+    data = tmp_path / "addition.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n" for a in range(5) for b in range(5)))
+    flags = ["--prompt-data", str(data), "--input-key", "prompt", "--label-key", "label", "--hf-checkpoint",
+             str(tiny_model_dir), "--train-backend", "megatron", "--use-dynamic-batch-size", "--max-tokens-per-gpu", "4096",
+             "--rollout-engine", "cpu", "--rm-type", "exact_match", "--advantage-estimator", "grpo", "--num-rollout", "2",
+             "--rollout-batch-size", "4", "--n-samples-per-prompt", "4", "--rollout-max-response-len", "8", "--lr", "1e-3",
+             "--colocate", "--check-weight-update-equal", "--output-dir", str(tmp_path / "run")]
+    assert run_command(flags, Plugins()) == 0
+    records = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["rollout_id"] >= 0]
+    assert [r["rollout_id"] for r in records] == [0, 1]
+    last = records[-1]
+    assert last["weight_version"] == 2 and last["weight_update/bytes"] > 0
+    assert last["weight_update/max_logprob_diff"] < 1e-3  # the engine holds exactly the trainer's weights
+
+
+def test_context_parallelism_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match="use --context-parallel-size 1"):
+        _check_supported(SimpleNamespace(context_parallel_size=2))
+
+
+# ---------------------------------------------------------------- vocabulary-parallel log-probs
+
+
+def _vocab_parallel_main(rank: int, port: int, results: dict) -> None:
+    from slime_megatron.logprobs import vocab_parallel_entropy, vocab_parallel_log_probs
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        logits, targets = _logits()
+        local = logits[:, rank * 64 : (rank + 1) * 64].clone().requires_grad_()
+        log_probs = vocab_parallel_log_probs(local, targets, 0.7, dist.group.WORLD, vocab_size=100)
+        entropy = vocab_parallel_entropy(local, 0.7, dist.group.WORLD, vocab_size=100)
+        (1.3 * log_probs.sum() + 0.4 * entropy.sum()).backward()
+        results[rank] = (log_probs.detach(), entropy.detach(), local.grad)
+    finally:
+        dist.destroy_process_group()
+
+
+def _logits():
+    """(6, 128) logits of a 100-token vocabulary padded to 128 (as Megatron pads it), targets."""
+    generator = torch.Generator().manual_seed(0)
+    return torch.randn(6, 128, generator=generator) * 3, torch.randint(0, 100, (6,), generator=generator)
+
+
+def test_vocab_parallel_log_probs_and_entropy_equal_the_full_vocabulary_ones():
+    """Two tensor-parallel ranks with half the vocabulary each: the values and the gradients
+    of log π(y) and the entropy equal those of the whole (unpadded) vocabulary on one process."""
+    from slime_core.algorithms import entropy_from_logits, log_probs_from_logits
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.start_processes(_vocab_parallel_main, args=(port, results), nprocs=2, join=True, start_method="fork")
+        results = dict(results)
+    logits, targets = _logits()
+    full = logits[:, :100].clone().requires_grad_()
+    log_probs, entropy = log_probs_from_logits(full, targets, 0.7), entropy_from_logits(full, 0.7)
+    (1.3 * log_probs.sum() + 0.4 * entropy.sum()).backward()
+    grad = torch.cat([full.grad, torch.zeros(6, 28)], dim=1)  # padding ids get no gradient
+    for rank in (0, 1):
+        torch.testing.assert_close(results[rank][0], log_probs.detach(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(results[rank][1], entropy.detach(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(results[rank][2], grad[:, rank * 64 : (rank + 1) * 64], rtol=1e-5, atol=1e-6)
+

@@ -131,8 +131,8 @@ def test_a_stopped_run_leaves_no_process_behind_and_a_resumable_checkpoint(tmp_p
                "--rollout-batch-size", "4", "--n-samples-per-prompt", "2", "--rollout-max-response-len", "4",
                "--save-interval", "1", "--save", str(tmp_path / "ckpt")]
     try:
-        stopped = subprocess.run([*command, "-p", "stopper", "--num-rollout", "1000", "--output-dir", str(tmp_path / "run")],
-                                 env=env, capture_output=True, text=True, timeout=300)
+        stopped = subprocess.run([*command, "-p", "stopper", "--num-rollout", "20", "--output-dir", str(tmp_path / "run")],
+                                 env=env, capture_output=True, text=True, timeout=300, preexec_fn=_interruptible)
         assert stopped.returncode == (-9 if stop_signal == "SIGKILL" else 130), stopped.stderr[-2000:]
         started = json.loads(record.read_text())
         assert len(started) >= 3  # Ray's processes, the train rank, the engine and the router at least
@@ -150,3 +150,11 @@ def test_a_stopped_run_leaves_no_process_behind_and_a_resumable_checkpoint(tmp_p
             assert [json.loads(line)["rollout_id"] for line in lines] == [1]
     finally:
         shutil.rmtree(ray_dir, ignore_errors=True)
+
+
+def _interruptible() -> None:
+    """In the child, before exec: SIGINT back to its default, which Python turns into
+    KeyboardInterrupt (a shell running the tests in the background passes SIGINT ignored)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

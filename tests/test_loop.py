@@ -90,15 +90,28 @@ import json, os, signal, threading
 from slime_core import hookimpl
 from slime_core.testing import descendants
 
+armed = threading.Event()
+
 def _stop():
     with open(os.environ["STOP_RECORD"], "w") as out:
         json.dump(descendants(os.getpid()), out)
     os.kill(os.getpid(), getattr(signal, os.environ["STOP_SIGNAL"]))
 
+def stop_while_scoring(sample, config):
+    # scored during the rollout, while other groups are still generating
+    if armed.is_set():
+        armed.clear()
+        _stop()
+    return 0.0
+
+@hookimpl
+def slime_register_reward_functions(register):
+    register("stop_while_scoring", stop_while_scoring)
+
 @hookimpl
 def slime_before_rollout(rollout_id, config):
     if os.environ["STOP_PHASE"] == "rollout" and rollout_id == 1:
-        threading.Timer(0.5, _stop).start()
+        armed.set()
 
 @hookimpl
 def slime_before_train_step(rollout_id, step):
@@ -127,11 +140,11 @@ def test_a_stopped_run_leaves_no_process_behind_and_a_resumable_checkpoint(tmp_p
     env = dict(os.environ, HOME=ray_dir, RAY_TMPDIR=ray_dir, PYTHONPATH=str(tmp_path), STOP_SIGNAL=stop_signal,
                STOP_PHASE=phase, STOP_RECORD=str(record))
     command = [sys.executable, "-m", "slime_core.cli.main", "run", "--prompt-data", str(data), "--hf-checkpoint",
-               str(tiny_model_dir), "--rollout-engine", "cpu", "--rm-type", "exact_match",
+               str(tiny_model_dir), "--rollout-engine", "cpu", "--rm-type", "stop_while_scoring",
                "--rollout-batch-size", "4", "--n-samples-per-prompt", "2", "--rollout-max-response-len", "4",
-               "--save-interval", "1", "--save", str(tmp_path / "ckpt")]
+               "--save-interval", "1", "--save", str(tmp_path / "ckpt"), "-p", "stopper"]
     try:
-        stopped = subprocess.run([*command, "-p", "stopper", "--num-rollout", "20", "--output-dir", str(tmp_path / "run")],
+        stopped = subprocess.run([*command, "--num-rollout", "20", "--output-dir", str(tmp_path / "run")],
                                  env=env, capture_output=True, text=True, timeout=300, preexec_fn=_interruptible)
         assert stopped.returncode == (-9 if stop_signal == "SIGKILL" else 130), stopped.stderr[-2000:]
         started = json.loads(record.read_text())
@@ -143,8 +156,8 @@ def test_a_stopped_run_leaves_no_process_behind_and_a_resumable_checkpoint(tmp_p
         assert not (tmp_path / "ckpt" / "rollout_state" / "iter_0000001.json").exists()
         if (stop_signal, phase) == ("SIGINT", "training"):
             resumed = subprocess.run([*command, "--load", str(tmp_path / "ckpt"), "--num-rollout", "2",
-                                      "--output-dir", str(tmp_path / "resumed")], env=env, capture_output=True, text=True,
-                                     timeout=300)
+                                      "--output-dir", str(tmp_path / "resumed")], env={**env, "STOP_PHASE": "none"},
+                                     capture_output=True, text=True, timeout=300)
             assert resumed.returncode == 0, resumed.stderr[-2000:]
             lines = (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()
             assert [json.loads(line)["rollout_id"] for line in lines] == [1]

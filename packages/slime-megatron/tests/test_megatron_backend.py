@@ -2,13 +2,10 @@
 tiny Qwen3 model: parallel layouts against one rank, resume, offload, weight export, the loop."""
 
 import json
-import socket
 from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from slime_core.testing import make_config
 from slime_core.testing import synthetic_rollout_batch as rollout_batch
@@ -164,19 +161,18 @@ def test_context_parallelism_is_refused_with_the_fix():
 # ---------------------------------------------------------------- vocabulary-parallel log-probs
 
 
-def _vocab_parallel_main(rank: int, port: int, results: dict) -> None:
+def _vocab_parallel_rank(rank: int, sizes):
+    from megatron.core import parallel_state
+
     from slime_megatron.logprobs import vocab_parallel_entropy, vocab_parallel_log_probs
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    try:
-        logits, targets = _logits()
-        local = logits[:, rank * 64 : (rank + 1) * 64].clone().requires_grad_()
-        log_probs = vocab_parallel_log_probs(local, targets, 0.7, dist.group.WORLD, vocab_size=100)
-        entropy = vocab_parallel_entropy(local, 0.7, dist.group.WORLD, vocab_size=100)
-        (1.3 * log_probs.sum() + 0.4 * entropy.sum()).backward()
-        results[rank] = (log_probs.detach(), entropy.detach(), local.grad)
-    finally:
-        dist.destroy_process_group()
+    group = parallel_state.get_tensor_model_parallel_group()
+    logits, targets = _logits()
+    local = logits[:, rank * 64 : (rank + 1) * 64].clone().requires_grad_()
+    log_probs = vocab_parallel_log_probs(local, targets, 0.7, group, vocab_size=100)
+    entropy = vocab_parallel_entropy(local, 0.7, group, vocab_size=100)
+    (1.3 * log_probs.sum() + 0.4 * entropy.sum()).backward()
+    return log_probs.detach(), entropy.detach(), local.grad
 
 
 def _logits():
@@ -190,13 +186,12 @@ def test_vocab_parallel_log_probs_and_entropy_equal_the_full_vocabulary_ones():
     of log π(y) and the entropy equal those of the whole (unpadded) vocabulary on one process."""
     from slime_core.algorithms import entropy_from_logits, log_probs_from_logits
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    with mp.Manager() as manager:
-        results = manager.dict()
-        mp.start_processes(_vocab_parallel_main, args=(port, results), nprocs=2, join=True, start_method="fork")
-        results = dict(results)
+    from slime_megatron.processes import run_on_ranks
+
+
+    sizes = SimpleNamespace(tensor_model_parallel_size=2, pipeline_model_parallel_size=1, context_parallel_size=1,
+                            expert_model_parallel_size=1, expert_tensor_parallel_size=None, seed=1234)
+    results = run_on_ranks((__file__, "_vocab_parallel_rank"), 2, sizes)  # spawned: a fork can crash under Ray
     logits, targets = _logits()
     full = logits[:, :100].clone().requires_grad_()
     log_probs, entropy = log_probs_from_logits(full, targets, 0.7), entropy_from_logits(full, 0.7)

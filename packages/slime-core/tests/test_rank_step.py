@@ -28,6 +28,7 @@ class _Config:
     max_tokens_per_gpu = 64
     rollout_max_response_len = 4
     opd_kl_coef = 0.0
+    num_steps_per_rollout = 2  # old log-probs by a forward of their own
     lr, min_lr, lr_warmup_iters, lr_decay_style, lr_decay_iters = 1e-3, 1e-4, 2, "cosine", 6
 
 
@@ -117,6 +118,34 @@ def test_grpo_advantages_are_the_group_normalised_rewards():
     assert data.mask.tolist()[0] == [1, 0, 0] and data.rollout is None and data.ref is None
     inputs = data.loss_inputs([2, 0], torch.zeros(2, 2), None)
     assert inputs.loss_mask.tolist() == [[1, 1], [1, 0]] and inputs.old_log_probs.shape == (2, 2)
+
+
+def test_one_step_per_rollout_takes_old_log_probs_from_the_training_forward():
+    port = _free_port()
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        config, batch = _Config(), _batch()
+        config.num_steps_per_rollout = 1
+
+        def forward_only_for_the_reference(model):
+            assert model == "ref", f"a no-grad forward of {model!r} was run"
+            return _log_probs(batch)(model)
+
+        step = RankStep(config)
+        data = step.tensors(batch, forward_only_for_the_reference, reference=True, teacher=False)
+        current = -torch.rand(6, 3, requires_grad=True)  # the training forward's log-probs
+        inputs = data.loss_inputs(list(range(6)), current, None)
+        gap = step.rollout_metrics([{"loss": 1.0}], data, batch)["train_rollout_logprob_abs_diff"]
+        # a KL penalty in the reward or several steps per rollout need π_old before the forward
+        config.kl_coef = 0.1
+        with pytest.raises(AssertionError, match="'actor'"):
+            step.tensors(batch, forward_only_for_the_reference, reference=True, teacher=False)
+    finally:
+        dist.destroy_process_group()
+    assert data.old_from_forward and inputs.ref_log_probs is not None
+    assert torch.equal(inputs.old_log_probs, current.detach()) and not inputs.old_log_probs.requires_grad
+    rollout, mask = pad_rows(batch.rollout_log_probs), data.mask
+    assert gap == pytest.approx(float(((current.detach() - rollout).abs() * mask).sum() / mask.sum()))
 
 
 def test_lr_schedule_warms_up_then_decays_to_the_minimum():

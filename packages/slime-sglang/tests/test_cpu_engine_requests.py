@@ -57,7 +57,7 @@ def test_health_info_and_cache_endpoints(engine_url, tiny_model_dir):
     assert httpx.get(f"{engine_url}/health_generate", timeout=30).status_code == 200
     for path in ("/server_info", "/get_server_info"):
         info = httpx.get(f"{engine_url}{path}").json()
-        assert info["model_path"] == str(tiny_model_dir) and info["max_running_requests"] == 64
+        assert info["model_path"] == str(tiny_model_dir) and info["max_running_requests"] == 256
         assert {"weight_version", "running_requests", "paused"} <= set(info)
     for path in ("/model_info", "/get_model_info"):
         assert httpx.get(f"{engine_url}{path}").json()["is_generation"] is True

@@ -19,17 +19,19 @@ def test_cpu_engine_actor_serves_and_dies_with_its_actor(ray_cluster, tiny_model
     data = tmp_path / "p.jsonl"
     data.write_text('{"prompt": "1+1=", "label": "2"}\n')
     config = make_config(data, tiny_model_dir, rollout_batch_size=1)
+    config.sglang.update({"max_running_requests": 7, "mem_fraction_static": 0.7})  # the first is the CPU engine's too
     actor = ray.remote(num_cpus=0)(EngineServer).remote(config, cpu_engine_command, str(tiny_model_dir))
     url, pid = ray.get([actor.wait_healthy.remote(), actor.pid.remote()])
 
     async def generate():
         client = EngineClient(url)
         try:
-            return await client.generate([5, 6, 7], SamplingParams(max_new_tokens=3, temperature=0.0))
+            return await client.generate([5, 6, 7], SamplingParams(max_new_tokens=3, temperature=0.0)), await client.server_info()
         finally:
             await client.close()
 
-    assert len(asyncio.run(generate()).output_ids) == 3
+    result, info = asyncio.run(generate())
+    assert len(result.output_ids) == 3 and info["max_running_requests"] == 7
     ray.kill(actor)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and _alive(pid):

@@ -6,7 +6,11 @@ numbers for the same data:
 
 1. `RankStep.tensors`: (N, R) tensors of the share: loss mask, old / reference / rollout
    log-probs, and advantages from the ``--advantage-estimator`` plugin (plus on-policy
-   distillation and ``--normalize-advantages`` whitening over the data-parallel group);
+   distillation and ``--normalize-advantages`` whitening over the data-parallel group).
+   With one optimizer step per rollout (and no teacher or KL penalty in the reward, which
+   need π_old up front) π_old is the policy being trained, so the old log-probs are not
+   recomputed by a forward of their own: each micro-batch's forward supplies them, detached
+   (`StepTensors.old_from_forward`), as TRL does with one iteration per generation;
 2. per optimizer step, `RankStep.denominators` (samples and tokens of the global batch,
    counted over the data-parallel group) and `RankStep.plan` (micro-batches, padded with
    empty ones to the count of the rank that has the most, since every forward is a
@@ -49,11 +53,15 @@ class StepTensors:
     ref: torch.Tensor | None  # (N, R) log π_ref(y_t), with a reference model
     rollout: torch.Tensor | None  # (N, R) the engine's log-probs, with --use-tis
     advantages: torch.Tensor  # (N, R)
+    old_from_forward: bool = False  # ``old`` is filled by `loss_inputs` from the step's own forward
 
     def loss_inputs(self, indices: list[int], log_probs: torch.Tensor, entropy: torch.Tensor | None) -> PolicyLossInputs:
         """The loss inputs of the micro-batch ``indices``, given its (B, W) log-probs (with
-        gradient) and entropy; the stored rows are cut to width W and moved to its device."""
+        gradient) and entropy; the stored rows are cut to width W and moved to its device.
+        With ``old_from_forward`` the detached log-probs are first stored as the rows' π_old."""
         width, device = log_probs.shape[1], log_probs.device
+        if self.old_from_forward:
+            self.old[indices, :width] = log_probs.detach().to(self.old.device, self.old.dtype)
         rows = lambda t: None if t is None else t[indices, :width].to(device)  # noqa: E731
         return PolicyLossInputs(log_probs, rows(self.old), rows(self.advantages), rows(self.mask), entropy,
                                 rows(self.ref), rows(self.rollout))
@@ -82,11 +90,12 @@ class RankStep:
         share; ``reference`` / ``teacher``: whether the rank holds that model."""
         cfg = self.config
         mask = pad_rows(batch.loss_masks)
-        old = torch.zeros_like(mask) if self.sft else pad_rows(log_probs("actor"))
+        old_from_forward = not self.sft and self.on_policy(teacher)
+        old = torch.zeros_like(mask) if self.sft or old_from_forward else pad_rows(log_probs("actor"))
         ref = pad_rows(log_probs("ref")) if reference else None
         advantage_inputs = AdvantageInputs(
             torch.tensor(batch.rewards, dtype=torch.float32), torch.tensor(batch.group_ids), mask,
-            log_probs=old, ref_log_probs=ref, kl_coef=cfg.kl_coef, kl_type=cfg.kl_loss_type,
+            log_probs=None if old_from_forward else old, ref_log_probs=ref, kl_coef=cfg.kl_coef, kl_type=cfg.kl_loss_type,
             values=None if batch.values is None else pad_rows(batch.values), gamma=cfg.gamma, lambd=cfg.lambd,
         )
         advantages, _ = self.estimator(advantage_inputs)
@@ -95,7 +104,14 @@ class RankStep:
         if cfg.normalize_advantages:
             advantages = whiten(advantages, mask, group=self.group)
         rollout = pad_rows(batch.rollout_log_probs) if self.loss_config.use_tis else None
-        return StepTensors(mask, old, ref, rollout, advantages)
+        return StepTensors(mask, old, ref, rollout, advantages, old_from_forward)
+
+    def on_policy(self, teacher: bool) -> bool:
+        """Whether the step's own forward may stand for π_old: one optimizer step per rollout
+        (the weights do not move before every sample has been through the forward once), and
+        nothing needs π_old before the forward (on-policy distillation's advantages, a KL
+        penalty in the reward)."""
+        return self.config.num_steps_per_rollout == 1 and not teacher and not self.config.kl_coef
 
     def plan(self, indices: list[int], batch: RolloutBatch) -> list[list[int]]:
         """Micro-batches of ``indices`` (``--use-dynamic-batch-size``: by token budget, else

@@ -35,10 +35,20 @@ def sglang_command(config, model_path: str, port: int) -> list[str]:
     return command
 
 
+#: The ``--sglang-*`` options that the CPU engine takes as well (same meaning as SGLang's);
+#: it has no use for the others (memory fractions, CUDA graphs, ...), which are for SGLang.
+CPU_ENGINE_SGLANG_OPTIONS = ("max_running_requests", "context_length")
+
+
 def cpu_engine_command(config, model_path: str, port: int) -> list[str]:
-    """``slime engine serve`` for one CPU engine."""
+    """``slime engine serve`` for one CPU engine, with the ``--sglang-*`` options it shares
+    with SGLang (`CPU_ENGINE_SGLANG_OPTIONS`)."""
     slime = str(Path(sys.executable).with_name("slime"))
-    return [slime, "engine", "serve", "--model", model_path, "--host", "127.0.0.1", "--port", str(port)]
+    command = [slime, "engine", "serve", "--model", model_path, "--host", "127.0.0.1", "--port", str(port)]
+    for key in CPU_ENGINE_SGLANG_OPTIONS:
+        if config.sglang.get(key) is not None:
+            command += ["--" + key.replace("_", "-"), str(config.sglang[key])]
+    return command
 
 
 class EngineServer:

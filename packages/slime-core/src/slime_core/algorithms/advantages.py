@@ -23,7 +23,7 @@ class AdvantageInputs:
     rewards: torch.Tensor  # (B,) scalar reward of each sample
     group_ids: torch.Tensor  # (B,) int; samples of the same prompt share an id
     loss_mask: torch.Tensor  # (B, T) 1 on response tokens trained on, 0 on padding/tool output
-    log_probs: torch.Tensor | None = None  # (B, T) log π_old(y_t), for the KL reward penalty
+    log_probs: torch.Tensor | None = None  # (B, T) log π_old(y_t), for the KL reward penalty (None without one: see slime_core.rank_step)
     ref_log_probs: torch.Tensor | None = None  # (B, T) log π_ref(y_t), for the KL reward penalty
     values: torch.Tensor | None = None  # (B, T) critic values V(s_t), for "ppo"
     kl_coef: float = 0.0  # weight of the per-token KL penalty in the reward (--kl-coef)

@@ -20,7 +20,8 @@ def add_engine_command(subparsers) -> None:
     serve.add_argument("--model", required=True, help="Hugging Face model directory (config, safetensors, tokenizer)")
     serve.add_argument("--port", type=int, required=True, help="TCP port to listen on")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
-    serve.add_argument("--max-running-requests", type=_positive, default=64, help="requests decoded together, at most")
+    serve.add_argument("--max-running-requests", type=_positive, default=256,
+                       help="requests decoded together, at most (default 256, a rollout batch of 32 prompts x 8)")
     serve.add_argument("--context-length", type=_positive, default=None,
                        help="prompt + output tokens per request (default: the model's max_position_embeddings)")
     serve.add_argument("--num-threads", type=_positive, default=None,

@@ -47,8 +47,11 @@ def test_async_run_learns_with_one_version_of_staleness(slime_run):
     """Disaggregated: the weights reach the engine by a gloo broadcast from the driver."""
     records = slime_run("--num-rollout", "6", "--async", "--max-staleness", "1", "--update-weight-transport", "broadcast")
     assert improved(records), [r["rollout/reward_mean"] for r in records]
-    assert records[0]["rollout/staleness_max"] == 0
-    assert all(r["rollout/staleness_max"] == 1 and r["rollout/stale_groups_dropped"] == 0 for r in records[1:])
+    # A sample reports the weights that finished it: generated while the previous rollout
+    # trained, it is one version behind, or none when it finished after that weight update.
+    staleness = [r["rollout/staleness_max"] for r in records]
+    assert staleness[0] == 0 and set(staleness[1:]) <= {0, 1} and 1 in staleness[1:], staleness
+    assert all(r["rollout/stale_groups_dropped"] == 0 for r in records)
     assert all("time/wait_rollout" in r for r in records)
     assert records[-1]["weight_version"] == 6 and records[-1]["weight_update/bytes"] > 0
     assert "placement: 2 bundles (1 training ranks, engines one bundle per engine)" in (slime_run.tmp_path / "run" / "slime.log").read_text()

@@ -86,6 +86,30 @@ def test_concurrent_requests_each_match_their_solo_greedy_decode(engine_url, tok
         assert out["output_ids"] == reference_greedy(reference_model, prompt, n)
 
 
+def test_a_group_sharing_its_prompt_samples_as_each_request_alone(engine_url, tokenizer):
+    """The samples of a GRPO group (one prompt, several seeds) arrive together and share one
+    prefill row, next to a longer prompt: each gets the tokens and log-probs it gets alone."""
+    group, other = tokenizer.encode("What is 2+2?"), tokenizer.encode("x" * 30)
+    requests = [(group, seed) for seed in range(6)] + [(other, 9)]
+    params = {"temperature": 1.0, "max_new_tokens": 12, "ignore_eos": True}
+
+    async def together():
+        async with httpx.AsyncClient(timeout=60) as client:
+            async def one(prompt, seed):
+                body = {"input_ids": prompt, "return_logprob": True, "sampling_params": {**params, "sampling_seed": seed}}
+                return (await client.post(f"{engine_url}/generate", json=body)).json()
+
+            return await asyncio.gather(*(one(p, seed) for p, seed in requests))
+
+    outputs = asyncio.run(together())
+    assert len({tuple(out["output_ids"]) for out in outputs[:6]}) > 1  # the seeds sampled different answers
+    for (prompt, seed), out in zip(requests, outputs):
+        alone = generate(engine_url, prompt, return_logprob=True, sampling_seed=seed, **params)
+        assert out["output_ids"] == alone["output_ids"]
+        logprobs = [[lp for lp, _, _ in answer["meta_info"]["output_token_logprobs"]] for answer in (out, alone)]
+        torch.testing.assert_close(torch.tensor(logprobs[0]), torch.tensor(logprobs[1]), atol=1e-4, rtol=0)
+
+
 def test_a_short_request_joins_a_running_long_one_and_finishes_first(engine_url, tokenizer):
     """Continuous batching: the short request runs beside the long one (2 running) and
     answers while the long one still generates; the long one, aborted, answers with what it has."""

@@ -7,12 +7,21 @@ CPU slot). Colocated engines share the training ranks' bundles, taking a fractio
 while the ranks take the rest (they take turns: the ranks offload while engines generate).
 Reserving everything up front makes a run that cannot fit fail at once, with the count it
 asked for, instead of hanging while some actors wait for devices.
+
+On a CPU machine the cores are the devices: each training rank gets its share as torch
+threads (`rank_threads`), less one core per CPU engine when engines generate while the ranks
+train (``--train-mode async``, not colocated), the way disaggregated GPUs never overlap.
+Sharing cores that both sides use at once would slow both (the 2-core quickstart in async
+mode: 0.60 s per step of training instead of 0.31).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
+
+from slime_core.train_backend import cpu_thread_options
 
 #: Colocated on a GPU: the share each side asks Ray for (they never run at the same time).
 COLOCATED_TRAIN_GPU, COLOCATED_ENGINE_GPU = 0.6, 0.3
@@ -27,6 +36,7 @@ class Placement:
     colocate: bool
     gpu: bool
     engine_gpus: int  # GPUs of one engine (0 for the CPU engine)
+    rank_threads: int = 0  # torch threads of a CPU training rank (0 on GPUs)
 
     @classmethod
     def reserve(cls, config, num_engines: int) -> Placement:
@@ -52,7 +62,8 @@ class Placement:
             raise RuntimeError(f"Ray could not reserve {len(bundles)} bundles {bundles} in {RESERVE_TIMEOUT_S:.0f} s "
                                f"(cluster: {ray.cluster_resources()}); lower --actor-num-gpus-per-node or "
                                "--rollout-num-gpus, or add nodes")
-        return cls(group, ranks, critic, config.colocate, gpu, engine_gpus)
+        threads = 0 if gpu else rank_threads(config, ranks, num_engines)
+        return cls(group, ranks, critic, config.colocate, gpu, engine_gpus, threads)
 
     def describe(self) -> str:
         engines = "sharing the ranks' bundles" if self.colocate else "one bundle per engine"
@@ -61,7 +72,8 @@ class Placement:
     def train_options(self, rank: int) -> dict:
         """Ray actor options of training rank ``rank``."""
         gpus = (COLOCATED_TRAIN_GPU if self.colocate else 1) if self.gpu else 0
-        return {"num_cpus": 0, "num_gpus": gpus, "scheduling_strategy": self._bundle(rank)}
+        threads = {} if self.gpu else cpu_thread_options(self.rank_threads)
+        return {"num_cpus": 0, "num_gpus": gpus, "scheduling_strategy": self._bundle(rank), **threads}
 
     def critic_options(self, rank: int) -> dict:
         """Ray actor options of the PPO critic's rank ``rank`` (bundles after the policy's)."""
@@ -82,3 +94,10 @@ class Placement:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         return PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index)
+
+
+def rank_threads(config, num_ranks: int, num_engines: int) -> int:
+    """Torch threads of each CPU training rank: this machine's cores, less those of CPU engines
+    that generate while the ranks train (see the module docstring), shared by the ranks."""
+    busy = num_engines if config.train_mode == "async" and not config.colocate and config.rollout_engine == "cpu" else 0
+    return max(1, ((os.cpu_count() or 1) - busy) // max(1, num_ranks))

@@ -31,8 +31,8 @@ class FSDPTrainRank:
         self.config, self.rank, self.world_size = config, rank, world_size
         cuda = torch.cuda.is_available()
         self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
-        if not cuda:  # ranks share the CPU cores instead of each using all of them
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+        if not cuda:  # ranks share the CPU cores: their share from the placement, else an equal one
+            torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // world_size)))
         url = f"tcp://{master_addr}:{master_port}"
         # On GPUs, CUDA tensors go over nccl and the small CPU-side reductions (micro-batch
         # counts, loss denominators, metrics) over gloo, so neither has to move devices.

@@ -34,21 +34,28 @@ class RunningBatch:
 
 def prefill(model, requests: list[GenerateRequest]) -> tuple[RunningBatch, torch.Tensor]:
     """Run the prompts (left-padded into one batch); returns the batch and the logits of each
-    prompt's last position (B, V)."""
-    width = max(len(r.input_ids) for r in requests)
-    ids = torch.tensor([[0] * (width - len(r.input_ids)) + r.input_ids for r in requests])
-    mask = torch.tensor([[0] * (width - len(r.input_ids)) + [1] * len(r.input_ids) for r in requests])
+    prompt's last position (B, V).
+
+    Requests with the same prompt (the samples of a GRPO group) share one row of the forward,
+    whose keys and values are then copied to each of them, as SGLang's radix cache shares a
+    common prefix: a rollout of 32 prompts × 8 samples prefills 32 rows, not 256."""
+    rows: dict[tuple[int, ...], int] = {}
+    row_of = torch.tensor([rows.setdefault(tuple(r.input_ids), len(rows)) for r in requests])
+    prompts = [list(prompt) for prompt in rows]
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
     logits = _forward(model, ids, mask, positions, cache)
     capacity = width + max(MIN_SPARE_COLUMNS, width)
     return RunningBatch(
         requests,
-        keys=[_pad(layer.keys, 0, capacity) for layer in cache.layers],
-        values=[_pad(layer.values, 0, capacity) for layer in cache.layers],
-        mask=_pad(mask, 0, capacity),
+        keys=[_pad(layer.keys[row_of], 0, capacity) for layer in cache.layers],
+        values=[_pad(layer.values[row_of], 0, capacity) for layer in cache.layers],
+        mask=_pad(mask[row_of], 0, capacity),
         length=width,
-    ), logits
+    ), logits[row_of]
 
 
 def decode(model, batch: RunningBatch) -> torch.Tensor:

@@ -1,0 +1,44 @@
+"""Torch threads of CPU training ranks: their share of the cores, set when Ray starts them."""
+
+import os
+from types import SimpleNamespace
+
+import pytest
+
+from slime_core.placement import rank_threads
+from slime_core.train_backend import TrainGroup
+
+
+def _config(train_mode="sync", colocate=False, rollout_engine="cpu"):
+    return SimpleNamespace(train_mode=train_mode, colocate=colocate, rollout_engine=rollout_engine)
+
+
+def test_ranks_share_the_cores_less_those_of_engines_generating_meanwhile(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert rank_threads(_config(), num_ranks=2, num_engines=2) == 4  # engines idle while ranks train
+    assert rank_threads(_config("async"), num_ranks=2, num_engines=2) == 3  # 6 cores left for 2 ranks
+    assert rank_threads(_config("async", colocate=True), num_ranks=2, num_engines=2) == 4  # they take turns
+    assert rank_threads(_config("async", rollout_engine="sglang"), num_ranks=2, num_engines=2) == 4  # on GPUs
+    assert rank_threads(_config("async"), num_ranks=8, num_engines=4) == 1  # at least one
+
+
+class _ThreadReport:
+    """A stand-in rank that reports how its process was started."""
+
+    def __init__(self, config, rank, world_size, master_addr, master_port):
+        import torch
+
+        self.threads = (os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads())
+
+    def report(self):
+        return self.threads
+
+
+@pytest.mark.integration
+def test_a_cpu_rank_starts_with_its_share_as_openmp_threads(ray_cluster):
+    """Ray starts workers with OMP_NUM_THREADS=1; a rank started so trains slower even after
+    torch.set_num_threads, so the group starts each rank with its share instead."""
+    group = TrainGroup(_ThreadReport, config=None, num_ranks=1)
+    share = os.cpu_count() or 1
+    assert group.call("report") == [(str(share), share)]
+    group.shutdown()

@@ -1,12 +1,10 @@
 """The data-parallel paths (whiten, loss_denominators) on two gloo processes on CPU."""
 
-import socket
-
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from slime_core.algorithms import loss_denominators, whiten
+from slime_core.rank_processes import spawn_ranks
 
 
 def _data():
@@ -16,12 +14,12 @@ def _data():
     return values, mask
 
 
-def _rank_main(rank: int, port: int, results: dict) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+def _rank_main(rank: int, world_size: int, port: int):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
     try:
         values, mask = _data()
         rows = slice(0, 2) if rank == 0 else slice(2, 5)  # uneven shards
-        results[rank] = (
+        return (
             whiten(values[rows], mask[rows], group=dist.group.WORLD),
             loss_denominators(mask[rows], group=dist.group.WORLD),
         )
@@ -30,14 +28,7 @@ def _rank_main(rank: int, port: int, results: dict) -> None:
 
 
 def test_whiten_and_denominators_over_ranks_equal_the_concatenated_batch():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    with mp.Manager() as manager:
-        results = manager.dict()
-        # fork: the children reuse this process's imported torch instead of importing it again
-        mp.start_processes(_rank_main, args=(port, results), nprocs=2, join=True, start_method="fork")
-        results = dict(results)
+    results = spawn_ranks((__file__, "_rank_main"), 2)
     values, mask = _data()
     assert torch.allclose(torch.cat([results[0][0], results[1][0]]), whiten(values, mask), atol=1e-6)
     assert results[0][1] == results[1][1] == loss_denominators(mask)

@@ -7,8 +7,8 @@ import socket
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from slime_core.rank_processes import spawn_ranks
 from slime_core.rank_step import RankStep, check_prompts, lr_factor, pad_rows, sum_over_ranks
 from slime_core.rollout_batch import RolloutBatch
 
@@ -60,11 +60,11 @@ def _step_results(batch: RolloutBatch) -> dict:
     }
 
 
-def _rank_main(rank: int, port: int, results: dict) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+def _rank_main(rank: int, world_size: int, port: int) -> dict:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
     try:
         share = [0, 1, 2, 3] if rank == 0 else [4, 5]  # whole groups, uneven shares
-        results[rank] = _step_results(_batch().select(share))
+        return _step_results(_batch().select(share))
     finally:
         dist.destroy_process_group()
 
@@ -84,10 +84,7 @@ def _free_port() -> int:
 
 
 def test_two_ranks_plan_together_and_count_and_sum_the_global_batch():
-    with mp.Manager() as manager:
-        results = manager.dict()
-        mp.start_processes(_rank_main, args=(_free_port(), results), nprocs=2, join=True, start_method="fork")
-        results = dict(results)
+    results = spawn_ranks((__file__, "_rank_main"), 2)
     whole = _single_process(_free_port())
     # rank 0 needs 2 micro-batches of 2; rank 1 one, padded with an empty one
     assert results[0]["plan"] == [[0, 1], [2, 3]] and results[1]["plan"] == [[0, 1], []]

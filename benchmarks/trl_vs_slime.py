@@ -29,6 +29,12 @@ and save; TRL: between two optimizer steps). Both train with one torch thread pe
 (`SAME_PRIORITY`). On a machine shared with other work the figures swing with its load:
 ``--rounds`` alternates which side goes first.
 
+CPU seconds per step: on a 2-core machine both sides are CPU-bound, so where the CPU goes
+says more than the wall clock. slime's parts are Ray workers and servers, not children of
+this process: a sampler reads every process's CPU time from /proc twice a second and sums it
+by role (train rank, engine, driver, sglang-router, Ray's own processes) over the steps
+between the first and the last metrics record; TRL's is this process's CPU time per step.
+
 Eval reward: greedy exact-match accuracy on the 200 held-out prompts of
 examples/quickstart/data/addition_eval.jsonl, measured the same way (transformers
 ``generate``) on the starting weights and on each side's weights after N steps.
@@ -40,8 +46,10 @@ import argparse
 import json
 import os
 import statistics
+import resource
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +90,7 @@ class Result:
     step_seconds: list[float] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)
     total_seconds: float = 0.0
+    cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds per step, by role
     rewards: list[float] = field(default_factory=list)  # mean training reward of the last 5 steps (of each round)
     eval_after: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -144,11 +153,69 @@ def warm_start(workdir: Path, setup: Setup) -> Path:
 # ---------------------------------------------------------------- slime
 
 
+class CpuSampler:
+    """CPU seconds of this machine's processes summed by role, sampled from /proc every
+    ``period`` seconds in a thread: ``samples`` holds (wall time, {role: seconds})."""
+
+    ROLES = {"train rank": ("ray::FSDPTrainRank",), "engine": ("engine serve",), "driver": ("slime run",),
+             "sglang-router": ("sglang::router",), "Ray's processes": ("ray/", "ray::")}  # first match wins
+
+    def __init__(self, period: float = 0.5):
+        self.period, self.samples = period, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        while not self._stop.wait(self.period):
+            totals = dict.fromkeys(self.ROLES, 0.0)
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:  # gone meanwhile
+                    continue
+                role = next((r for r, patterns in self.ROLES.items() if any(p in command for p in patterns)), None)
+                if role:
+                    totals[role] += (int(fields[11]) + int(fields[12])) / tick
+            self.samples.append((time.time(), totals))
+
+    def per_step(self, begin: float, end: float, steps: int) -> dict[str, float]:
+        """Mean CPU seconds per step by role between wall times ``begin`` and ``end``."""
+        inside = [(t, totals) for t, totals in self.samples if begin <= t <= end]
+        (t0, first), (t1, last) = inside[0], inside[-1]
+        scale = (end - begin) / max(t1 - t0, 1e-9) / steps  # the samples span a little less than the steps
+        return {role: (last[role] - first[role]) * scale for role in self.ROLES}
+
+
 def run_slime(init: Path, workdir: Path, setup: Setup) -> Result:
     """``slime run`` of the quickstart's GRPO config for ``setup.steps`` rollouts, evaluated
     (by slime, too) before the first and after the last, saving the final weights."""
     out = workdir / "slime"
     start = time.perf_counter()
+    with CpuSampler() as sampler:
+        slime_command(init, out, setup)
+    result = Result("slime", total_seconds=time.perf_counter() - start)
+    records = read_jsonl(out / "metrics.jsonl")
+    slime_step_times(records, result)
+    steady = records[1:-1]  # the last step ends with the final eval and save
+    result.cpu = sampler.per_step(steady[0]["time"], steady[-1]["time"], len(steady) - 1)
+    result.rewards = [r["rollout/reward_mean"] for r in records if "rollout/reward_mean" in r][-5:]
+    result.eval_after = [eval_model_dir(sorted((out / "hf").glob("iter_*"))[-1], setup)]
+    own = [r["eval/addition/reward_mean"] for r in records if "eval/addition/reward_mean" in r]
+    result.notes.append(f"slime's own eval (its engine, greedy): {own[0]:.3f} before, {own[-1]:.3f} after")
+    return result
+
+
+def slime_command(init: Path, out: Path, setup: Setup) -> None:
     run(SLIME, "run", str(QUICKSTART / "grpo_addition.yaml"), "--hf-checkpoint", str(init), "--output-dir", str(out),
         "--num-rollout", str(setup.steps), "--eval-interval", str(setup.steps),
         "--rollout-batch-size", str(setup.prompts_per_step), "--n-samples-per-prompt", str(setup.group_size),
@@ -156,14 +223,6 @@ def run_slime(init: Path, workdir: Path, setup: Setup) -> Result:
         "--rollout-max-response-len", str(setup.max_response_len), "--rollout-temperature", str(setup.temperature),
         "--seed", str(setup.seed), "--rollout-seed", str(setup.seed), "--save", str(out / "checkpoints"), "--save-interval", str(setup.steps),
         "--save-hf", str(out / "hf"))
-    result = Result("slime", total_seconds=time.perf_counter() - start)
-    records = read_jsonl(out / "metrics.jsonl")
-    slime_step_times(records, result)
-    result.rewards = [r["rollout/reward_mean"] for r in records if "rollout/reward_mean" in r][-5:]
-    result.eval_after = [eval_model_dir(sorted((out / "hf").glob("iter_*"))[-1], setup)]
-    own = [r["eval/addition/reward_mean"] for r in records if "eval/addition/reward_mean" in r]
-    result.notes.append(f"slime's own eval (its engine, greedy): {own[0]:.3f} before, {own[-1]:.3f} after")
-    return result
 
 
 def slime_step_times(records: list[dict], result: Result) -> None:
@@ -211,6 +270,7 @@ def trl_step_callback(timer: PhaseTimer, result: Result):
     class StepClock(TrainerCallback):
         def on_train_begin(self, args, state, control, **kwargs):
             self.last = time.perf_counter()
+            self.cpu_marks: list[float] = []  # this process's CPU seconds at each step's end
 
         def on_pre_optimizer_step(self, args, state, control, **kwargs):
             self.optimizer_start = time.perf_counter()
@@ -222,6 +282,8 @@ def trl_step_callback(timer: PhaseTimer, result: Result):
             now = time.perf_counter()
             result.step_seconds.append(now - self.last)
             self.last = now
+            cpu = resource.getrusage(resource.RUSAGE_SELF)
+            self.cpu_marks.append(cpu.ru_utime + cpu.ru_stime)
 
     return StepClock()
 
@@ -250,16 +312,19 @@ def run_trl(init: Path, workdir: Path, setup: Setup) -> Result:
     start = time.perf_counter()
     result, timer = Result("TRL"), PhaseTimer()
     tokenizer = AutoTokenizer.from_pretrained(init)
+    clock = trl_step_callback(timer, result)
     trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(init), reward_funcs=reward,
                           args=trl_config(workdir, setup), processing_class=tokenizer,
                           train_dataset=Dataset.from_list(read_jsonl(QUICKSTART / "data" / "addition_train.jsonl")),
-                          callbacks=[trl_step_callback(timer, result)])
+                          callbacks=[clock])
     timer.wrap(trainer, "_generate", "generation")
     timer.wrap(trainer, "_calculate_rewards", "reward")
     timer.wrap(trainer, "_generate_and_score_completions", "generate and score")
     timer.wrap(trainer, "training_step", "training step")
     trainer.train()
     result.total_seconds = time.perf_counter() - start
+    marks = clock.cpu_marks
+    result.cpu = {"TRL's process": (marks[-1] - marks[0]) / (len(marks) - 1)}
     result.phases = trl_phases(timer.seconds, sum(result.step_seconds), len(result.step_seconds))
     result.rewards = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry][-5:]
     rows = read_jsonl(QUICKSTART / "data" / "addition_eval.jsonl")
@@ -287,6 +352,9 @@ def table(results: list[Result], setup: Setup, eval_before: float) -> str:
             ("wall time per step, median (s)", [f"{statistics.median(r.step_seconds):.2f}" for r in results])]
     for phase in dict.fromkeys(phase for r in results for phase in r.phases):
         rows.append((f"  {phase}", [f"{r.phases[phase]:.2f}" if phase in r.phases else "-" for r in results]))
+    rows.append(("CPU seconds per step, all processes", [f"{sum(r.cpu.values()):.2f}" for r in results]))
+    for role in dict.fromkeys(role for r in results for role in r.cpu):
+        rows.append((f"  {role}", [f"{r.cpu[role]:.2f}" if role in r.cpu else "-" for r in results]))
     rows += [("total wall incl. start-up and eval (s), mean", [f"{r.total_seconds:.1f}" for r in results]),
              (f"eval reward before (greedy, {len(read_jsonl(QUICKSTART / 'data' / 'addition_eval.jsonl'))} prompts)",
               [f"{eval_before:.3f}"] * len(results)),
@@ -301,8 +369,9 @@ def table(results: list[Result], setup: Setup, eval_before: float) -> str:
 def merge(rounds: list[Result]) -> Result:
     """One side over several rounds: every step's time, mean phases and wall, each eval."""
     phases = {name: statistics.mean(r.phases[name] for r in rounds) for name in rounds[0].phases}
+    cpu = {role: statistics.mean(r.cpu[role] for r in rounds) for role in rounds[0].cpu}
     return Result(rounds[0].name, [t for r in rounds for t in r.step_seconds], phases,
-                  statistics.mean(r.total_seconds for r in rounds), [w for r in rounds for w in r.rewards],
+                  statistics.mean(r.total_seconds for r in rounds), cpu, [w for r in rounds for w in r.rewards],
                   [e for r in rounds for e in r.eval_after], list(dict.fromkeys(n for r in rounds for n in r.notes)))
 
 

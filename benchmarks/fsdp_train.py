@@ -18,7 +18,7 @@ one more; the table shows the median over repeats:
   advantages and a token-mean over the batch, backward, gradient clipping, AdamW.
 
 Every variant runs float32, token-mean loss, lr 1e-6, clip_grad 1.0; the slime variants use
-the backend's default attention on CPU (``slime_packed``: causal sdpa per sample, no mask), the
+the backend's default attention on CPU (``slime_packed``: causal sdpa per bucket of samples of similar length, no mask), the
 transformers loop sdpa with its padding mask, as transformers does by default. Columns:
 s/step = the median (and range) of the timed steps; response tok/s = response tokens / s/step;
 processed tok/s counts every token the model ran, padding included (each pass once); padding =

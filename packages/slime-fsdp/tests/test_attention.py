@@ -65,3 +65,14 @@ def test_without_position_ids_it_says_what_is_missing():
     q = torch.zeros(1, 2, 3, 4)
     with pytest.raises(ValueError, match="needs position_ids"):
         attention.packed_attention(torch.nn.Module(), q, q, q, None)
+
+
+def test_length_buckets_cover_every_sample_and_bound_the_padding():
+    lengths = [9, 8, 9, 3, 120, 8, 40, 9, 37, 5, 9, 2000]
+    buckets = attention.length_buckets(lengths)
+    assert sorted(i for bucket in buckets for i in bucket) == list(range(len(lengths)))
+    for bucket in buckets:
+        assert len(bucket) * max(lengths[i] for i in bucket) <= 1.25 * sum(lengths[i] for i in bucket)
+    assert [lengths[i] for i in buckets[-1]] == [2000]  # a long sample is padded to nothing
+    # a GRPO rollout of short answers: one sdpa call per layer, not one per sample
+    assert len(attention.length_buckets([8, 9] * 128)) == 1

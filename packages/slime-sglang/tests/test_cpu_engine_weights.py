@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 
 import httpx
 import pytest
@@ -125,12 +124,14 @@ def test_release_and_resume_keep_generation_identical(engine_url):
 
 
 def test_buckets_round_trip():
-    named = [("a.weight", torch.randn(3, 4)), ("b.bias", torch.arange(5, dtype=torch.bfloat16))]
-    decoded = decode_bucket(encode_bucket(named))
-    assert [name for name, _ in decoded] == ["a.weight", "b.bias"]
-    for (_, expected), (_, got) in zip(named, decoded):
-        assert got.dtype == expected.dtype and torch.equal(got, expected)
-    buffer = io.BytesIO()
-    torch.save({"a.weight": torch.zeros(2)}, buffer)  # a dict, not a list of pairs
-    with pytest.raises(ValueError, match="list of \\(name, tensor\\) pairs"):
-        decode_bucket(base64.b64encode(buffer.getvalue()).decode())
+    embedding = torch.randn(6, 4)
+    named = [("a.weight", torch.randn(3, 4)), ("b.bias", torch.arange(5, dtype=torch.bfloat16)),
+             ("embed.weight", embedding), ("lm_head.weight", embedding)]  # tied: one memory, two names
+    decoded = dict(decode_bucket(encode_bucket(named)))
+    assert sorted(decoded) == ["a.weight", "b.bias", "embed.weight", "lm_head.weight"]
+    for name, expected in named:
+        assert decoded[name].dtype == expected.dtype and torch.equal(decoded[name], expected)
+    with pytest.raises(ValueError, match="occurs twice"):
+        encode_bucket([("a.weight", torch.zeros(2)), ("a.weight", torch.ones(2))])
+    with pytest.raises(ValueError, match="not a tensor bucket.*encode_bucket"):
+        decode_bucket(base64.b64encode(b"not safetensors").decode())

@@ -39,6 +39,7 @@ class EngineUnavailable(EngineError):
 #: for a free one. Bounded so that a rollout of thousands of samples stays under the usual
 #: limit of 1,024 open files per process.
 MAX_CONNECTIONS = 512
+JSON_CONTENT = {"Content-Type": "application/json"}
 
 
 class EngineClient:
@@ -88,8 +89,12 @@ class EngineClient:
     async def update_weights_from_tensor(self, named_tensors: list[tuple[str, Any]], weight_version: str) -> None:
         from slime_sglang.tensor_payload import encode_bucket
 
-        body = {"serialized_named_tensors": [encode_bucket(named_tensors)], "weight_version": weight_version, "flush_cache": True}
-        _check_success(await self._post("/update_weights_from_tensor", body), self.url, "/update_weights_from_tensor")
+        # The body's JSON is written by hand around the payload: json.dumps would scan the megabytes
+        # of base64 for characters to escape, and base64 has none (18 ms for a 3.2 MB bucket).
+        rest = json.dumps({"weight_version": weight_version, "flush_cache": True})
+        body = '{"serialized_named_tensors": ["' + encode_bucket(named_tensors) + '"], ' + rest[1:]
+        _check_success(await self._call("POST", "/update_weights_from_tensor", body.encode()), self.url,
+                       "/update_weights_from_tensor")
 
     async def update_weights_from_disk(self, model_path: str, weight_version: str) -> None:
         body = {"model_path": model_path, "weight_version": weight_version}
@@ -137,10 +142,12 @@ class EngineClient:
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self._call("POST", path, body)
 
-    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The JSON answer of ``method path`` (``{}`` when empty); errors as the module says."""
+    async def _call(self, method: str, path: str, body: dict[str, Any] | bytes | None = None) -> dict[str, Any]:
+        """The JSON answer of ``method path`` (``{}`` when empty); errors as the module says.
+        ``body``: a JSON object, or one already encoded."""
+        send = {"data": body, "headers": JSON_CONTENT} if isinstance(body, bytes) else {"json": body}
         try:
-            async with self._http().request(method, self.url + path, json=body) as response:
+            async with self._http().request(method, self.url + path, **send) as response:
                 status, content = response.status, await response.read()
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             reason = str(exc) or "no answer in time"

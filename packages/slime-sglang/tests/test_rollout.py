@@ -142,3 +142,30 @@ def test_an_engine_killed_mid_rollout_is_a_clear_error(parts_for, tiny_model_dir
             asyncio.run(rollout_then_kill())
     finally:
         stop(process)
+
+
+@pytest.mark.parametrize("engines", [1, 2])
+def test_requests_in_flight_are_limited_per_engine(parts_for, engines):
+    """``--rollout-concurrency`` counts per engine: the rollout keeps that many × the engines in flight."""
+    config, parts = parts_for(rollout_concurrency=2, rollout_num_gpus=engines)
+    parts.group_filter = None
+    in_flight, most = 0, 0
+
+    async def counting(sample, sampling, ctx):
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            return await generate_sample(sample, sampling, ctx)
+        finally:
+            in_flight -= 1
+
+    async def rollout():
+        try:
+            return await default_rollout(0, config, parts)
+        finally:
+            await parts.ctx.engine.close()
+
+    parts.generate = counting
+    result = asyncio.run(rollout())
+    assert len(result.groups) == 4 and most == 2 * engines

@@ -4,7 +4,7 @@ Per rollout:
 
 1. pull prompt groups from the data source (partial groups from the buffer first) and
    generate ``n_samples_per_prompt`` responses for each, at most ``--rollout-concurrency``
-   requests in flight;
+   requests per engine in flight (`requests_in_flight`);
 2. score each finished group with the reward hub as soon as it is done (generation of the
    others goes on meanwhile) and ask the dynamic-sampling filter whether to keep it;
 3. keep ``--over-sampling-batch-size`` groups in flight (default: the rollout batch size),
@@ -57,6 +57,16 @@ def sampling_params(config, evaluation: bool = False) -> SamplingParams:
     )
 
 
+def requests_in_flight(config) -> int:
+    """At most ``--rollout-concurrency`` requests per engine in flight. An engine batches the
+    requests it has, so a limit below its batch size starves it: with 64 in flight, a
+    256-sample rollout of the quickstart ran as four waves of 64 on the CPU engine."""
+    from slime_sglang.engine_group import engine_count
+
+    external = config.get("rollout_external_engine_addrs")
+    return config.rollout_concurrency * (len(external) if external else engine_count(config))
+
+
 async def default_rollout(rollout_id: int, config, parts: RolloutParts) -> RolloutResult:
     """One rollout (see the module docstring)."""
     return await _Rollout(config, parts).run()
@@ -70,7 +80,7 @@ class _Rollout:
         self.target = config.rollout_batch_size
         self.in_flight_goal = max(self.target, config.over_sampling_batch_size or 0)
         self.sampling = sampling_params(config)
-        self.limit = asyncio.Semaphore(config.rollout_concurrency)
+        self.limit = asyncio.Semaphore(requests_in_flight(config))
         self.accepted: list[list[Sample]] = []
         self.counts = {"filtered": 0, "submitted": 0, "aborted": 0, "failed_reward": 0, "surplus": 0, "regenerated": 0}
 

@@ -62,7 +62,7 @@ def _rollout(o: OptionSet) -> None:
     o.add("--over-sampling-batch-size", type=int, default=None, help="prompt groups submitted at once (>= rollout batch)", group=g)
     o.add("--partial-rollout", type=bool, default=False, help="continue aborted groups in a later rollout", group=g)
     o.add("--mask-offpolicy-in-partial-rollout", type=bool, default=False, help="do not train on tokens a partial rollout made with older weights", group=g)
-    o.add("--rollout-concurrency", type=int, default=64, help="generate requests in flight at once", group=g)
+    o.add("--rollout-concurrency", type=int, default=512, help="generate requests in flight at once, per engine (each engine batches what it has; too few starve it)", group=g)
     o.add("--rollout-stop-token-ids", type=int, nargs="+", default=None, help="token ids that end a response", group=g)
     o.add("--dynamic-sampling-max-groups", type=int, default=10, help="stop a rollout whose filter kept too few groups after this many x --rollout-batch-size were generated", group=g)
     o.add("--n-samples-per-eval-prompt", type=int, default=1, help="responses per evaluation prompt (pass@k uses them)", group=g)

@@ -47,6 +47,7 @@ import json
 import os
 import statistics
 import resource
+import shutil
 import subprocess
 import sys
 import threading
@@ -200,6 +201,7 @@ def run_slime(init: Path, workdir: Path, setup: Setup) -> Result:
     """``slime run`` of the quickstart's GRPO config for ``setup.steps`` rollouts, evaluated
     (by slime, too) before the first and after the last, saving the final weights."""
     out = workdir / "slime"
+    shutil.rmtree(out, ignore_errors=True)  # a run left from an earlier call would be appended to
     start = time.perf_counter()
     with CpuSampler() as sampler:
         slime_command(init, out, setup)

@@ -60,8 +60,8 @@ class RolloutEngine(Protocol):
     async def flush_cache(self) -> None:
         """Drop cached prefixes (after a weight update)."""
 
-    async def update_weights_from_tensor(self, named_tensors: list[tuple[str, Any]], weight_version: str) -> None:
-        """Load one bucket of ``(hf_name, tensor)`` pairs."""
+    async def update_weights_from_tensor(self, bucket, weight_version: str) -> None:
+        """Load one bucket: ``(hf_name, tensor)`` pairs or a ``slime_core.weight_bucket.WeightBucket``."""
 
     async def update_weights_from_disk(self, model_path: str, weight_version: str) -> None:
         """Load the weights of a Hugging Face directory."""

@@ -16,6 +16,7 @@ from typing import Any, Iterator, Protocol
 
 from slime_core.ports import free_port
 from slime_core.rollout_batch import RolloutBatch, dp_rank_indices
+from slime_core.weight_bucket import WeightBucket
 
 #: Which model a log-prob pass uses: the policy being trained, the frozen reference
 #: (KL loss / KL penalty) or the distillation teacher.
@@ -47,8 +48,9 @@ class TrainRank(Protocol):
         """Plan the export of the weights in buckets of about ``bucket_bytes``; returns how
         many buckets `export_bucket` serves."""
 
-    def export_bucket(self, index: int) -> list[tuple[str, Any]] | None:
-        """Bucket ``index`` as ``[(hf_name, full cpu tensor)]`` on rank 0 (None elsewhere)."""
+    def export_bucket(self, index: int) -> WeightBucket | None:
+        """Bucket ``index`` on rank 0: its ``(hf_name, full tensor)`` pairs packed by
+        ``WeightBucket.pack`` (None elsewhere)."""
 
     def weight_version(self) -> int:
         """How many optimizer updates the weights have seen (0 = the loaded checkpoint)."""
@@ -121,8 +123,9 @@ class TrainGroup:
         shares = dp_rank_indices(batch, self.num_ranks)
         return ray.get([rank.train.remote(rollout_id, batch.select(share)) for rank, share in zip(self.ranks, shares)])[0]
 
-    def export_weights(self, bucket_bytes: int) -> Iterator[list[tuple[str, Any]]]:
-        """The weights in Hugging Face names and shapes, one bucket at a time."""
+    def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]:
+        """The weights in Hugging Face names and shapes, one bucket at a time (iterate a
+        bucket for its ``(name, tensor)`` pairs)."""
         for index in range(self.call("weight_buckets", bucket_bytes)[0]):
             yield self.call("export_bucket", index)[0]
 

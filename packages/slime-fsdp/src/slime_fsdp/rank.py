@@ -17,6 +17,7 @@ import torch.distributed as dist
 from slime_core.micro_batches import step_slices
 from slime_core.rank_step import RankStep, StepTensors, check_prompts, memory_gib, pad_rows, sum_over_ranks
 from slime_core.rollout_batch import RolloutBatch
+from slime_core.weight_bucket import WeightBucket
 from slime_fsdp import checkpoint, inputs, weights
 from slime_fsdp.model import load_model, load_tokenizer, shard
 from slime_fsdp.optimizer import build_optimizer
@@ -182,8 +183,9 @@ class FSDPTrainRank:
         self._buckets = weights.plan_buckets(self.model, bucket_bytes)
         return len(self._buckets)
 
-    def export_bucket(self, index: int):
-        return weights.gather_bucket(self.model, self._buckets[index], keep=self.rank == 0)
+    def export_bucket(self, index: int) -> WeightBucket | None:
+        bucket = weights.gather_bucket(self.model, self._buckets[index], keep=self.rank == 0)
+        return None if bucket is None else WeightBucket.pack(bucket)
 
     def save(self, rollout_id: int) -> str:
         """A resumable checkpoint under ``--save``, and with ``--save-hf DIR`` a Hugging Face

@@ -37,6 +37,7 @@ import torch.distributed as dist
 from slime_core.micro_batches import step_slices
 from slime_core.rank_step import RankStep, StepTensors, check_prompts, memory_gib, pad_rows, sum_over_ranks
 from slime_core.rollout_batch import RolloutBatch
+from slime_core.weight_bucket import WeightBucket
 from slime_megatron import export, inputs, offload, schedule, swap
 from slime_megatron.logprobs import vocab_parallel_entropy, vocab_parallel_log_probs
 from slime_megatron.optimizer import build_optimizer, set_lr, wrap
@@ -241,9 +242,9 @@ class MegatronTrainRank:
         self._buckets = self._buckets or [[] for _ in range(count[0])]
         return count[0]
 
-    def export_bucket(self, index: int):
+    def export_bucket(self, index: int) -> WeightBucket | None:
         bucket, self._buckets[index] = self._buckets[index], []  # served once: free it
-        return bucket if self.rank == 0 else None
+        return WeightBucket.pack(bucket) if self.rank == 0 else None
 
     def save(self, rollout_id: int) -> str:
         """A resumable checkpoint under ``--save`` (model, optimizer, RNG, counters), and

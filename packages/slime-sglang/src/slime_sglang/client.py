@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 
 from slime_core.engine import GenerateResult, SamplingParams
+from slime_core.weight_bucket import WeightBucket
 
 
 class EngineError(RuntimeError):
@@ -86,13 +87,13 @@ class EngineClient:
     async def flush_cache(self) -> None:
         await self._post("/flush_cache", {})
 
-    async def update_weights_from_tensor(self, named_tensors: list[tuple[str, Any]], weight_version: str) -> None:
+    async def update_weights_from_tensor(self, bucket: WeightBucket | list[tuple[str, Any]], weight_version: str) -> None:
         from slime_sglang.tensor_payload import encode_bucket
 
         # The body's JSON is written by hand around the payload: json.dumps would scan the megabytes
         # of base64 for characters to escape, and base64 has none (18 ms for a 3.2 MB bucket).
         rest = json.dumps({"weight_version": weight_version, "flush_cache": True})
-        body = '{"serialized_named_tensors": ["' + encode_bucket(named_tensors) + '"], ' + rest[1:]
+        body = '{"serialized_named_tensors": ["' + encode_bucket(bucket) + '"], ' + rest[1:]
         _check_success(await self._call("POST", "/update_weights_from_tensor", body.encode()), self.url,
                        "/update_weights_from_tensor")
 

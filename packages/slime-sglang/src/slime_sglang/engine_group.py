@@ -24,6 +24,7 @@ from typing import Any, Awaitable, Callable
 
 import httpx
 
+from slime_core.weight_bucket import WeightBucket
 from slime_sglang.client import EngineClient
 from slime_sglang.servers import start_servers, stop_servers
 
@@ -83,9 +84,10 @@ class EngineGroup:
     async def resume_memory(self) -> None:
         await self._each(lambda client, _: client.resume_memory())
 
-    async def update_weights_from_tensor(self, named_tensors: list[tuple[str, Any]], version: str) -> None:
-        """Load one bucket of ``(hf_name, tensor)`` pairs into every engine."""
-        await self._each(lambda client, _: client.update_weights_from_tensor(named_tensors, version))
+    async def update_weights_from_tensor(self, bucket: WeightBucket | list[tuple[str, Any]], version: str) -> None:
+        """Load one bucket of ``(hf_name, tensor)`` pairs into every engine (packed once for all)."""
+        bucket = bucket if isinstance(bucket, WeightBucket) else WeightBucket.pack(bucket)
+        await self._each(lambda client, _: client.update_weights_from_tensor(bucket, version))
 
     async def update_weights_from_disk(self, path: str, version: str) -> None:
         """Load a Hugging Face directory's weights into every engine."""

@@ -25,6 +25,8 @@ import threading
 import time
 from pathlib import Path
 
+from slime_core.weight_bucket import WeightBucket
+
 
 def default_transport(config) -> str:
     """``tensor`` when colocated or without CUDA, else ``broadcast``."""
@@ -124,6 +126,9 @@ class WeightSync:
 
 
 def _bytes(bucket) -> int:
+    """Bytes a bucket sends: a `WeightBucket`'s payload, or the tensors' bytes."""
+    if isinstance(bucket, WeightBucket):
+        return bucket.nbytes
     return sum(tensor.numel() * tensor.element_size() for _, tensor in bucket)
 
 

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from slime_core.placement import engine_threads, rank_threads
+from slime_core.placement import rank_threads
 from slime_core.train_backend import TrainGroup
 
 
@@ -20,14 +20,6 @@ def test_ranks_share_the_cores_less_those_of_engines_generating_meanwhile(monkey
     assert rank_threads(_config("async", colocate=True), num_ranks=2, num_engines=2) == 4  # they take turns
     assert rank_threads(_config("async", rollout_engine="sglang"), num_ranks=2, num_engines=2) == 4  # on GPUs
     assert rank_threads(_config("async"), num_ranks=8, num_engines=4) == 1  # at least one
-
-
-def test_cpu_engines_take_the_cores_in_turn_with_the_ranks_else_one_each(monkeypatch):
-    monkeypatch.setattr(os, "cpu_count", lambda: 8)
-    assert engine_threads(_config(), num_engines=2) == 4  # ranks wait while engines generate
-    assert engine_threads(_config("async", colocate=True), num_engines=2) == 4  # they take turns
-    assert engine_threads(_config("async"), num_engines=2) == 1  # the core rank_threads leaves each
-    assert engine_threads(_config(), num_engines=16) == 1  # at least one
 
 
 class _ThreadReport:

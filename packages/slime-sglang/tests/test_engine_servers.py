@@ -9,7 +9,6 @@ import ray
 
 from slime_core.engine import SamplingParams
 from slime_core.testing import make_config
-from slime_core.train_backend import cpu_thread_options
 from slime_sglang.client import EngineClient
 from slime_sglang.servers import EngineServer, cpu_engine_command, sglang_command
 
@@ -21,8 +20,7 @@ def test_cpu_engine_actor_serves_and_dies_with_its_actor(ray_cluster, tiny_model
     data.write_text('{"prompt": "1+1=", "label": "2"}\n')
     config = make_config(data, tiny_model_dir, rollout_batch_size=1)
     config.sglang.update({"max_running_requests": 7, "mem_fraction_static": 0.7})  # the first is the CPU engine's too
-    # the placement starts CPU engines with their cores as OMP_NUM_THREADS (slime_core.placement.engine_threads)
-    actor = ray.remote(num_cpus=0, **cpu_thread_options(2))(EngineServer).remote(config, cpu_engine_command, str(tiny_model_dir))
+    actor = ray.remote(num_cpus=0)(EngineServer).remote(config, cpu_engine_command, str(tiny_model_dir))
     url, pid = ray.get([actor.wait_healthy.remote(), actor.pid.remote()])
 
     async def generate():
@@ -33,7 +31,7 @@ def test_cpu_engine_actor_serves_and_dies_with_its_actor(ray_cluster, tiny_model
             await client.close()
 
     result, info = asyncio.run(generate())
-    assert len(result.output_ids) == 3 and info["max_running_requests"] == 7 and info["num_threads"] == 2
+    assert len(result.output_ids) == 3 and info["max_running_requests"] == 7
     ray.kill(actor)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and _alive(pid):

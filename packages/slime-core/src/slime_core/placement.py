@@ -12,8 +12,7 @@ On a CPU machine the cores are the devices: each training rank gets its share as
 threads (`rank_threads`), less one core per CPU engine when engines generate while the ranks
 train (``--train-mode async``, not colocated), the way disaggregated GPUs never overlap.
 Sharing cores that both sides use at once would slow both (the 2-core quickstart in async
-mode: 0.60 s per step of training instead of 0.31). CPU engines get the cores in turn with
-the ranks when the two take turns (`engine_threads`), else that one core each.
+mode: 0.60 s per step of training instead of 0.31).
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ class Placement:
     gpu: bool
     engine_gpus: int  # GPUs of one engine (0 for the CPU engine)
     rank_threads: int = 0  # torch threads of a CPU training rank (0 on GPUs)
-    engine_threads: int = 0  # torch threads of a CPU engine (0 for engines on GPUs)
 
     @classmethod
     def reserve(cls, config, num_engines: int) -> Placement:
@@ -65,8 +63,7 @@ class Placement:
                                f"(cluster: {ray.cluster_resources()}); lower --actor-num-gpus-per-node or "
                                "--rollout-num-gpus, or add nodes")
         threads = 0 if gpu else rank_threads(config, ranks, num_engines)
-        cpu_engines = engine_threads(config, num_engines) if config.rollout_engine == "cpu" else 0
-        return cls(group, ranks, critic, config.colocate, gpu, engine_gpus, threads, cpu_engines)
+        return cls(group, ranks, critic, config.colocate, gpu, engine_gpus, threads)
 
     def describe(self) -> str:
         engines = "sharing the ranks' bundles" if self.colocate else "one bundle per engine"
@@ -86,8 +83,7 @@ class Placement:
         """Ray actor options of engine ``index``."""
         bundle = index if self.colocate else self.num_ranks + self.critic_ranks + index
         gpus = (COLOCATED_ENGINE_GPU if self.colocate else self.engine_gpus) if self.engine_gpus else 0
-        threads = cpu_thread_options(self.engine_threads) if self.engine_threads else {}
-        return {"num_cpus": 0, "num_gpus": gpus, "scheduling_strategy": self._bundle(bundle), **threads}
+        return {"num_cpus": 0, "num_gpus": gpus, "scheduling_strategy": self._bundle(bundle)}
 
     def release(self) -> None:
         import ray
@@ -103,19 +99,5 @@ class Placement:
 def rank_threads(config, num_ranks: int, num_engines: int) -> int:
     """Torch threads of each CPU training rank: this machine's cores, less those of CPU engines
     that generate while the ranks train (see the module docstring), shared by the ranks."""
-    busy = num_engines if _engines_generate_while_ranks_train(config) else 0
+    busy = num_engines if config.train_mode == "async" and not config.colocate and config.rollout_engine == "cpu" else 0
     return max(1, ((os.cpu_count() or 1) - busy) // max(1, num_ranks))
-
-
-def engine_threads(config, num_engines: int) -> int:
-    """Torch threads of each CPU engine: one core when engines generate while the ranks train
-    (`rank_threads` leaves it to them), else this machine's cores shared by the engines, as
-    the ranks wait while they generate (a synchronous run: the quickstart's rollout 0.27 ->
-    0.25 s with both of 2 cores instead of one)."""
-    if _engines_generate_while_ranks_train(config):
-        return 1
-    return max(1, (os.cpu_count() or 1) // max(1, num_engines))
-
-
-def _engines_generate_while_ranks_train(config) -> bool:
-    return config.train_mode == "async" and not config.colocate and config.rollout_engine == "cpu"

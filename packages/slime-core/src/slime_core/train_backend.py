@@ -138,7 +138,7 @@ class TrainGroup:
 
 
 def cpu_thread_options(threads: int) -> dict[str, Any]:
-    """Ray actor options that start a CPU rank (or a CPU engine) with ``threads`` OpenMP threads. Ray starts a
+    """Ray actor options that start a CPU rank with ``threads`` OpenMP threads. Ray starts a
     worker with ``OMP_NUM_THREADS`` set to its CPU count (1 here), and a process started so
     runs its kernels slower even after ``torch.set_num_threads`` (a tiny GRPO step on 2 cores:
     0.30 s instead of 0.22 s); ranks read the variable for their thread count."""

@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import torch
-
 from slime_sglang.cpu_engine.request import BadRequest, GenerateRequest, answer
 from slime_sglang.cpu_engine.scheduler import Scheduler
 from slime_sglang.cpu_engine.stopping import StopChecker, eos_token_ids
@@ -69,7 +67,6 @@ class Engine:
             "context_length": self.context_length,
             "finished_requests": scheduler.finished_requests,
             "generated_tokens": scheduler.generated_tokens,
-            "num_threads": torch.get_num_threads(),  # of its kernels: --num-threads, else OMP_NUM_THREADS
             "engine": "slime-cpu-engine",
         }
 

@@ -25,8 +25,6 @@ import threading
 import time
 from pathlib import Path
 
-from slime_core.weight_bucket import WeightBucket
-
 
 def default_transport(config) -> str:
     """``tensor`` when colocated or without CUDA, else ``broadcast``."""
@@ -96,7 +94,7 @@ class WeightSync:
         sent = 0
         for bucket in self.trainer.export_weights(self.config.update_weight_buffer_size):
             send(bucket)
-            sent += _bytes(bucket)
+            sent += bucket.nbytes
         return sent
 
     def _by_disk(self, engines, version: str) -> int:
@@ -123,13 +121,6 @@ class WeightSync:
                 self.run(broadcaster.close())
             except Exception:  # noqa: BLE001 - the replaced engine cannot answer; the rest have left
                 pass
-
-
-def _bytes(bucket) -> int:
-    """Bytes a bucket sends: a `WeightBucket`'s payload, or the tensors' bytes."""
-    if isinstance(bucket, WeightBucket):
-        return bucket.nbytes
-    return sum(tensor.numel() * tensor.element_size() for _, tensor in bucket)
 
 
 def _collective_backend() -> str:

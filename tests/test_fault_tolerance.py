@@ -4,6 +4,10 @@ hangs) in the middle of a rollout; the run replaces it and finishes with every s
 import os
 import signal
 import threading
+import time
+from pathlib import Path
+
+import httpx
 
 import pytest
 
@@ -14,12 +18,12 @@ pytestmark = pytest.mark.integration
 
 FAULT_TOLERANCE = ("--use-fault-tolerance", "--rollout-health-check-interval", "0.5",
                    "--rollout-health-check-timeout", "3", "--rollout-max-response-len", "48",
-                   "--rollout-concurrency", "4", "--num-rollout", "3", "--check-weight-update-equal")
+                   "--num-rollout", "3", "--check-weight-update-equal")
 
 
 class EngineFault:
-    """One second into rollout 1, sends ``signum`` to the run's engine server: SIGKILL (it
-    dies) or SIGSTOP (it hangs: the process is there, but nothing answers)."""
+    """In rollout 1, once the run's engine server is generating, sends it ``signum``: SIGKILL
+    (it dies) or SIGSTOP (it hangs: the process is there, but nothing answers)."""
 
     def __init__(self, model_dir, signum):
         self.model_dir, self.signum, self.hit = str(model_dir), signum, []
@@ -27,26 +31,35 @@ class EngineFault:
     @hookimpl
     def slime_before_rollout(self, rollout_id, config):
         if rollout_id == 1:
-            threading.Timer(1.0, self._hit).start()
+            threading.Thread(target=self._hit, daemon=True).start()
 
     def _hit(self):
         (pid,) = processes_running("engine", "serve", self.model_dir)
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        url = f"http://127.0.0.1:{argv[argv.index('--port') + 1]}/server_info"
+        deadline = time.monotonic() + 60
+        while httpx.get(url, timeout=10).json()["running_requests"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
         os.kill(pid, self.signum)
         self.hit.append(pid)
 
 
-@pytest.mark.parametrize("signum,transport", [(signal.SIGKILL, "tensor"), (signal.SIGSTOP, "broadcast")],
+@pytest.mark.parametrize("signum,transport,concurrency", [(signal.SIGKILL, "tensor", 8), (signal.SIGSTOP, "broadcast", 4)],
                          ids=["killed", "hung"])
-def test_a_failed_engine_is_replaced_and_no_sample_is_lost(slime_run, tiny_model_dir, signum, transport):
+def test_a_failed_engine_is_replaced_and_no_sample_is_lost(slime_run, tiny_model_dir, signum, transport, concurrency):
     """The replacement gets the current weights by the run's transport: in memory, or by a
-    gloo broadcast (a new group: the old one had the failed engine in it)."""
+    gloo broadcast (a new group: the old one had the failed engine in it). With 8 samples in
+    flight a group of 8 is one request (lost and generated again as a whole); with 4, its
+    samples go one by one."""
     fault = EngineFault(tiny_model_dir, signum)
-    records = slime_run(*FAULT_TOLERANCE, "--update-weight-transport", transport, hooks=[fault])
+    records = slime_run(*FAULT_TOLERANCE, "--rollout-concurrency", str(concurrency), "--update-weight-transport", transport,
+                        hooks=[fault])
     assert len(fault.hit) == 1
     assert [r["rollout_id"] for r in records] == [0, 1, 2]
     assert all(r["rollout/samples"] == 64 for r in records)  # 8 prompts x 8 samples in every rollout
     assert sum(r["fault/engine_restarts"] for r in records) == 1
-    assert records[1]["rollout/samples_regenerated"] > 0  # the failed engine's requests, generated again
+    regenerated = records[1]["rollout/samples_regenerated"]  # the failed engine's requests, generated again
+    assert regenerated > 0 and (regenerated % 8 == 0 if concurrency == 8 else True)
     assert records[-1]["weight_version"] == 3
     assert records[-1]["weight_update/max_logprob_diff"] < 1e-3  # the new engine serves the trainer's weights
     log = (slime_run.tmp_path / "run" / "slime.log").read_text()

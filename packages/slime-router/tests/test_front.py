@@ -43,10 +43,12 @@ def test_metrics_count_latency_tokens_and_errors(router):
         assert httpx.post(f"{router.url}/generate", json=body, timeout=60).status_code == 200
     assert httpx.post(f"{router.url}{CHAT}", json={"messages": HI, "max_tokens": 4, "ignore_eos": True}, timeout=60).status_code == 200
     assert httpx.post(f"{router.url}/generate", json={"input_ids": []}, timeout=60).status_code == 400
+    group = {"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 2, "ignore_eos": True, "n": 3}}  # one list answer
+    assert len(httpx.post(f"{router.url}/generate", json=group, timeout=60).json()) == 3
     summary = router.metrics()
-    assert summary["router/requests"] == 5 and summary["router/errors"] == 1
-    assert summary["router/prompt_tokens"] == 3 * 3 + 5  # the chat's prompt is "<|user|>", "H", "i", "\n", "<|assistant|>"
-    assert summary["router/completion_tokens"] == 1 + 2 + 3 + 4
+    assert summary["router/requests"] == 6 and summary["router/errors"] == 1
+    assert summary["router/prompt_tokens"] == 3 * 3 + 5 + 3 * 2  # the chat's prompt is "<|user|>", "H", "i", "\n", "<|assistant|>"
+    assert summary["router/completion_tokens"] == 1 + 2 + 3 + 4 + 3 * 2
     assert 0 < summary["router/latency_p50_s"] <= summary["router/latency_p99_s"] < 30
     assert router.metrics()["router/requests"] == 0  # reset by the previous call
     text = httpx.get(f"{router.url}/metrics", timeout=10).text

@@ -190,6 +190,28 @@ def test_pause_holds_running_and_new_requests_until_continue(engine_url):
     assert not server_info(engine_url)["paused"]
 
 
+def test_n_samples_of_one_prompt_in_one_request_are_the_requests_for_one_with_derived_seeds(engine_url, tokenizer):
+    """``sampling_params.n`` (SGLang's parallel sampling): one request answers a list of n
+    samples; copy i is exactly what a request for one sample with seed
+    ``parallel_sample_seed(seed, i)`` gets (tokens and log-probs), and a rid names the copies."""
+    from slime_core.engine import parallel_sample_seed
+
+    prompt, params = tokenizer.encode("What is 2+2?"), {"temperature": 1.0, "max_new_tokens": 10, "ignore_eos": True}
+    body = {"input_ids": prompt, "return_logprob": True, "rid": "group-7", "sampling_params": {**params, "n": 5, "sampling_seed": 42}}
+    response = httpx.post(f"{engine_url}/generate", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    copies = response.json()
+    assert isinstance(copies, list) and len(copies) == 5
+    assert [c["meta_info"]["id"] for c in copies] == [f"group-7-{i}" for i in range(5)]
+    assert len({tuple(c["output_ids"]) for c in copies}) > 1  # the copies have their own seeds
+    for i, copy in enumerate(copies):
+        alone = generate(engine_url, prompt, return_logprob=True, sampling_seed=parallel_sample_seed(42, i), **params)
+        assert copy["output_ids"] == alone["output_ids"]
+        logprobs = [[lp for lp, _, _ in answer["meta_info"]["output_token_logprobs"]] for answer in (copy, alone)]
+        torch.testing.assert_close(torch.tensor(logprobs[0]), torch.tensor(logprobs[1]), atol=1e-4, rtol=0)
+    assert isinstance(generate(engine_url, prompt, n=1, **params), dict)  # n = 1: one answer, as SGLang
+
+
 def test_a_seed_makes_sampling_reproducible(engine_url):
     params = {"temperature": 1.0, "max_new_tokens": 30, "ignore_eos": True}
     first = generate(engine_url, [5, 6, 7], sampling_seed=11, **params)

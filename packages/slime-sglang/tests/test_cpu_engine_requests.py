@@ -25,6 +25,8 @@ pytestmark = pytest.mark.integration
     ({"input_ids": [5], "stream": True}, "does not support stream"),
     ({"input_ids": [5], "prompt": "hi"}, "unknown request field 'prompt'"),
     ({"input_ids": [5], "rid": 7}, "rid must be a string"),
+    ({"input_ids": [5], "sampling_params": {"n": 0}}, "sampling_params.n must be at least 1"),
+    ({"input_ids": [5], "sampling_params": {"n": "8"}}, "n must be an integer"),
 ])
 def test_malformed_generate_requests_get_400_with_the_fix(engine_url, body, hint):
     response = httpx.post(f"{engine_url}/generate", json=body, timeout=30)

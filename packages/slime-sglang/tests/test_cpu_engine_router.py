@@ -29,6 +29,7 @@ def test_the_router_spreads_generate_requests_over_both_engines(cpu_engines, tin
         answers = [httpx.post(f"{url}/generate", json=body, timeout=60) for _ in range(6)]
         served = [finished(engine) - count for engine, count in zip(cpu_engines, before)]
         refused = httpx.post(f"{url}/generate", json={"input_ids": [5, 100000]}, timeout=60)
+        group = httpx.post(f"{url}/generate", json={**body, "sampling_params": {**body["sampling_params"], "n": 4}}, timeout=60)
     assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
     for answer in map(httpx.Response.json, answers):
         meta = answer["meta_info"]
@@ -37,3 +38,6 @@ def test_the_router_spreads_generate_requests_over_both_engines(cpu_engines, tin
         assert [token for _, token, _ in meta["output_token_logprobs"]] == answer["output_ids"]
     assert min(served) >= 1 and sum(served) >= 6, served
     assert refused.status_code == 400 and "outside the vocabulary" in refused.text
+    # a GRPO group as one request (sampling_params.n) passes the router: four samples come back
+    assert group.status_code == 200, group.text
+    assert [len(sample["output_ids"]) for sample in group.json()] == [5] * 4

@@ -77,6 +77,40 @@ def test_over_sampling_with_a_filter_returns_exactly_the_batch(parts_for):
         assert sample.metadata["generate_seconds"] > 0
 
 
+class _CountingClient(EngineClient):
+    """The real client, counting the /generate requests it sends."""
+
+    generate_requests = 0
+
+    async def _call(self, method, path, body=None):
+        self.generate_requests += path == "/generate"
+        return await super()._call(method, path, body)
+
+
+def test_a_fresh_group_is_one_request_and_samples_what_per_sample_requests_sample(parts_for, engine_url):
+    """--rollout-group-requests (the default) sends each fresh group as one request for its n
+    samples, unless the group is larger than --rollout-concurrency allows in flight; the
+    samples (tokens, log-probs) are those of one request per sample."""
+    samples, requests = {}, {}
+    for grouped, concurrency in ((True, 512), (False, 512), (True, 2)):
+        config, parts = parts_for(rollout_group_requests=grouped, rollout_concurrency=concurrency, rollout_engine="cpu",
+                                  rollout_max_response_len=6)
+        parts.group_filter = None
+        parts.ctx.engine = _CountingClient(engine_url)
+        result = asyncio.run(default_rollout(0, config, parts))
+        samples[grouped, concurrency] = {(s.group_index, s.index): s for group in result.groups for s in group}
+        requests[grouped, concurrency] = parts.ctx.engine.generate_requests
+        assert result.metrics["rollout/groups_submitted"] == 4
+    assert requests == {(True, 512): 4, (False, 512): 12, (True, 2): 12}  # 4 groups of 3
+    grouped, alone = samples[True, 512], samples[False, 512]
+    assert grouped.keys() == alone.keys() == samples[True, 2].keys() and len(grouped) == 12
+    assert len({tuple(s.tokens) for s in grouped.values()}) > 4  # samples of a group differ
+    for key, sample in grouped.items():
+        assert sample.tokens == alone[key].tokens == samples[True, 2][key].tokens and sample.status == alone[key].status
+        assert sample.rollout_log_probs == pytest.approx(alone[key].rollout_log_probs, abs=1e-4)
+        assert sample.metadata["generate_seconds"] > 0
+
+
 def test_partial_groups_come_back_from_the_buffer_and_finish(parts_for):
     # Stop strings end responses after a random number of tokens (a random model emits each
     # character now and then), so groups finish at very different times and the abort that

@@ -28,6 +28,15 @@ class SamplingParams:
         return {key: value for key, value in self.__dict__.items() if value is not None}
 
 
+def parallel_sample_seed(seed: int, index: int) -> int:
+    """The seed of copy ``index`` of a request for ``n`` samples (``sampling_params.n``) that
+    gives ``sampling_seed=seed``: copy 0 draws with ``seed`` itself, the others with seeds
+    derived from it. An engine that honours seeds per copy (the CPU engine does) draws copy i
+    exactly as a request for one sample with this seed, so a group sent as one request and the
+    same samples sent one by one get the same tokens."""
+    return (seed + index * 0x9E3779B1) & 0x7FFFFFFF
+
+
 @dataclass
 class GenerateResult:
     """One finished (or aborted) generation."""
@@ -47,6 +56,13 @@ class RolloutEngine(Protocol):
         self, input_ids: list[int], sampling: SamplingParams, return_logprob: bool = True, rid: str | None = None
     ) -> GenerateResult:
         """Sample a continuation of ``input_ids``."""
+
+    async def generate_parallel(
+        self, input_ids: list[int], sampling: SamplingParams, n: int, return_logprob: bool = True
+    ) -> list[GenerateResult]:
+        """``n`` continuations of ``input_ids`` in one request (SGLang's parallel sampling,
+        ``sampling_params.n``): the prompt travels and is prefilled once; copy i is seeded with
+        ``parallel_sample_seed(sampling.sampling_seed, i)`` where the engine honours seeds."""
 
     async def abort(self, rid: str | None = None) -> None:
         """Abort request ``rid``, or every request when None; they return what they have."""

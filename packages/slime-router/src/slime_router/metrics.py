@@ -150,7 +150,13 @@ class Collected:
 
 
 def usage(data) -> tuple[int, int, float | None]:
-    """(prompt tokens, completion tokens, engine queueing seconds or None) of an answer's JSON."""
+    """(prompt tokens, completion tokens, engine queueing seconds or None) of an answer's JSON;
+    for the list that answers a ``/generate`` for n samples (``sampling_params.n``), the
+    sums over the samples and their longest queueing."""
+    if isinstance(data, list):
+        each = [usage(item) for item in data]
+        queues = [queue for _, _, queue in each if queue is not None]
+        return sum(p for p, _, _ in each), sum(c for _, c, _ in each), max(queues) if queues else None
     if not isinstance(data, dict):
         return 0, 0, None
     if isinstance(data.get("usage"), dict):

@@ -75,6 +75,18 @@ class EngineClient:
             body["rid"] = rid
         return parse_generate(await self._post("/generate", body))
 
+    async def generate_parallel(
+        self, input_ids: list[int], sampling: SamplingParams, n: int, return_logprob: bool = True
+    ) -> list[GenerateResult]:
+        body = {"input_ids": input_ids, "sampling_params": {**sampling.to_json(), "n": n}, "return_logprob": return_logprob}
+        answers = await self._call("POST", "/generate", body)
+        if not isinstance(answers, list) or len(answers) != n:
+            got = f"a list of {len(answers)}" if isinstance(answers, list) else "one"
+            raise EngineError(f"engine {self.url}/generate was asked for {n} samples (sampling_params.n) and answered "
+                              f"{got}; does it support parallel sampling? (--no-rollout-group-requests sends one "
+                              "request per sample)")
+        return [parse_generate(answer) for answer in answers]
+
     async def abort(self, rid: str | None = None) -> None:
         await self._post("/abort_request", {"rid": rid} if rid is not None else {"abort_all": True})
 
@@ -143,7 +155,7 @@ class EngineClient:
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self._call("POST", path, body)
 
-    async def _call(self, method: str, path: str, body: dict[str, Any] | bytes | None = None) -> dict[str, Any]:
+    async def _call(self, method: str, path: str, body: dict[str, Any] | bytes | None = None) -> Any:
         """The JSON answer of ``method path`` (``{}`` when empty); errors as the module says.
         ``body``: a JSON object, or one already encoded."""
         send = {"data": body, "headers": JSON_CONTENT} if isinstance(body, bytes) else {"json": body}

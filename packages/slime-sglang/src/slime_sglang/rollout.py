@@ -4,7 +4,8 @@ Per rollout:
 
 1. pull prompt groups from the data source (partial groups from the buffer first) and
    generate ``n_samples_per_prompt`` responses for each, at most ``--rollout-concurrency``
-   requests per engine in flight (`requests_in_flight`);
+   samples per engine in flight (`requests_in_flight`); a fresh group goes as one request
+   for all its samples (``--rollout-group-requests``, see `slime_sglang.generate.generate_group`);
 2. score each finished group with the reward hub as soon as it is done (generation of the
    others goes on meanwhile) and ask the dynamic-sampling filter whether to keep it;
 3. keep ``--over-sampling-batch-size`` groups in flight (default: the rollout batch size),
@@ -29,7 +30,7 @@ from slime_core.engine import SamplingParams
 from slime_core.filters import RolloutProgress
 from slime_core.rollout_result import RolloutResult
 from slime_core.sample import Sample, SampleStatus
-from slime_sglang.generate import GenerateContext, generate_resilient
+from slime_sglang.generate import GenerateContext, generate_group_resilient, generate_resilient, generate_sample
 
 
 @dataclass
@@ -58,7 +59,7 @@ def sampling_params(config, evaluation: bool = False) -> SamplingParams:
 
 
 def requests_in_flight(config) -> int:
-    """At most ``--rollout-concurrency`` requests per engine in flight. An engine batches the
+    """At most ``--rollout-concurrency`` samples per engine in flight. An engine batches the
     requests it has, so a limit below its batch size starves it: with 64 in flight, a
     256-sample rollout of the quickstart ran as four waves of 64 on the CPU engine."""
     from slime_sglang.engine_group import engine_count
@@ -80,7 +81,9 @@ class _Rollout:
         self.target = config.rollout_batch_size
         self.in_flight_goal = max(self.target, config.over_sampling_batch_size or 0)
         self.sampling = sampling_params(config)
-        self.limit = asyncio.Semaphore(requests_in_flight(config))
+        self.most_in_flight = requests_in_flight(config)
+        self.limit = asyncio.Semaphore(self.most_in_flight)
+        self.taking = asyncio.Lock()  # one group at a time takes its samples' places (no deadlock)
         self.accepted: list[list[Sample]] = []
         self.counts = {"filtered": 0, "submitted": 0, "aborted": 0, "failed_reward": 0, "surplus": 0, "regenerated": 0}
 
@@ -126,9 +129,12 @@ class _Rollout:
         if self.config.mask_offpolicy_in_partial_rollout:
             for sample in group:
                 sample.loss_mask = [0] * len(sample.loss_mask)
-        errors = [e for e in await asyncio.gather(*(self._sample(s) for s in group), return_exceptions=True) if e]
-        if errors:
-            raise errors[0]
+        if self._as_one_request(group):
+            await self._together(group)
+        else:
+            errors = [e for e in await asyncio.gather(*(self._sample(s) for s in group), return_exceptions=True) if e]
+            if errors:
+                raise errors[0]
         if not any(sample.status == SampleStatus.ABORTED for sample in group):
             await self.parts.reward_hub.score_group(group)
         return group
@@ -140,6 +146,27 @@ class _Rollout:
             started = time.perf_counter()
             self.counts["regenerated"] += await generate_resilient(sample, self.sampling, self.parts.ctx, self.parts.generate)
             sample.metadata["generate_seconds"] = sample.metadata.get("generate_seconds", 0.0) + time.perf_counter() - started
+
+    def _as_one_request(self, group: list[Sample]) -> bool:
+        """Whether the group goes as one request: the default generate function, a fresh group
+        (samples 0..n-1, nothing generated yet), and no more samples than may be in flight."""
+        return (self.config.rollout_group_requests and 1 < len(group) <= self.most_in_flight
+                and self.parts.generate is generate_sample
+                and all(s.index == i and s.status == SampleStatus.PENDING and not s.response_length
+                        for i, s in enumerate(group)))
+
+    async def _together(self, group: list[Sample]) -> None:
+        async with self.taking:
+            for _ in group:
+                await self.limit.acquire()
+        try:
+            started = time.perf_counter()
+            self.counts["regenerated"] += await generate_group_resilient(group, self.sampling, self.parts.ctx)
+            for sample in group:
+                sample.metadata["generate_seconds"] = time.perf_counter() - started
+        finally:
+            for _ in group:
+                self.limit.release()
 
     def _judge(self, group: list[Sample], in_flight: int) -> None:
         """Accept a finished group, or count it as filtered out."""

@@ -7,6 +7,9 @@ the fields sglang-router adds with their default values are accepted too):
      "return_text_in_logprobs": bool}
     -> {"text": str, "output_ids": [int], "meta_info": {"id", "finish_reason", "prompt_tokens",
         "completion_tokens", "weight_version", "output_token_logprobs" (with return_logprob)}}
+
+With ``sampling_params.n`` > 1 (SGLang's parallel sampling) the answer is a list of n such
+objects, one per sample of the prompt (a GRPO group in one request).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Callable
 
 import torch
 
+from slime_core.engine import parallel_sample_seed
 from slime_sglang.cpu_engine.sampling import SamplingParams
 
 TOP_LEVEL_KEYS = ("input_ids", "sampling_params", "return_logprob", "return_text_in_logprobs", "rid")
@@ -47,6 +51,27 @@ class GenerateRequest:
 
     def abort(self, message: str) -> None:
         self.finish_reason = {"type": "abort", "message": message}
+
+
+def parse_generate_copies(body, vocab_size: int, context_length: int) -> list[GenerateRequest]:
+    """The requests of a ``/generate`` body: ``sampling_params.n`` copies of one prompt
+    (SGLang's parallel sampling; default 1), or ``BadRequest``. Copy i of a seeded body draws
+    with ``parallel_sample_seed(seed, i)``; copies get ids ``rid-i`` when a ``rid`` is given."""
+    if not isinstance(body, dict) or not isinstance(body.get("sampling_params") or {}, dict):
+        return [parse_generate(body, vocab_size, context_length)]  # which says what is wrong
+    sampling = dict(body.get("sampling_params") or {})
+    n = _integer(sampling, "n", 1)
+    if n < 1:
+        raise BadRequest(f"sampling_params.n must be at least 1 (the number of samples of the prompt), got {n}")
+    sampling.pop("n", None)
+    first = parse_generate({**body, "sampling_params": sampling}, vocab_size, context_length)
+    if n == 1:
+        return [first]
+    rid, seed = body.get("rid"), first.params.sampling_seed
+    return [parse_generate({**body, "rid": f"{rid}-{i}" if rid else None,
+                            "sampling_params": {**sampling, "sampling_seed": None if seed is None else parallel_sample_seed(seed, i)}},
+                           vocab_size, context_length)
+            for i in range(n)]
 
 
 def parse_generate(body, vocab_size: int, context_length: int) -> GenerateRequest:

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from slime_sglang.cpu_engine import control, weight_groups
 from slime_sglang.cpu_engine.engine import Engine
-from slime_sglang.cpu_engine.request import BadRequest, parse_generate, refuse_unknown
+from slime_sglang.cpu_engine.request import BadRequest, parse_generate, parse_generate_copies, refuse_unknown
 
 log = logging.getLogger(__name__)
 ENGINE = web.AppKey("engine", Engine)
@@ -65,9 +65,24 @@ def create_app(engine: Engine) -> web.Application:
 
 
 async def generate(request: web.Request) -> web.Response:
+    """One answer, or a list of n for a body with ``sampling_params.n`` = n > 1 (as SGLang)."""
     engine = request.app[ENGINE]
-    generate_request = parse_generate(await _json_body(request), engine.vocab_size, engine.context_length)
-    return web.json_response(await engine.generate(generate_request))
+    body = await _json_body(request)
+    copies = parse_generate_copies(body, engine.vocab_size, engine.context_length)
+    if len(copies) == 1 and (body.get("sampling_params") or {}).get("n") in (None, 1):
+        return web.json_response(await engine.generate(copies[0]))
+    return web.json_response(await _all_or_none(engine.generate(copy) for copy in copies))
+
+
+async def _all_or_none(calls) -> list:
+    """The results of ``calls`` run together; if one fails, the others are cancelled (which
+    aborts their generation) and its error is raised."""
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 async def health(request: web.Request) -> web.Response:

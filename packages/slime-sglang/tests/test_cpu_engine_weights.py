@@ -53,6 +53,37 @@ def test_a_tensor_bucket_update_changes_outputs_and_version(engine_url, other_mo
     assert sample(engine_url)["outputs"] == after["outputs"]
 
 
+def test_the_client_sends_a_bucket_as_raw_bytes_and_the_engine_loads_it_alike(engine_url, tiny_model_dir, other_model_dir,
+                                                                              restore_weights):
+    """EngineClient's form (the safetensors bytes as the body, fields in the query) loads what
+    SGLang's JSON form loads; a body that is not a bucket, or a bad flag, is refused."""
+    from transformers import AutoModelForCausalLM
+
+    from slime_sglang.client import EngineClient
+
+    assert post(engine_url, "/update_weights_from_disk", {"model_path": str(other_model_dir)}).json()["success"]
+    expected = sample(engine_url)["outputs"]
+    assert post(engine_url, "/update_weights_from_disk", {"model_path": str(tiny_model_dir)}).json()["success"]
+    named = list(AutoModelForCausalLM.from_pretrained(other_model_dir).named_parameters())
+
+    async def update():
+        client = EngineClient(engine_url)
+        try:
+            await client.update_weights_from_tensor(named, "raw-1")
+        finally:
+            await client.close()
+
+    asyncio.run(update())
+    after = sample(engine_url)
+    assert after["outputs"] == expected and after["meta_info"]["weight_version"] == "raw-1"
+    raw = {"Content-Type": "application/octet-stream"}
+    refused = httpx.post(f"{engine_url}/update_weights_from_tensor", content=b"not a bucket", headers=raw, timeout=60)
+    assert refused.status_code == 400 and "not a tensor bucket" in refused.json()["message"]
+    refused = httpx.post(f"{engine_url}/update_weights_from_tensor?flush_cache=yes", content=b"x", headers=raw, timeout=60)
+    assert refused.status_code == 400 and "flush_cache must be true or false" in refused.text
+    assert sample(engine_url)["meta_info"]["weight_version"] == "raw-1"
+
+
 def test_a_disk_update_changes_outputs_and_back(engine_url, tiny_model_dir, other_model_dir, restore_weights):
     before = sample(engine_url)
     assert post(engine_url, "/update_weights_from_disk", {"model_path": str(other_model_dir), "weight_version": "disk-1"}).json()["success"]

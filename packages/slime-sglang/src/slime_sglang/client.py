@@ -41,6 +41,7 @@ class EngineUnavailable(EngineError):
 #: limit of 1,024 open files per process.
 MAX_CONNECTIONS = 512
 JSON_CONTENT = {"Content-Type": "application/json"}
+OCTET_STREAM = {"Content-Type": "application/octet-stream"}
 
 
 class EngineClient:
@@ -100,13 +101,10 @@ class EngineClient:
         await self._post("/flush_cache", {})
 
     async def update_weights_from_tensor(self, bucket: WeightBucket | list[tuple[str, Any]], weight_version: str) -> None:
-        from slime_sglang.tensor_payload import encode_bucket
-
-        # The body's JSON is written by hand around the payload: json.dumps would scan the megabytes
-        # of base64 for characters to escape, and base64 has none (18 ms for a 3.2 MB bucket).
-        rest = json.dumps({"weight_version": weight_version, "flush_cache": True})
-        body = '{"serialized_named_tensors": ["' + encode_bucket(bucket) + '"], ' + rest[1:]
-        _check_success(await self._call("POST", "/update_weights_from_tensor", body.encode()), self.url,
+        """Load one bucket; its safetensors bytes are the body (see `slime_sglang.tensor_payload`)."""
+        bucket = bucket if isinstance(bucket, WeightBucket) else WeightBucket.pack(bucket)
+        query = {"weight_version": weight_version, "flush_cache": "true"}
+        _check_success(await self._call("POST", "/update_weights_from_tensor", bucket.data, OCTET_STREAM, query), self.url,
                        "/update_weights_from_tensor")
 
     async def update_weights_from_disk(self, model_path: str, weight_version: str) -> None:
@@ -155,12 +153,13 @@ class EngineClient:
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self._call("POST", path, body)
 
-    async def _call(self, method: str, path: str, body: dict[str, Any] | bytes | None = None) -> Any:
+    async def _call(self, method: str, path: str, body: dict[str, Any] | bytes | None = None,
+                    content_type: dict[str, str] = JSON_CONTENT, query: dict[str, str] | None = None) -> Any:
         """The JSON answer of ``method path`` (``{}`` when empty); errors as the module says.
-        ``body``: a JSON object, or one already encoded."""
-        send = {"data": body, "headers": JSON_CONTENT} if isinstance(body, bytes) else {"json": body}
+        ``body``: a JSON object, or bytes of ``content_type``."""
+        send = {"data": body, "headers": content_type} if isinstance(body, bytes) else {"json": body}
         try:
-            async with self._http().request(method, self.url + path, **send) as response:
+            async with self._http().request(method, self.url + path, params=query, **send) as response:
                 status, content = response.status, await response.read()
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             reason = str(exc) or "no answer in time"

@@ -63,9 +63,10 @@ async def flush_cache(engine: Engine, body: dict) -> dict:
 
 
 async def update_weights_from_tensor(engine: Engine, body: dict) -> dict:
-    """``serialized_named_tensors``: one ``tensor_payload.encode_bucket`` string per bucket."""
+    """``serialized_named_tensors``: one ``tensor_payload.encode_bucket`` string per bucket (or,
+    from the raw body form, the bucket's bytes)."""
     payloads = body.get("serialized_named_tensors")
-    if not isinstance(payloads, list) or not all(isinstance(p, str) for p in payloads):
+    if not isinstance(payloads, list) or not all(isinstance(p, (str, bytes)) for p in payloads):
         raise BadRequest("serialized_named_tensors must be a list of strings from slime_sglang.tensor_payload.encode_bucket")
     return await load_update(engine, body, lambda: asyncio.to_thread(_decode_all, payloads), complete=False)
 

@@ -26,14 +26,14 @@ ENGINE = web.AppKey("engine", Engine)
 HEALTH_GENERATE_TIMEOUT_S = 20.0
 MAX_BODY_BYTES = 1 << 36  # weight buckets can be large; the sender is trusted (bind to localhost)
 
+#: body fields of /update_weights_from_tensor (the raw form carries all but the first in its query)
+TENSOR_UPDATE_KEYS = ("serialized_named_tensors", "weight_version", "flush_cache", "abort_all_requests", "load_format")
 #: control endpoint -> (handler, accepted body keys)
 CONTROL_ROUTES = {
     "/abort_request": (control.abort_request, ("rid", "abort_all")),
     "/pause_generation": (control.pause_generation, ("mode",)),
     "/continue_generation": (control.continue_generation, ()),
     "/flush_cache": (control.flush_cache, ()),
-    "/update_weights_from_tensor": (control.update_weights_from_tensor,
-                                    ("serialized_named_tensors", "weight_version", "flush_cache", "abort_all_requests", "load_format")),
     "/update_weights_from_disk": (control.update_weights_from_disk,
                                   ("model_path", "weight_version", "abort_all_requests", "load_format")),
     "/init_weights_update_group": (weight_groups.init_weights_update_group,
@@ -54,6 +54,7 @@ def create_app(engine: Engine) -> web.Application:
     app.router.add_post("/generate", generate)
     for path, (handler, keys) in CONTROL_ROUTES.items():
         app.router.add_post(path, _control_route(handler, keys))
+    app.router.add_post("/update_weights_from_tensor", update_weights_from_tensor)
     app.router.add_get("/flush_cache", _control_route(control.flush_cache, ()))
     app.router.add_get("/health", health)
     app.router.add_get("/health_generate", health_generate)
@@ -120,6 +121,26 @@ class RouterProbeFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
         return not (error is not None and "PRI/Upgrade" in str(error))
+
+
+async def update_weights_from_tensor(request: web.Request) -> web.Response:
+    """SGLang's JSON body, or one bucket's safetensors bytes as the body with the other fields
+    in the query (``application/octet-stream``, as `EngineClient` sends it: no base64)."""
+    if request.headers.get("Content-Type") != "application/octet-stream":  # aiohttp assumes octet-stream without one
+        return await _control_route(control.update_weights_from_tensor, TENSOR_UPDATE_KEYS)(request)
+    fields = {key: _query_value(key, value) for key, value in request.query.items()}
+    refuse_unknown(fields, TENSOR_UPDATE_KEYS[1:], f"query field for {request.path}")
+    result = await control.update_weights_from_tensor(request.app[ENGINE], {**fields, "serialized_named_tensors": [await request.read()]})
+    return web.json_response(result, status=400 if result.get("success") is False else 200)
+
+
+def _query_value(key: str, value: str):
+    """A query field as its JSON body would carry it: booleans for the flags, else the text."""
+    if key not in ("flush_cache", "abort_all_requests"):
+        return value
+    if value not in ("true", "false"):
+        raise BadRequest(f"{key} must be true or false, got {value!r}")
+    return value == "true"
 
 
 def _control_route(handler, keys: tuple[str, ...]):

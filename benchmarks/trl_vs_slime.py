@@ -3,6 +3,7 @@ and the eval reward after N steps, on CPU.
 
     .venv/bin/python benchmarks/trl_vs_slime.py [--steps 20] [--quick] [--rounds 2] [--seed 1234]
                                                 [--init HF_DIR] [--workdir DIR]
+                                                [--slime-train-mode sync|async]
 
 Needs TRL, for this benchmark only (not in the dev setup or CI); this pin leaves torch and
 transformers as they are and adds no nvidia packages:
@@ -77,6 +78,7 @@ class Setup:
     temperature: float = 1.0
     seed: int = 1234
     sft_rollouts: int = 300  # the warm-up, when --init is not given
+    slime_train_mode: str = "sync"  # async: slime generates the next rollout while it trains on this one
 
     @property
     def samples_per_step(self) -> int:
@@ -207,7 +209,7 @@ def run_slime(init: Path, workdir: Path, setup: Setup) -> Result:
         slime_command(init, out, setup)
     result = Result("slime", total_seconds=time.perf_counter() - start)
     records = read_jsonl(out / "metrics.jsonl")
-    slime_step_times(records, result)
+    slime_step_times(records, result, setup.slime_train_mode)
     steady = records[1:-1]  # the last step ends with the final eval and save
     result.cpu = sampler.per_step(steady[0]["time"], steady[-1]["time"], len(steady) - 1)
     result.rewards = [r["rollout/reward_mean"] for r in records if "rollout/reward_mean" in r][-5:]
@@ -224,14 +226,16 @@ def slime_command(init: Path, out: Path, setup: Setup) -> None:
         "--global-batch-size", str(setup.samples_per_step), "--lr", str(setup.lr),
         "--rollout-max-response-len", str(setup.max_response_len), "--rollout-temperature", str(setup.temperature),
         "--seed", str(setup.seed), "--rollout-seed", str(setup.seed), "--save", str(out / "checkpoints"), "--save-interval", str(setup.steps),
-        "--save-hf", str(out / "hf"))
+        "--save-hf", str(out / "hf"), "--train-mode", setup.slime_train_mode)
 
 
-def slime_step_times(records: list[dict], result: Result) -> None:
+def slime_step_times(records: list[dict], result: Result, train_mode: str = "sync") -> None:
     """Step wall time = time between consecutive metrics records, less the evaluation and
     checkpoint that some steps end with; overhead = what generation (incl. reward),
-    training and the weight push leave of it."""
-    phases = {"generation + reward": "time/rollout", "training": "time/train", "weight sync": "time/weight_update"}
+    training and the weight push leave of it. In async mode generation overlaps training,
+    and the step waits for it only for what is left (``time/wait_rollout``)."""
+    generation = ("generation + reward", "time/rollout") if train_mode == "sync" else ("waiting for generation", "time/wait_rollout")
+    phases = {generation[0]: generation[1], "training": "time/train", "weight sync": "time/weight_update"}
     sums = dict.fromkeys([*phases, "framework overhead"], 0.0)
     for previous, record in zip(records, records[1:]):
         wall = record["time"] - previous["time"] - record.get("time/eval", 0.0) - record.get("time/save", 0.0)
@@ -387,9 +391,11 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, Setup]:
                         help="where the warm-up, both sides' runs and results.txt go")
     parser.add_argument("--rounds", type=int, default=1, help="repeat both sides, alternating which goes first "
                         "(slime-TRL, TRL-slime, ...), to even out a machine whose load changes")
+    parser.add_argument("--slime-train-mode", choices=["sync", "async"], default="sync",
+                        help="slime's --train-mode; async generates the next rollout while it trains (one step off-policy)")
     args = parser.parse_args(argv)
     setup = Setup(steps=3, prompts_per_step=8, sft_rollouts=60) if args.quick else Setup()
-    setup.steps, setup.seed = args.steps or setup.steps, args.seed
+    setup.steps, setup.seed, setup.slime_train_mode = args.steps or setup.steps, args.seed, args.slime_train_mode
     return args, setup
 
 

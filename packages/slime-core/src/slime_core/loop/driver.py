@@ -220,7 +220,7 @@ class Run:
         except BaseException:
             self.__exit__(None, None, None)
             raise
-        self.progress = Progress(self.start, self.config.num_rollout)
+        self.progress = Progress(self.start, self.config.num_rollout, show_reward=self.config.loss_type != "sft_loss")
         return self
 
     def __exit__(self, *exc_info) -> None:

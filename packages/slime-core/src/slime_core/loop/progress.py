@@ -6,10 +6,12 @@ import time
 
 
 class Progress:
-    """Formats one line per rollout; the ETA extrapolates the mean time per rollout so far."""
+    """Formats one line per rollout; the ETA extrapolates the mean time per rollout so far.
+    ``show_reward``: False for supervised runs (``--loss-type sft_loss``), whose samples carry
+    no reward (their 0.0 would read as a failing run)."""
 
-    def __init__(self, first_rollout: int, num_rollout: int):
-        self.first, self.total = first_rollout, num_rollout
+    def __init__(self, first_rollout: int, num_rollout: int, show_reward: bool = True):
+        self.first, self.total, self.show_reward = first_rollout, num_rollout, show_reward
         self.started = time.monotonic()
 
     def line(self, rollout_id: int, metrics: dict[str, float]) -> str:
@@ -17,7 +19,7 @@ class Progress:
         elapsed = time.monotonic() - self.started
         eta = elapsed / max(done, 1) * (self.total - rollout_id - 1)
         parts = [f"[rollout {rollout_id + 1}/{self.total}]",
-                 f"reward {metrics.get('rollout/reward_mean', float('nan')):.3f}",
+                 *([f"reward {metrics.get('rollout/reward_mean', float('nan')):.3f}"] if self.show_reward else []),
                  f"len {metrics.get('rollout/response_length_mean', float('nan')):.1f}",
                  f"loss {metrics.get('train/loss', float('nan')):.4f}",
                  f"{metrics.get('perf/step_seconds', 0.0):.2f} s/step",

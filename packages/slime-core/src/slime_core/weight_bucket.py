@@ -3,11 +3,12 @@
 A train rank exports its weights in Hugging Face names, a bucket at a time, for the rollout
 engines. The bucket travels as the bytes of a safetensors file (a JSON header of names,
 dtypes and shapes, then the raw data): through Ray from the rank to the driver, and from
-there, base64-encoded, in the body of an engine's ``/update_weights_from_tensor``.
+there as the body of an engine's ``/update_weights_from_tensor`` (see
+``slime_sglang.tensor_payload``).
 
 Bytes rather than tensors because Ray pickles a CPU tensor through ``torch.save`` (a 3.2 MB
 bucket of 46 tensors took ~20 ms from the rank to the driver), while bytes pass as one
-buffer; and the engine's wire form is the same bytes, so the driver only base64-encodes them.
+buffer; and the engine's wire form is the same bytes, so the driver sends them as they are.
 Reading them back can only ever produce tensors, never run pickled code.
 """
 
@@ -25,6 +26,11 @@ class WeightBucket:
 
     def __init__(self, data: bytes):
         self.data = data
+
+    @classmethod
+    def of(cls, bucket: WeightBucket | NamedTensors) -> WeightBucket:
+        """``bucket`` itself, or its pairs packed (`pack`)."""
+        return bucket if isinstance(bucket, WeightBucket) else cls.pack(bucket)
 
     @classmethod
     def pack(cls, named_tensors: NamedTensors) -> WeightBucket:

@@ -102,9 +102,9 @@ class EngineClient:
 
     async def update_weights_from_tensor(self, bucket: WeightBucket | list[tuple[str, Any]], weight_version: str) -> None:
         """Load one bucket; its safetensors bytes are the body (see `slime_sglang.tensor_payload`)."""
-        bucket = bucket if isinstance(bucket, WeightBucket) else WeightBucket.pack(bucket)
         query = {"weight_version": weight_version, "flush_cache": "true"}
-        _check_success(await self._call("POST", "/update_weights_from_tensor", bucket.data, OCTET_STREAM, query), self.url,
+        data = WeightBucket.of(bucket).data
+        _check_success(await self._call("POST", "/update_weights_from_tensor", data, OCTET_STREAM, query), self.url,
                        "/update_weights_from_tensor")
 
     async def update_weights_from_disk(self, model_path: str, weight_version: str) -> None:

@@ -86,7 +86,7 @@ class EngineGroup:
 
     async def update_weights_from_tensor(self, bucket: WeightBucket | list[tuple[str, Any]], version: str) -> None:
         """Load one bucket of ``(hf_name, tensor)`` pairs into every engine (packed once for all)."""
-        bucket = bucket if isinstance(bucket, WeightBucket) else WeightBucket.pack(bucket)
+        bucket = WeightBucket.of(bucket)
         await self._each(lambda client, _: client.update_weights_from_tensor(bucket, version))
 
     async def update_weights_from_disk(self, path: str, version: str) -> None:

@@ -15,7 +15,7 @@ from slime_core.data.prompt_dataset import PromptDataset, PromptFormat
 from slime_core.reward_hub import scalar_reward
 from slime_core.sample import Sample, SampleStatus
 from slime_sglang.generate import generate_resilient
-from slime_sglang.rollout import RolloutParts, requests_in_flight, sampling_params
+from slime_sglang.rollout import RolloutParts, samples_in_flight, sampling_params
 
 
 def pass_at_k(n: int, correct: int, k: int) -> float:
@@ -37,7 +37,7 @@ async def evaluate(config, parts: RolloutParts, datasets: dict[str, PromptDatase
 async def _generate_all(config, parts: RolloutParts, dataset: PromptDataset) -> list[list[Sample]]:
     n = config.n_samples_per_eval_prompt
     sampling = sampling_params(config, evaluation=True)
-    limit = asyncio.Semaphore(requests_in_flight(config))
+    limit = asyncio.Semaphore(samples_in_flight(config))
     groups = [[_copy(template, i, index) for index in range(n)] for i, template in enumerate(dataset.samples)]
 
     async def one(sample: Sample) -> None:

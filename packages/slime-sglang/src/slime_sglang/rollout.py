@@ -4,7 +4,7 @@ Per rollout:
 
 1. pull prompt groups from the data source (partial groups from the buffer first) and
    generate ``n_samples_per_prompt`` responses for each, at most ``--rollout-concurrency``
-   samples per engine in flight (`requests_in_flight`); a fresh group goes as one request
+   samples per engine in flight (`samples_in_flight`); a fresh group goes as one request
    for all its samples (``--rollout-group-requests``, see `slime_sglang.generate.generate_group`);
 2. score each finished group with the reward hub as soon as it is done (generation of the
    others goes on meanwhile) and ask the dynamic-sampling filter whether to keep it;
@@ -58,7 +58,7 @@ def sampling_params(config, evaluation: bool = False) -> SamplingParams:
     )
 
 
-def requests_in_flight(config) -> int:
+def samples_in_flight(config) -> int:
     """At most ``--rollout-concurrency`` samples per engine in flight. An engine batches the
     requests it has, so a limit below its batch size starves it: with 64 in flight, a
     256-sample rollout of the quickstart ran as four waves of 64 on the CPU engine."""
@@ -81,7 +81,7 @@ class _Rollout:
         self.target = config.rollout_batch_size
         self.in_flight_goal = max(self.target, config.over_sampling_batch_size or 0)
         self.sampling = sampling_params(config)
-        self.most_in_flight = requests_in_flight(config)
+        self.most_in_flight = samples_in_flight(config)
         self.limit = asyncio.Semaphore(self.most_in_flight)
         self.taking = asyncio.Lock()  # one group at a time takes its samples' places (no deadlock)
         self.accepted: list[list[Sample]] = []

@@ -18,19 +18,13 @@ from __future__ import annotations
 
 import base64
 
-import torch
-
-from slime_core.weight_bucket import WeightBucket
-
-NamedTensors = list[tuple[str, torch.Tensor]]
+from slime_core.weight_bucket import NamedTensors, WeightBucket
 
 
 def encode_bucket(bucket: WeightBucket | NamedTensors) -> str:
     """Base64 text of the bucket's safetensors bytes (pairs are packed first, see
     `WeightBucket.pack`, which refuses a name given twice)."""
-    if not isinstance(bucket, WeightBucket):
-        bucket = WeightBucket.pack(bucket)
-    return base64.b64encode(bucket.data).decode("ascii")
+    return base64.b64encode(WeightBucket.of(bucket).data).decode("ascii")
 
 
 def decode_bucket(payload: str | bytes) -> NamedTensors:

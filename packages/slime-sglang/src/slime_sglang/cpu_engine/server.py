@@ -70,7 +70,7 @@ async def generate(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
     body = await _json_body(request)
     copies = parse_generate_copies(body, engine.vocab_size, engine.context_length)
-    if len(copies) == 1 and (body.get("sampling_params") or {}).get("n") in (None, 1):
+    if len(copies) == 1:  # n = 1: one answer, not a list, as SGLang
         return web.json_response(await engine.generate(copies[0]))
     return web.json_response(await _all_or_none(engine.generate(copy) for copy in copies))
 

@@ -9,19 +9,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PLUGIN_DIR = ROOT / "examples" / "plugins" / "slime-example-plugin"
 SLIME = str(Path(sys.executable).with_name("slime"))
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    """Install the example plugin into a fresh target folder; return an env that sees it."""
-    target = tmp_path_factory.mktemp("site")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", str(target), str(PLUGIN_DIR)],
-        check=True, capture_output=True, timeout=300,
-    )
-    return {**os.environ, "PYTHONPATH": str(target)}
+def installed(example_plugin_env):
+    return example_plugin_env("slime-example-plugin")
 
 
 def slime(*args, env):

@@ -16,7 +16,8 @@ from slime_core.train_backend import TrainGroup
 from slime_fsdp.rank import FSDPTrainRank
 from slime_sglang.client import EngineClient
 from slime_sglang.cpu_engine.launch import cpu_engine
-from slime_sglang.generate import GenerateContext, generate_sample
+from slime_core.rollout_parts import GenerateContext
+from slime_sglang.generate import generate_sample
 from slime_sglang.rollout import RolloutParts, default_rollout
 
 pytestmark = pytest.mark.integration

@@ -19,9 +19,9 @@ import dataclasses
 import uuid
 
 from examples.tool_use.calculator import CALL_END, pending_call, tool_result
-from slime_core.engine import SamplingParams
+from slime_core.engine import SamplingParams, append_result
+from slime_core.rollout_parts import GenerateContext
 from slime_core.sample import Sample, SampleStatus
-from slime_sglang.generate import GenerateContext, append_result
 
 MAX_TOOL_CALLS = 3
 

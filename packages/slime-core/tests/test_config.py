@@ -83,7 +83,7 @@ def test_sglang_and_router_flags_pass_through(tmp_path, options, base):
     path = write_yaml(tmp_path, "sglang:\n  mem-fraction-static: 0.7\nrouter_policy: cache_aware\n")
     config = load_config([path, *base, "--sglang-enable-torch-compile", "--sglang-tp-size", "2", "--router-balance-abs-threshold", "4"], options)
     assert config.sglang == {"mem_fraction_static": 0.7, "enable_torch_compile": True, "tp_size": "2"}
-    assert config.router == {"policy": "cache_aware", "balance_abs_threshold": "4"}
+    assert config.router_args == {"policy": "cache_aware", "balance_abs_threshold": "4"}
     assert config.to_dict()["sglang"]["tp_size"] == "2"
 
 

@@ -5,21 +5,25 @@ from types import SimpleNamespace
 
 import pytest
 
-from slime_core.placement import rank_threads
+from slime_core.placement import cpu_engines, rank_threads
 from slime_core.train_backend import TrainGroup
 
 
-def _config(train_mode="sync", colocate=False, rollout_engine="cpu"):
-    return SimpleNamespace(train_mode=train_mode, colocate=colocate, rollout_engine=rollout_engine)
+def _config(train_mode="sync", colocate=False):
+    return SimpleNamespace(train_mode=train_mode, colocate=colocate)
 
 
 def test_ranks_share_the_cores_less_those_of_engines_generating_meanwhile(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
-    assert rank_threads(_config(), num_ranks=2, num_engines=2) == 4  # engines idle while ranks train
-    assert rank_threads(_config("async"), num_ranks=2, num_engines=2) == 3  # 6 cores left for 2 ranks
-    assert rank_threads(_config("async", colocate=True), num_ranks=2, num_engines=2) == 4  # they take turns
-    assert rank_threads(_config("async", rollout_engine="sglang"), num_ranks=2, num_engines=2) == 4  # on GPUs
-    assert rank_threads(_config("async"), num_ranks=8, num_engines=4) == 1  # at least one
+    assert rank_threads(_config(), num_ranks=2, num_cpu_engines=2) == 4  # engines idle while ranks train
+    assert rank_threads(_config("async"), num_ranks=2, num_cpu_engines=2) == 3  # 6 cores left for 2 ranks
+    assert rank_threads(_config("async", colocate=True), num_ranks=2, num_cpu_engines=2) == 4  # they take turns
+    assert rank_threads(_config("async"), num_ranks=8, num_cpu_engines=4) == 1  # at least one
+
+
+def test_only_engine_bundles_without_a_gpu_count_as_cpu_engines():
+    assert cpu_engines([{"CPU": 1}, {"CPU": 1}]) == 2
+    assert cpu_engines([{"GPU": 2, "CPU": 1}] * 3) == 0  # engines on GPUs leave the cores to the ranks
 
 
 class _ThreadReport:

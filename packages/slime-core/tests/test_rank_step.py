@@ -31,6 +31,9 @@ class _Config:
     num_steps_per_rollout = 2  # old log-probs by a forward of their own
     lr, min_lr, lr_warmup_iters, lr_decay_style, lr_decay_iters = 1e-3, 1e-4, 2, "cosine", 6
 
+    def get(self, name, default=None):
+        return getattr(self, name, default)
+
 
 def _batch() -> RolloutBatch:
     """A group of four samples and one of two; responses of 1..3 tokens."""

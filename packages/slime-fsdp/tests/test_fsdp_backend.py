@@ -173,7 +173,7 @@ def test_ppo_critic_fits_the_returns_and_feeds_the_actors_gae(ray_cluster, fsdp_
     try:
         critic.init()
         assert all(v == 0.0 for values in critic.compute_values(batch) for v in values)  # zero-initialised head
-        losses = [critic.train(rollout_id, batch)["value_loss"] for rollout_id in range(4)]
+        losses = [critic.train_critic(rollout_id, batch)["value_loss"] for rollout_id in range(4)]
         assert losses[-1] < 0.7 * losses[0]
         batch.values = critic.compute_values(batch)
         assert [len(v) for v in batch.values] == batch.response_lengths

@@ -80,7 +80,9 @@ def test_one_rank_trains_on_cuda_with_nccl_in_bf16(gpu_rank):
     batch = synthetic_rollout_batch(num_groups=3, max_response=40, seed=2)
     before = rank.compute_log_probs(batch)
     assert rank.compute_log_probs(batch, "ref") == before
-    first = rank.train(0, batch)
+    assert rank.start_train(0, batch) == 1
+    rank.train_step(0)
+    first = rank.finish_train()
     assert first["ppo_kl"] == pytest.approx(0.0, abs=1e-6) and first["grad_norm"] > 0
     after = rank.compute_log_probs(batch)
     assert after != before

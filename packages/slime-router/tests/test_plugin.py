@@ -11,7 +11,7 @@ def test_found_through_its_entry_point_and_light_to_import():
 def test_router_options_and_their_checks(make_run_config):
     config = make_run_config(router_middleware=["sessions", "retry"], router_policy="round_robin", router_dp_aware=True)
     assert config.router_middleware == ["sessions", "retry"] and config.router_middleware_retries == 2
-    assert config.router == {"policy": "round_robin", "dp_aware": True}  # undeclared --router-* pass through
+    assert config.router_args == {"policy": "round_robin", "dp_aware": True}  # undeclared --router-* pass through
     from slime_core.config import ConfigError
 
     with pytest.raises(ConfigError) as error:

@@ -12,8 +12,10 @@ from slime_core.sample import SampleStatus
 from slime_core.testing import make_config
 from slime_sglang.client import EngineClient
 from slime_sglang.evaluation import evaluate, pass_at_k
-from slime_sglang.generate import GenerateContext, generate_sample
-from slime_sglang.rollout import RolloutParts, default_rollout
+from slime_core.rollout_parts import GenerateContext, RolloutParts
+from slime_sglang.engine_group import EngineGroup
+from slime_sglang.generate import generate_sample
+from slime_sglang.rollout import default_rollout
 
 pytestmark = pytest.mark.integration
 
@@ -46,6 +48,7 @@ def parts_for(tmp_path, tiny_model_dir, tokenizer, engine_url):
             generate=generate_sample,
             group_filter=keep_even_groups,
             ctx=GenerateContext(client, tokenizer, config),
+            engines=EngineGroup([engine_url]),
         )
         return config, parts
 

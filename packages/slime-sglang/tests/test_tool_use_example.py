@@ -89,7 +89,7 @@ def rollout(warmed_up):
     from slime_core.plugins.custom_paths import apply_custom_paths
     from slime_core.reward_hub import RewardHub
     from slime_sglang.client import EngineClient
-    from slime_sglang.generate import GenerateContext
+    from slime_core.rollout_parts import GenerateContext
     from slime_sglang.rollout import RolloutParts, default_rollout
 
     model_dir, url = warmed_up
@@ -179,7 +179,7 @@ def test_length_and_tool_call_limits_truncate(warmed_up, tokenizer):
     from slime_core.engine import SamplingParams
     from slime_core.sample import Sample, SampleStatus
     from slime_sglang.client import EngineClient
-    from slime_sglang.generate import GenerateContext
+    from slime_core.rollout_parts import GenerateContext
 
     async def run(max_new_tokens, max_tool_calls):
         client = EngineClient(warmed_up[1])

@@ -34,6 +34,11 @@ def slime_register_rollout_functions(register):
 
 
 @hookimpl
+def slime_register_routers(register):
+    register("none", "slime_core.router:DirectRouter.start")
+
+
+@hookimpl
 def slime_register_buffer_filters(register):
     register("fifo", "slime_core.data.buffer:take_oldest")
 

@@ -1,15 +1,30 @@
-"""The rollout-engine contract: what the loop and the rollout function ask of an engine.
+"""The rollout-engine contract: what a rollout or generate function asks of an engine.
 
-An engine turns token ids into sampled token ids with their log-probs. Every engine slime
-drives (a real SGLang server, the sglang-router in front of several, the CPU engine) speaks
-SGLang's native HTTP API, so one client (``slime_sglang.client.EngineClient``) implements
-this protocol for all of them; the protocol is what a plugin's own engine client must offer.
+An engine turns token ids into sampled token ids with their log-probs. A rollout backend
+(`slime_core.rollout_backend`) hands the rollout a `RolloutEngine` client for the router (or
+for its engines in turn, without one); slime-sglang's ``EngineClient`` implements it over
+SGLang's native HTTP API, a plugin's backend over its own. This module also holds what every
+client and plugin shares: the sampling options, a generation's result and its JSON codec
+(SGLang's ``/generate`` answer), appending a result to a `Sample`, and the engine errors that
+fault tolerance tells apart (`EngineUnavailable`: the engine failed, not the request).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from slime_core.sample import Sample
+
+
+class EngineError(RuntimeError):
+    """An engine refused or failed a call; the message names the engine and the call."""
+
+
+class EngineUnavailable(EngineError):
+    """The engine did not answer, or answered 5xx: it (or the router's route to it) failed,
+    not the request. With ``--use-fault-tolerance`` such a sample is generated again."""
 
 
 @dataclass
@@ -49,13 +64,58 @@ class GenerateResult:
     prompt_tokens: int = 0
 
 
+def parse_generate(body: dict[str, Any]) -> GenerateResult:
+    """A ``/generate`` answer (SGLang's JSON: ``output_ids``, ``text``, ``meta_info`` with
+    ``finish_reason``, ``output_token_logprobs``, ``weight_version``) as a `GenerateResult`."""
+    meta = body.get("meta_info", {})
+    finish = meta.get("finish_reason") or {}
+    log_probs = [float(entry[0]) for entry in meta.get("output_token_logprobs") or []]
+    return GenerateResult(
+        output_ids=list(body.get("output_ids", [])),
+        text=body.get("text", ""),
+        finish_reason=finish.get("type", "stop") if isinstance(finish, dict) else str(finish),
+        log_probs=log_probs,
+        weight_version=None if meta.get("weight_version") is None else str(meta["weight_version"]),
+        prompt_tokens=int(meta.get("prompt_tokens", 0)),
+    )
+
+
+def append_result(sample: Sample, result: GenerateResult, text: str | None = None) -> None:
+    """Add an engine's output to ``sample`` as trainable model tokens and set its status
+    (``stop`` → completed, ``length`` → truncated, ``abort`` → aborted).
+
+    ``text`` replaces the engine's text in the response (which leaves a matched stop string out).
+    """
+    from slime_core.sample import SampleStatus
+
+    finish_status = {"stop": SampleStatus.COMPLETED, "length": SampleStatus.TRUNCATED, "abort": SampleStatus.ABORTED}
+    version = None if result.weight_version is None else version_number(result.weight_version)
+    if result.output_ids:
+        sample.append_response(result.output_ids, log_probs=result.log_probs, text=result.text if text is None else text,
+                               weight_version=version)
+    sample.status = finish_status[result.finish_reason]
+
+
+def version_number(weight_version: str) -> int:
+    """The trainer's update count behind an engine's weight version: slime pushes weights
+    as "1", "2", ...; "default" is SGLang's name for the weights the server started with (0)."""
+    if weight_version == "default":
+        return 0
+    if not weight_version.isdigit():
+        raise ValueError(f"engine weight version {weight_version!r} is not one slime pushed (a number, or 'default')")
+    return int(weight_version)
+
+
 class RolloutEngine(Protocol):
-    """An engine (or a router in front of several), as the rollout side uses it."""
+    """An engine, or a router in front of several, as rollout and generate functions use it:
+    generation only. The control calls the loop makes (pause, abort, weight updates, ...) go
+    to the engines themselves through `slime_core.rollout_backend.Engines`."""
 
     async def generate(
         self, input_ids: list[int], sampling: SamplingParams, return_logprob: bool = True, rid: str | None = None
     ) -> GenerateResult:
-        """Sample a continuation of ``input_ids``."""
+        """Sample a continuation of ``input_ids``; raise `EngineUnavailable` when the engine
+        failed (not the request), `EngineError` when it refused the request."""
 
     async def generate_parallel(
         self, input_ids: list[int], sampling: SamplingParams, n: int, return_logprob: bool = True
@@ -64,32 +124,5 @@ class RolloutEngine(Protocol):
         ``sampling_params.n``): the prompt travels and is prefilled once; copy i is seeded with
         ``parallel_sample_seed(sampling.sampling_seed, i)`` where the engine honours seeds."""
 
-    async def abort(self, rid: str | None = None) -> None:
-        """Abort request ``rid``, or every request when None; they return what they have."""
-
-    async def pause_generation(self) -> None:
-        """Stop decoding (running requests wait) until `continue_generation`."""
-
-    async def continue_generation(self) -> None:
-        """Resume decoding after `pause_generation`."""
-
-    async def flush_cache(self) -> None:
-        """Drop cached prefixes (after a weight update)."""
-
-    async def update_weights_from_tensor(self, bucket, weight_version: str) -> None:
-        """Load one bucket: ``(hf_name, tensor)`` pairs or a ``slime_core.weight_bucket.WeightBucket``."""
-
-    async def update_weights_from_disk(self, model_path: str, weight_version: str) -> None:
-        """Load the weights of a Hugging Face directory."""
-
-    async def release_memory(self) -> None:
-        """Free the engine's weights and cache memory (colocated mode, while training runs)."""
-
-    async def resume_memory(self) -> None:
-        """Take the memory back after `release_memory`."""
-
-    async def health(self) -> bool:
-        """Whether the engine answers."""
-
-    async def weight_version(self) -> str:
-        """The version of the weights the engine serves."""
+    async def close(self) -> None:
+        """Release connections (called on the event loop that used the client)."""

@@ -88,14 +88,67 @@ def slime_register_train_backends(register):
 
 
 @hookspec
-def slime_register_rollout_engines(register):
-    """Register rollout engines, selected with ``--rollout-engine NAME``.
+def slime_register_critics(register):
+    """Register the PPO critic of a train backend, under the train backend's own name
+    (``--advantage-estimator ppo`` with ``--train-backend NAME`` uses critic ``NAME``).
 
-    Called the first time a rollout engine is looked up.
+    Called the first time a critic is looked up. A train backend that registers none cannot
+    run PPO; the config check says so before anything starts.
+
+    :param register: ``register(train_backend_name, critic_rank_class_or_ref)``; the class
+        implements ``slime_core.train_backend.TrainRank``'s ``__init__``, ``init``, ``save``,
+        ``offload``/``onload``, plus ``compute_values(share)`` (V_old of each response token)
+        and ``train(rollout_id, share) -> metrics`` (every value-loss step of a rollout in one
+        call); it runs like the policy's ranks, one Ray actor per rank.
+    :return: nothing.
+
+    Runs in the driver.
+    """
+
+
+@hookspec
+def slime_register_rollout_backends(register):
+    """Register rollout backends, selected with ``--rollout-backend NAME``.
+
+    Called the first time a rollout backend is looked up.
+
+    :param register: ``register(name, backend_or_ref)``; the backend implements
+        ``slime_core.rollout_backend.RolloutBackend``: the bundles its engines need, starting
+        them (``Engines``: control calls, weight-update transports, health, restart), and a
+        generation client (``slime_core.engine.RolloutEngine``) for an engine's or the
+        router's address.
+    :return: nothing.
+
+    Runs in the driver.
+    """
+
+
+@hookspec
+def slime_register_routers(register):
+    """Register routers, selected with ``--router NAME`` (the core registers ``none``).
+
+    Called the first time a router is looked up.
+
+    :param register: ``register(name, start_fn_or_ref)``; ``start(config, worker_urls,
+        plugins) -> slime_core.router.Router`` starts (or connects to) the router in front of
+        the engines at ``worker_urls`` and returns once it routes to them.
+    :return: nothing.
+
+    Runs in the driver.
+    """
+
+
+@hookspec
+def slime_register_rollout_engines(register):
+    """Register engine servers that speak SGLang's native HTTP API, which slime-sglang's
+    rollout backend starts (``--rollout-backend sglang --rollout-engine NAME``).
+
+    Called the first time a rollout engine is looked up. An engine with an API of its own
+    registers a rollout backend instead (``slime_register_rollout_backends``).
 
     :param register: ``register(name, command_fn_or_ref)``; ``command_fn(config, model_path,
-        port) -> argv`` starts one engine server that speaks SGLang's native HTTP API on
-        127.0.0.1:port (``slime_sglang.servers.EngineServer`` runs it in a Ray actor).
+        port) -> argv`` starts one engine server on 127.0.0.1:port (slime-sglang runs it
+        in a Ray actor).
     :return: nothing.
 
     Runs in the driver.
@@ -137,8 +190,10 @@ def slime_register_sample_filters(register):
     """Register sample filters, which drop single samples from training (``--sample-filter
     NAME ...``), e.g. truncated or over-long responses.
 
-    A sample filter is ``fn(sample, config) -> bool`` (True keeps the sample). Called the
-    first time a sample filter is looked up.
+    A sample filter is ``fn(sample, config) -> bool`` (True keeps the sample). A rejected
+    sample stays in its group (its reward still counts in the group's statistics) but its
+    loss mask becomes zeros (``slime_core.loop.sample_filters``). Called the first time a
+    sample filter is looked up.
 
     :param register: ``register(name, filter_fn_or_ref)``.
     :return: nothing.
@@ -213,8 +268,11 @@ def slime_register_rollout_functions(register):
     Called the first time a rollout function is looked up.
 
     :param register: ``register(name, rollout_fn_or_ref)``; ``async rollout_fn(rollout_id,
-        config, parts) -> slime_sglang.rollout.RolloutResult`` (``parts``: data source,
-        reward hub, generate function, group filter and engine context).
+        config, parts) -> slime_core.rollout_result.RolloutResult`` (``parts``: a
+        ``slime_core.rollout_parts.RolloutParts``: data source, reward hub, generate
+        function, group filter, generation context and the engines' controls). A function
+        marked with ``slime_core.rollout_parts.without_engines`` (e.g. ``sft``) runs with no
+        engine or router started, and ``parts.generate`` / ``parts.ctx.engine`` None.
     :return: nothing.
 
     Runs in the rollout process.
@@ -231,6 +289,23 @@ def slime_register_generate_functions(register):
     :param register: ``register(name, generate_fn_or_ref)``; ``async generate_fn(sample,
         sampling, ctx) -> Sample`` extends the sample's response with
         ``Sample.append_response`` and sets its status (``ctx``: engine, tokenizer, config).
+    :return: nothing.
+
+    Runs in the rollout process.
+    """
+
+
+@hookspec
+def slime_register_eval_functions(register):
+    """Register evaluation functions, selected with ``--eval-function NAME`` (slime's
+    ``--eval-function-path`` registers a dotted path).
+
+    Called the first time an eval function is looked up (only with ``--eval-prompt-data``).
+
+    :param register: ``register(name, eval_fn_or_ref)``; ``async eval_fn(config, parts,
+        datasets) -> dict`` scores every prompt of each dataset (``datasets``: name ->
+        ``slime_core.data.prompt_dataset.PromptDataset``) and returns ``eval/<name>/...``
+        metrics.
     :return: nothing.
 
     Runs in the rollout process.
@@ -317,7 +392,8 @@ def slime_after_rollout(rollout_id, groups, metrics):
 
 @hookspec
 def slime_before_train_step(rollout_id, step):
-    """Called before an optimizer step on a rollout's data.
+    """Called before each optimizer step on a rollout's data (``--num-steps-per-rollout``
+    of them per rollout; the train ranks run one step between this hook and the next).
 
     :param rollout_id: index of the rollout being trained on.
     :param step: optimizer step index within the rollout (0..num_steps_per_rollout-1).

@@ -35,12 +35,14 @@ class Placement:
     critic_ranks: int  # as many as num_ranks for PPO, else 0
     colocate: bool
     gpu: bool
-    engine_gpus: int  # GPUs of one engine (0 for the CPU engine)
+    engine_bundles: list[dict[str, float]]  # the rollout backend's bundle per engine it starts
     rank_threads: int = 0  # torch threads of a CPU training rank (0 on GPUs)
 
     @classmethod
-    def reserve(cls, config, num_engines: int) -> Placement:
-        """The run's placement group, ready; an error naming what could not be reserved."""
+    def reserve(cls, config, engine_bundles: list[dict[str, float]]) -> Placement:
+        """The run's placement group, ready; an error naming what could not be reserved.
+        ``engine_bundles``: one per engine the rollout backend starts
+        (`slime_core.rollout_backend.RolloutBackend.engine_bundles`)."""
         import ray
         import torch
         from ray.util.placement_group import placement_group
@@ -48,13 +50,11 @@ class Placement:
         gpu = torch.cuda.is_available()
         ranks = config.actor_num_nodes * config.actor_num_gpus_per_node
         critic = ranks if config.advantage_estimator == "ppo" else 0
-        engine_gpus = 0 if config.rollout_engine == "cpu" or not gpu else config.rollout_num_gpus_per_engine
-        if config.colocate and engine_gpus > 1:
+        if config.colocate and any(bundle.get("GPU", 0) > 1 for bundle in engine_bundles):
             raise ValueError("--colocate with --rollout-num-gpus-per-engine > 1 is not supported yet: an engine "
                              "would span several training ranks' GPUs; use 1, or run disaggregated")
         unit = {"GPU": 1, "CPU": 1} if gpu else {"CPU": 1}
-        engine_unit = {"GPU": engine_gpus, "CPU": 1} if engine_gpus else {"CPU": 1}
-        bundles = [unit] * (ranks + critic) + ([] if config.colocate else [engine_unit] * num_engines)
+        bundles = [unit] * (ranks + critic) + ([] if config.colocate else list(engine_bundles))
         group = placement_group(bundles, strategy="PACK")
         ready, _ = ray.wait([group.ready()], timeout=RESERVE_TIMEOUT_S)
         if not ready:
@@ -62,30 +62,49 @@ class Placement:
             raise RuntimeError(f"Ray could not reserve {len(bundles)} bundles {bundles} in {RESERVE_TIMEOUT_S:.0f} s "
                                f"(cluster: {ray.cluster_resources()}); lower --actor-num-gpus-per-node or "
                                "--rollout-num-gpus, or add nodes")
-        threads = 0 if gpu else rank_threads(config, ranks, num_engines)
-        return cls(group, ranks, critic, config.colocate, gpu, engine_gpus, threads)
+        threads = 0 if gpu else rank_threads(config, ranks, cpu_engines(engine_bundles))
+        return cls(group, ranks, critic, config.colocate, gpu, list(engine_bundles), threads)
+
+    @classmethod
+    def in_process(cls, config, engine_bundles: list[dict[str, float]]) -> Placement:
+        """``--actor-runtime inprocess``: nothing reserved, every part in this process."""
+        ranks = config.actor_num_nodes * config.actor_num_gpus_per_node
+        critic = ranks if config.advantage_estimator == "ppo" else 0
+        return cls(None, ranks, critic, config.colocate, False, list(engine_bundles))
 
     def describe(self) -> str:
+        if self.group is None:
+            return f"placement: in process ({self.num_ranks} training rank, no Ray)"
         engines = "sharing the ranks' bundles" if self.colocate else "one bundle per engine"
         return f"placement: {len(self.group.bundle_specs)} bundles ({self.num_ranks} training ranks, engines {engines})"
 
     def train_options(self, rank: int) -> dict:
         """Ray actor options of training rank ``rank``."""
+        if self.group is None:
+            return {}
         gpus = (COLOCATED_TRAIN_GPU if self.colocate else 1) if self.gpu else 0
         threads = {} if self.gpu else cpu_thread_options(self.rank_threads)
         return {"num_cpus": 0, "num_gpus": gpus, "scheduling_strategy": self._bundle(rank), **threads}
 
     def critic_options(self, rank: int) -> dict:
         """Ray actor options of the PPO critic's rank ``rank`` (bundles after the policy's)."""
+        if self.group is None:
+            return {}
         return {**self.train_options(rank), "scheduling_strategy": self._bundle(self.num_ranks + rank)}
 
     def engine_options(self, index: int) -> dict:
-        """Ray actor options of engine ``index``."""
+        """Ray actor options of engine ``index``: in its own bundle, or colocated in a training
+        rank's, taking a share of that rank's GPU."""
+        if self.group is None:
+            return {}
         bundle = index if self.colocate else self.num_ranks + self.critic_ranks + index
-        gpus = (COLOCATED_ENGINE_GPU if self.colocate else self.engine_gpus) if self.engine_gpus else 0
+        engine_gpus = self.engine_bundles[index].get("GPU", 0) if index < len(self.engine_bundles) else 0
+        gpus = (COLOCATED_ENGINE_GPU if self.colocate else engine_gpus) if engine_gpus else 0
         return {"num_cpus": 0, "num_gpus": gpus, "scheduling_strategy": self._bundle(bundle)}
 
     def release(self) -> None:
+        if self.group is None:
+            return
         import ray
 
         ray.util.remove_placement_group(self.group)
@@ -96,8 +115,13 @@ class Placement:
         return PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index)
 
 
-def rank_threads(config, num_ranks: int, num_engines: int) -> int:
+def cpu_engines(engine_bundles: list[dict[str, float]]) -> int:
+    """How many of the engines run on CPU cores (bundles without a GPU)."""
+    return sum(1 for bundle in engine_bundles if not bundle.get("GPU"))
+
+
+def rank_threads(config, num_ranks: int, num_cpu_engines: int) -> int:
     """Torch threads of each CPU training rank: this machine's cores, less those of CPU engines
     that generate while the ranks train (see the module docstring), shared by the ranks."""
-    busy = num_engines if config.train_mode == "async" and not config.colocate and config.rollout_engine == "cpu" else 0
+    busy = num_cpu_engines if config.train_mode == "async" and not config.colocate else 0
     return max(1, ((os.cpu_count() or 1) - busy) // max(1, num_ranks))

@@ -15,6 +15,8 @@ numbers for the same data:
    counted over the data-parallel group) and `RankStep.plan` (micro-batches, padded with
    empty ones to the count of the rank that has the most, since every forward is a
    collective);
+   `RolloutSteps` holds a rollout's steps between the rank's ``start_train`` and
+   ``finish_train``, so the driver can run (and hook into) one optimizer step at a time;
 3. per micro-batch, `RankStep.loss`: the ``--loss-type`` plugin's loss through
    ``compute_policy_loss``, a global-batch contribution;
 4. `sum_over_ranks` adds up the micro-batches' metrics of every data-parallel rank, and
@@ -35,7 +37,7 @@ import torch.distributed as dist
 
 from slime_core.algorithms import AdvantageInputs, LossDenominators, PolicyLossConfig, PolicyLossInputs
 from slime_core.algorithms import compute_policy_loss, loss_denominators, opd_advantages, whiten
-from slime_core.micro_batches import fixed_micro_batches, token_budget_micro_batches
+from slime_core.micro_batches import fixed_micro_batches, step_slices, token_budget_micro_batches
 from slime_core.plugins import Plugins
 from slime_core.rollout_batch import RolloutBatch
 
@@ -67,13 +69,34 @@ class StepTensors:
                                 rows(self.ref), rows(self.rollout))
 
 
+@dataclass
+class RolloutSteps:
+    """One rollout's optimizer steps on a rank, between ``start_train`` and ``finish_train``
+    (the driver calls ``train_step`` once per step, firing the step hooks around each)."""
+
+    batch: RolloutBatch  # the rank's share
+    data: StepTensors  # its loss inputs
+    slices: list[list[int]]  # the share's sample indices of each optimizer step
+    history: list[dict[str, float]]  # each finished step's metrics
+
+    @classmethod
+    def plan(cls, batch: RolloutBatch, data: StepTensors, num_steps: int) -> RolloutSteps:
+        return cls(batch, data, step_slices(len(batch), num_steps), [])
+
+    def run(self, step: int, optimizer_step: Callable[[RolloutBatch, list[int], StepTensors], dict[str, float]]) -> dict[str, float]:
+        """Optimizer step ``step`` by the backend's ``optimizer_step(batch, indices, data)``; its metrics."""
+        metrics = optimizer_step(self.batch, self.slices[step], self.data)
+        self.history.append(metrics)
+        return metrics
+
+
 class RankStep:
     """The RL math of one rank: options, advantage estimator and loss from the plugins."""
 
     def __init__(self, config, group=None):
         """``group``: the data-parallel process group the share's statistics are summed over
         (default: every rank)."""
-        plugins = Plugins()
+        plugins = Plugins.in_worker(config)  # the driver's -p and --custom-*-path plugins too
         self.config = config
         self.group = group or dist.group.WORLD
         self.estimator = plugins.registry("advantage_estimators").get(config.advantage_estimator)

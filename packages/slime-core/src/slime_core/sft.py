@@ -2,17 +2,19 @@
 
 Instead of generating, each sample's response is its label followed by the tokenizer's
 end-of-text token, trained on with ``--loss-type sft_loss``. No engine is started for it
-(``needs_engines = False``), and no weights are pushed. Use it for a warm-up before RL::
+(`slime_core.rollout_parts.without_engines`), and no weights are pushed. Use it for a warm-up before RL::
 
     slime run examples/quickstart/sft_warmup.yaml
 """
 
 from __future__ import annotations
 
+from slime_core.rollout_parts import without_engines
 from slime_core.rollout_result import RolloutResult
 from slime_core.sample import Sample, SampleStatus
 
 
+@without_engines
 async def sft_rollout(rollout_id: int, config, parts):
     """``--rollout-batch-size`` groups from the data source, each sample completed with its label."""
     groups = parts.data_source.get_samples(config.rollout_batch_size)
@@ -20,9 +22,6 @@ async def sft_rollout(rollout_id: int, config, parts):
     for sample in (sample for group in groups for sample in group):
         complete_with_label(sample, tokenizer)
     return RolloutResult(groups, {})
-
-
-sft_rollout.needs_engines = False
 
 
 def complete_with_label(sample: Sample, tokenizer) -> None:

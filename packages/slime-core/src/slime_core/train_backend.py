@@ -11,8 +11,9 @@ protocol, so ``--train-backend`` is the only thing that changes between them.
 from __future__ import annotations
 
 import os
-
-from typing import Any, Iterator, Protocol
+from contextlib import nullcontext
+from types import SimpleNamespace
+from typing import Any, Callable, Iterator, Protocol
 
 from slime_core.ports import free_port
 from slime_core.rollout_batch import RolloutBatch, dp_rank_indices
@@ -37,9 +38,17 @@ class TrainRank(Protocol):
         """Per-sample response log-probs under ``model`` (one of `LOG_PROB_MODELS`), with the
         rollout temperature; ``batch`` is this rank's share."""
 
-    def train(self, rollout_id: int, batch: RolloutBatch) -> dict[str, float]:
-        """Compute log-probs and advantages for this rank's share, then run every optimizer
-        step of the rollout. Returns global-batch metrics (equal on every rank)."""
+    def start_train(self, rollout_id: int, batch: RolloutBatch) -> int:
+        """Compute log-probs and advantages for this rank's share of rollout ``rollout_id``;
+        returns how many optimizer steps it makes (``--num-steps-per-rollout``)."""
+
+    def train_step(self, step: int) -> dict[str, float]:
+        """Optimizer step ``step`` (0-based) of the rollout started; its global-batch metrics
+        (equal on every rank)."""
+
+    def finish_train(self) -> dict[str, float]:
+        """End the rollout's training (the weights are one version newer); the rollout's
+        global-batch metrics (its steps averaged, equal on every rank)."""
 
     def compute_values(self, batch: RolloutBatch) -> list[list[float]]:
         """Critics only: per-sample values of the response tokens (PPO's V_old)."""
@@ -72,28 +81,64 @@ class TrainRank(Protocol):
 
 
 class TrainGroup:
-    """The Ray actors of one train backend (one per rank), called together."""
+    """The ranks of one train backend, each a Ray actor, called together. With
+    ``in_process`` (``--actor-runtime inprocess``: one rank, no Ray) the rank is an object in
+    this process, called directly: for debugging, and for the driver's tests with fake backends."""
 
-    def __init__(self, rank_class, config, num_ranks: int, num_gpus_per_rank: float = 0, actor_options=None):
+    def __init__(self, rank_class, config, num_ranks: int, num_gpus_per_rank: float = 0, actor_options=None,
+                 in_process: bool = False, env: dict[str, str] | None = None):
         """``actor_options(rank) -> dict`` (e.g. `slime_core.placement.Placement.train_options`)
-        overrides the Ray options of each rank's actor."""
+        overrides the Ray options of each rank's actor; ``env`` adds environment variables to
+        every rank's process (`slime_core.plugins.Plugins.worker_env`: the run's plugins)."""
+        port = free_port()
+        self.num_ranks = num_ranks
+        if in_process:
+            if num_ranks != 1:
+                raise ValueError(f"--actor-runtime inprocess runs one train rank, not {num_ranks}")
+            self.ranks = [_InProcessRank(rank_class(config, 0, 1, "127.0.0.1", port))]
+            return
         import ray
 
-        port = free_port()
         actor = ray.remote(num_cpus=0, num_gpus=num_gpus_per_rank)(rank_class)
-        self.num_ranks = num_ranks
         threads = {} if num_gpus_per_rank else cpu_thread_options(max(1, (os.cpu_count() or 1) // num_ranks))
-        self.ranks = [actor.options(**{**threads, **(actor_options(rank) if actor_options else {})})
-                      .remote(config, rank, num_ranks, "127.0.0.1", port) for rank in range(num_ranks)]
+        options = [with_env({**threads, **(actor_options(rank) if actor_options else {})}, env or {})
+                   for rank in range(num_ranks)]
+        self.ranks = [actor.options(**options[rank]).remote(config, rank, num_ranks, "127.0.0.1", port)
+                      for rank in range(num_ranks)]
 
     def call(self, method: str, *args) -> list[Any]:
         """``method(*args)`` on every rank; the results in rank order."""
+        return self._gather([getattr(rank, method).remote(*args) for rank in self.ranks])
+
+    def _gather(self, calls: list) -> list[Any]:
+        """The results of calls made with ``.remote`` (Ray object refs, or in-process values)."""
+        if self.ranks and isinstance(self.ranks[0], _InProcessRank):
+            return list(calls)
         import ray
 
-        return ray.get([getattr(rank, method).remote(*args) for rank in self.ranks])
+        return ray.get(calls)
 
     def init(self) -> dict[str, Any]:
+        """Load (or resume) every rank; ``{"rollout_id": next rollout, "weight_version": int}``."""
         return self.call("init")[0]
+
+    def weight_version(self) -> int:
+        return self.call("weight_version")[0]
+
+    def save(self, rollout_id: int) -> str:
+        """A checkpoint under ``--save`` (every rank writes its part); its directory."""
+        return self.call("save", rollout_id)[0]
+
+    def save_hf(self, path: str) -> None:
+        """A Hugging Face model directory at ``path``."""
+        self.call("save_hf", path)
+
+    def offload(self) -> None:
+        """Weights and optimizer state to CPU memory (colocated runs, while engines generate)."""
+        self.call("offload")
+
+    def onload(self) -> None:
+        self.call("onload")
 
     def compute_log_probs(self, batch: RolloutBatch, model: str = "actor") -> list[list[float]]:
         """Log-probs of every sample of ``batch``, in the batch's order."""
@@ -105,23 +150,34 @@ class TrainGroup:
 
     def _per_sample(self, method: str, batch: RolloutBatch, *args) -> list[list[float]]:
         """Each rank computes ``method`` on its share; the answers put back in batch order."""
-        import ray
-
         shares = dp_rank_indices(batch, self.num_ranks)
         calls = [getattr(rank, method).remote(batch.select(share), *args) for rank, share in zip(self.ranks, shares)]
-        results = ray.get(calls)
+        results = self._gather(calls)
         out: list[list[float]] = [[] for _ in range(len(batch))]
         for share, result in zip(shares, results):
             for index, log_probs in zip(share, result):
                 out[index] = log_probs
         return out
 
-    def train(self, rollout_id: int, batch: RolloutBatch) -> dict[str, float]:
-        """One rollout's optimizer steps on every rank; the global-batch metrics."""
-        import ray
-
+    def train(self, rollout_id: int, batch: RolloutBatch, on_step: Callable | None = None) -> dict[str, float]:
+        """One rollout's optimizer steps on every rank, one at a time; the rollout's
+        global-batch metrics. ``on_step(step)`` is a context manager entered around each step
+        (the driver fires ``slime_before/after_train_step`` in it); it yields a dict that it
+        reads after the step, which is filled with the step's metrics."""
         shares = dp_rank_indices(batch, self.num_ranks)
-        return ray.get([rank.train.remote(rollout_id, batch.select(share)) for rank, share in zip(self.ranks, shares)])[0]
+        steps = self._gather([rank.start_train.remote(rollout_id, batch.select(share))
+                              for rank, share in zip(self.ranks, shares)])[0]
+        for step in range(steps):
+            with on_step(step) if on_step else nullcontext({}) as metrics:
+                metrics.update(self.call("train_step", step)[0])
+        return self.call("finish_train")[0]
+
+    def train_critic(self, rollout_id: int, batch: RolloutBatch) -> dict[str, float]:
+        """A PPO critic's rollout: its ranks fit the values in one ``train(rollout_id, share)``
+        call each (critic ranks have no step hooks); the global-batch metrics."""
+        shares = dp_rank_indices(batch, self.num_ranks)
+        return self._gather([rank.train.remote(rollout_id, batch.select(share))
+                             for rank, share in zip(self.ranks, shares)])[0]
 
     def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]:
         """The weights in Hugging Face names and shapes, one bucket at a time (iterate a
@@ -130,11 +186,32 @@ class TrainGroup:
             yield self.call("export_bucket", index)[0]
 
     def shutdown(self) -> None:
-        import ray
+        ranks, self.ranks = self.ranks, []
+        if ranks and not isinstance(ranks[0], _InProcessRank):
+            import ray
 
-        for rank in self.ranks:
-            ray.kill(rank)
-        self.ranks = []
+            for rank in ranks:
+                ray.kill(rank)
+
+
+class _InProcessRank:
+    """A rank object called like a Ray actor handle: ``rank.method.remote(*args)`` runs the
+    method now and gives its result (what `TrainGroup._gather` then passes through)."""
+
+    def __init__(self, rank):
+        self._rank = rank
+
+    def __getattr__(self, method: str):
+        return SimpleNamespace(remote=getattr(self._rank, method))
+
+
+def with_env(actor_options: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+    """Ray actor options with ``env`` added to the environment variables of their runtime_env."""
+    if not env:
+        return actor_options
+    runtime_env = dict(actor_options.get("runtime_env") or {})
+    runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **env}
+    return {**actor_options, "runtime_env": runtime_env}
 
 
 def cpu_thread_options(threads: int) -> dict[str, Any]:

@@ -19,4 +19,8 @@ def slime_add_options(options):
 @hookimpl
 def slime_register_train_backends(register):
     register("fsdp", "slime_fsdp.rank:FSDPTrainRank")
-    register("fsdp_critic", "slime_fsdp.critic:FSDPCriticRank")
+
+
+@hookimpl
+def slime_register_critics(register):
+    register("fsdp", "slime_fsdp.critic:FSDPCriticRank")

@@ -14,8 +14,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 import torch.distributed as dist
 
-from slime_core.micro_batches import step_slices
-from slime_core.rank_step import RankStep, StepTensors, check_prompts, memory_gib, pad_rows, sum_over_ranks
+from slime_core.rank_step import RankStep, RolloutSteps, StepTensors, check_prompts, memory_gib, pad_rows, sum_over_ranks
 from slime_core.rollout_batch import RolloutBatch
 from slime_core.weight_bucket import WeightBucket
 from slime_fsdp import checkpoint, inputs, weights
@@ -111,15 +110,23 @@ class FSDPTrainRank:
 
     # ---------------------------------------------------------------- training
 
-    def train(self, rollout_id: int, batch: RolloutBatch) -> dict[str, float]:
-        """Advantages for this rank's share, then ``--num-steps-per-rollout`` optimizer steps."""
+    def start_train(self, rollout_id: int, batch: RolloutBatch) -> int:
+        """Advantages for this rank's share; returns the ``--num-steps-per-rollout`` steps to run."""
         self.model.train()
         data = self.step.tensors(batch, lambda model: self._log_probs(batch, model),
                                  reference=self.reference is not None, teacher=self.teacher is not None)
-        history = [self._optimizer_step(batch, indices, data)
-                   for indices in step_slices(len(batch), self.config.num_steps_per_rollout)]
+        self.steps = RolloutSteps.plan(batch, data, self.config.num_steps_per_rollout)
+        return len(self.steps.slices)
+
+    def train_step(self, step: int) -> dict[str, float]:
+        """Optimizer step ``step`` of the rollout; its global-batch metrics."""
+        return self.steps.run(step, self._optimizer_step)
+
+    def finish_train(self) -> dict[str, float]:
+        """The rollout's metrics (its steps averaged); the weights are one version newer."""
+        steps, self.steps = self.steps, None
         self.version += 1
-        return self.step.rollout_metrics(history, data, batch)
+        return self.step.rollout_metrics(steps.history, steps.data, steps.batch)
 
     def _optimizer_step(self, batch: RolloutBatch, indices: list[int], data: StepTensors) -> dict[str, float]:
         denominators = self.step.denominators(data, indices)

@@ -1,6 +1,6 @@
 """The sglang-router process (the Rust load balancer from PyPI) and its command line.
 
-slime's defaults, which ``--router-*`` options override (``config.router``, keyed without the
+slime's defaults, which ``--router-*`` options override (``config.router_args``, keyed without the
 prefix, e.g. ``--router-policy round_robin`` or ``router: {policy: round_robin}`` in YAML):
 
 - ``host`` and ``prometheus_host`` 127.0.0.1, on free ports: nothing is reachable from other

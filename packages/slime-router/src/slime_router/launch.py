@@ -116,7 +116,7 @@ def _sglang_router(config, worker_urls: list[str], log_dir: Path) -> Server:
         return Server(f"http://{config.sglang_router_ip}:{config.sglang_router_port}",
                       "the sglang-router given by --sglang-router-ip/--sglang-router-port",
                       "check that it runs and that the address is right")
-    return balancer.start(balancer.router_options(dict(config.router), worker_urls), log_dir / "sglang-router.log")
+    return balancer.start(balancer.router_options(dict(config.router_args), worker_urls), log_dir / "sglang-router.log")
 
 
 def _register(router: Server, worker_urls: list[str]) -> None:
@@ -135,7 +135,7 @@ def _register(router: Server, worker_urls: list[str]) -> None:
 
 def _front(config, router_url: str, plugins, log_dir: Path) -> Server:
     """Start the middleware front in front of ``router_url`` (on the router's host)."""
-    host = str(config.router.get("host", balancer.DEFAULTS["host"]))
+    host = str(config.router_args.get("host", balancer.DEFAULTS["host"]))
     port = free_port(host)
     config_path = log_dir / "front-config.pkl"
     config_path.write_bytes(pickle.dumps(_front_config(config, router_url)))
@@ -156,10 +156,5 @@ def _front_config(config, router_url: str):
 
 
 def _front_env(plugins) -> dict[str, str]:
-    """The environment, with the run's local ``-p`` plugin modules added to ``SLIME_PLUGINS``."""
-    from slime_core.plugins.manager import ENV_PLUGINS
-
-    # -p modules are registered under their import name (entry-point plugins under their entry point's)
-    local = [name for name, info in plugins.info.items() if getattr(info.module, "__name__", None) == name]
-    given = [name for name in os.environ.get(ENV_PLUGINS, "").split(",") if name]
-    return {**os.environ, ENV_PLUGINS: ",".join(dict.fromkeys(given + local))}
+    """The environment, with the run's local ``-p`` plugins (`Plugins.worker_env`)."""
+    return {**os.environ, **plugins.worker_env()}

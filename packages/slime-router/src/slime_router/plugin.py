@@ -1,6 +1,7 @@
 """slime-router's plugin module, found through the ``slime`` entry-point group.
 
-Declares the router's options and registers the three built-in middlewares (``sessions``,
+Declares the router's options, registers router ``sglang`` (``--router sglang``: the real
+sglang-router, with the middleware front when middlewares are on) and the three built-in middlewares (``sessions``,
 ``metrics``, ``retry``) exactly as a third-party plugin registers its own. Middlewares are
 named by ``"module:attribute"`` strings, so importing this module (as ``slime --help`` does)
 imports neither aiohttp nor transformers.
@@ -36,6 +37,11 @@ def slime_validate_config(config):
     if timeout is not None and timeout <= 0:
         errors.append(f"--router-middleware-timeout must be a positive number of seconds, got {timeout}")
     return errors
+
+
+@hookimpl
+def slime_register_routers(register):
+    register("sglang", "slime_router.launch:start_router")
 
 
 @hookimpl

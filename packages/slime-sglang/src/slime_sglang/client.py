@@ -7,6 +7,8 @@ the server's message, because it means the request itself is wrong. When the eng
 there to answer (no connection, or a 5xx from it or from the router in front of it) the error
 is the subclass `EngineUnavailable`: with ``--use-fault-tolerance`` the rollout generates
 such a sample again once the engines are back (``slime_sglang.generate.generate_resilient``).
+Both errors, and the answer's codec (``parse_generate``), are slime-core's
+(``slime_core.engine``), shared by every rollout backend.
 
 The transport is an aiohttp session: a rollout sends one ``/generate`` per sample, and
 httpx's client spent about 3 ms of CPU on each (0.8 s per 256-sample rollout on 2 cores, more
@@ -23,17 +25,8 @@ from typing import Any
 
 import aiohttp
 
-from slime_core.engine import GenerateResult, SamplingParams
+from slime_core.engine import EngineError, EngineUnavailable, GenerateResult, SamplingParams, parse_generate
 from slime_core.weight_bucket import WeightBucket
-
-
-class EngineError(RuntimeError):
-    """An engine refused or failed a call."""
-
-
-class EngineUnavailable(EngineError):
-    """The engine did not answer, or answered 5xx: it (or the router's route to it) failed,
-    not the request."""
 
 
 #: Connections one client keeps open at most (one per request in flight); more requests wait
@@ -169,21 +162,6 @@ class EngineClient:
             error = EngineUnavailable if status >= 500 else EngineError
             raise error(f"engine {self.url}{path} answered {status}: {content[:500].decode(errors='replace')}")
         return json.loads(content) if content else {}
-
-
-def parse_generate(body: dict[str, Any]) -> GenerateResult:
-    """A ``/generate`` answer as a `GenerateResult`."""
-    meta = body.get("meta_info", {})
-    finish = meta.get("finish_reason") or {}
-    log_probs = [float(entry[0]) for entry in meta.get("output_token_logprobs") or []]
-    return GenerateResult(
-        output_ids=list(body.get("output_ids", [])),
-        text=body.get("text", ""),
-        finish_reason=finish.get("type", "stop") if isinstance(finish, dict) else str(finish),
-        log_probs=log_probs,
-        weight_version=None if meta.get("weight_version") is None else str(meta["weight_version"]),
-        prompt_tokens=int(meta.get("prompt_tokens", 0)),
-    )
 
 
 def _check_success(body: dict[str, Any], url: str, path: str) -> None:

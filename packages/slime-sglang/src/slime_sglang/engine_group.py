@@ -1,4 +1,5 @@
-"""`EngineGroup`: the rollout engines of a run, and each control call sent to all of them.
+"""`EngineGroup`: the rollout engines of a run, and each control call sent to all of them
+(``slime_core.rollout_backend.Engines``, as the sglang rollout backend's engines).
 
 ``EngineGroup.start(config, model_path)`` starts ``--rollout-num-gpus //
 --rollout-num-gpus-per-engine`` servers of the registered engine ``--rollout-engine``, each
@@ -9,7 +10,7 @@ already running (SGLang servers or ``slime engine serve``), checks that each ans
 never shuts them down.
 
 `restart(index)` replaces a failed engine that the group started by a fresh one in the same
-place (``--use-fault-tolerance``: ``slime_sglang.health_monitor``).
+place (``--use-fault-tolerance``: ``slime_core.loop.fault_tolerance``).
 
 Control calls (pause, weight updates, ...) go to every engine concurrently, each over a
 connection of its own made for the call, so one group serves any event loop (also one that
@@ -24,6 +25,7 @@ from typing import Any, Awaitable, Callable
 
 import httpx
 
+from slime_core.rollout_backend import WEIGHT_TRANSPORTS
 from slime_core.weight_bucket import WeightBucket
 from slime_sglang.client import EngineClient
 from slime_sglang.servers import start_servers, stop_servers
@@ -34,12 +36,16 @@ HEALTH_TIMEOUT_S = 5.0  # an external engine must answer /health within this
 class EngineGroup:
     """The engines of a run: started here (as Ray actors) or external."""
 
+    transports = WEIGHT_TRANSPORTS  # SGLang's API takes all three
+
     def __init__(self, urls: list[str], servers: list | None = None, request_timeout: float | None = None,
-                 launch: tuple | None = None):
+                 launch: tuple | None = None, ranks_per_engine: int = 1):
         self.urls = list(urls)
         self._servers = list(servers or [])  # Ray actors of the servers this group started
         self._request_timeout = request_timeout  # seconds per control call (None: no limit)
         self._launch = launch  # (config, command_fn, model_path, actor_options) of started engines
+        self._ranks_per_engine = ranks_per_engine  # ranks of one engine in a broadcast group (its TP size on GPUs)
+        self._broadcaster = None  # slime_sglang.weight_broadcast.WeightBroadcaster, once a broadcast update ran
 
     @classmethod
     def start(cls, config, model_path: str, plugins=None, actor_options=None) -> EngineGroup:
@@ -56,17 +62,29 @@ class EngineGroup:
 
             plugins = Plugins()
         command_fn = plugins.registry("rollout_engines").get(config.rollout_engine)
+        actor_options = _loading_plugins(actor_options, plugins.worker_env())
         urls, servers = start_servers(config, command_fn, model_path, engine_count(config), actor_options)
-        return cls(urls, servers, launch=(config, command_fn, model_path, actor_options))
+        return cls(urls, servers, launch=(config, command_fn, model_path, actor_options),
+                   ranks_per_engine=config.rollout_num_gpus_per_engine)
 
     @classmethod
-    def connect(cls, addresses: list[str]) -> EngineGroup:
+    def connect(cls, addresses: list[str], ranks_per_engine: int = 1) -> EngineGroup:
         """Engines already running at ``addresses`` (``HOST:PORT`` or URLs), each checked healthy."""
         urls = [engine_url(address) for address in addresses]
-        problems = [problem for problem in map(_health_problem, urls) if problem]
+        problems = [f"external engine {problem}" for problem in (health_problem(url, HEALTH_TIMEOUT_S) for url in urls)
+                    if problem]
         if problems:
             raise RuntimeError("; ".join(problems) + ". Start the engines first, or fix --rollout-external-engine-addrs")
-        return cls(urls)
+        return cls(urls, ranks_per_engine=ranks_per_engine)
+
+    def only(self, index: int) -> EngineGroup:
+        """Engine ``index`` alone, with a broadcast group of its own (``Engines.only``)."""
+        return EngineGroup([self.urls[index]], request_timeout=self._request_timeout,
+                           ranks_per_engine=self._ranks_per_engine)
+
+    def health_problem(self, index: int, timeout: float) -> str | None:
+        """Why engine ``index`` fails ``/health`` (died, hung, unhealthy), or None."""
+        return health_problem(self.urls[index], timeout)
 
     # -- control calls, to every engine at once ---------------------------------------------
     async def pause(self) -> None:
@@ -77,6 +95,11 @@ class EngineGroup:
 
     async def flush_cache(self) -> None:
         await self._each(lambda client, _: client.flush_cache())
+
+    async def abort(self) -> None:
+        """Abort every request in flight on every engine (a router forwards generation, not
+        this control call, so it goes to each engine itself)."""
+        await self._each(lambda client, _: client.abort())
 
     async def release_memory(self) -> None:
         await self._each(lambda client, _: client.release_memory())
@@ -92,6 +115,22 @@ class EngineGroup:
     async def update_weights_from_disk(self, path: str, version: str) -> None:
         """Load a Hugging Face directory's weights into every engine."""
         await self._each(lambda client, _: client.update_weights_from_disk(path, version))
+
+    async def update_weights_by_broadcast(self, bucket: WeightBucket, version: str) -> None:
+        """Load one bucket into every engine by a collective this process sends, over a group
+        formed on first use and kept until `close_weight_updates` (nccl on GPUs, gloo on CPU)."""
+        if self._broadcaster is None:
+            from slime_sglang.weight_broadcast import WeightBroadcaster, collective_backend
+
+            self._broadcaster = await WeightBroadcaster.connect(self.urls, backend=collective_backend(),
+                                                                ranks_per_engine=self._ranks_per_engine)
+        await self._broadcaster.broadcast(WeightBucket.of(bucket), version)
+
+    async def close_weight_updates(self) -> None:
+        """Leave the broadcast group, if one was formed."""
+        broadcaster, self._broadcaster = self._broadcaster, None
+        if broadcaster is not None:
+            await broadcaster.close()
 
     async def weight_versions(self) -> list[str]:
         """The weight version each engine serves, in the order of `urls`."""
@@ -157,6 +196,16 @@ class EngineGroup:
         return results
 
 
+def _loading_plugins(actor_options, env: dict[str, str]):
+    """``actor_options`` whose actors (and the servers they start) see ``env``: the run's
+    local plugins (`slime_core.plugins.Plugins.worker_env`)."""
+    from slime_core.train_backend import with_env
+
+    if not env:
+        return actor_options
+    return lambda index: with_env(actor_options(index) if actor_options else {}, env)
+
+
 def engine_count(config) -> int:
     """How many engines to start: ``--rollout-num-gpus // --rollout-num-gpus-per-engine``.
 
@@ -182,12 +231,12 @@ def engine_url(address: str) -> str:
     return f"http://{host}:{port}"
 
 
-def _health_problem(url: str) -> str | None:
-    """Why the engine at ``url`` is not usable (None when it answers ``/health``)."""
+def health_problem(url: str, timeout: float) -> str | None:
+    """Why the engine at ``url`` is failing (None when ``/health`` answers 200 in time)."""
     try:
-        response = httpx.get(f"{url}/health", timeout=HEALTH_TIMEOUT_S, trust_env=False)
+        response = httpx.get(f"{url}/health", timeout=timeout, trust_env=False)
+    except httpx.TimeoutException:
+        return f"{url} gave no answer to /health within {timeout:g} s (hung)"
     except httpx.HTTPError as exc:
-        return f"external engine {url} did not answer /health ({type(exc).__name__}: {exc})"
-    if response.status_code != 200:
-        return f"external engine {url} answered /health with {response.status_code}: {response.text[:200]}"
-    return None
+        return f"{url} did not answer /health ({type(exc).__name__}: died)"
+    return None if response.status_code == 200 else f"{url} answered /health with {response.status_code}"

@@ -15,7 +15,8 @@ from slime_core.data.prompt_dataset import PromptDataset, PromptFormat
 from slime_core.reward_hub import scalar_reward
 from slime_core.sample import Sample, SampleStatus
 from slime_sglang.generate import generate_resilient
-from slime_sglang.rollout import RolloutParts, samples_in_flight, sampling_params
+from slime_core.rollout_parts import RolloutParts
+from slime_sglang.rollout import samples_in_flight, sampling_params
 
 
 def pass_at_k(n: int, correct: int, k: int) -> float:

@@ -19,25 +19,12 @@ import dataclasses
 import logging
 import uuid
 import zlib
-from dataclasses import dataclass
-from typing import Any
 
-from slime_core.engine import GenerateResult, RolloutEngine, SamplingParams, parallel_sample_seed
+from slime_core.engine import EngineUnavailable, SamplingParams, append_result, parallel_sample_seed
+from slime_core.rollout_parts import GenerateContext
 from slime_core.sample import Sample, SampleStatus
 
 log = logging.getLogger(__name__)
-
-#: /generate finish reasons -> the status of the sample.
-FINISH_STATUS = {"stop": SampleStatus.COMPLETED, "length": SampleStatus.TRUNCATED, "abort": SampleStatus.ABORTED}
-
-
-@dataclass
-class GenerateContext:
-    """What a generate function may use."""
-
-    engine: RolloutEngine  # the router (or one engine)
-    tokenizer: Any  # Hugging Face tokenizer of the policy
-    config: Any  # the run's Config
 
 
 async def generate_sample(sample: Sample, sampling: SamplingParams, ctx: GenerateContext) -> Sample:
@@ -70,7 +57,7 @@ async def generate_group(group: list[Sample], sampling: SamplingParams, ctx: Gen
     first = group[0]
     prompt = list(first.tokens or ctx.tokenizer.encode(first.prompt, add_special_tokens=False))
     seed = sampling.sampling_seed if sampling.sampling_seed is not None else group_seed(ctx.config, first)
-    request = dataclasses.replace(sampling, sampling_seed=seed if ctx.config.rollout_engine == "cpu" else None)
+    request = dataclasses.replace(sampling, sampling_seed=seed if ctx.config.get("rollout_engine") == "cpu" else None)
     results = await ctx.engine.generate_parallel(prompt, request, len(group), return_logprob=True)
     for sample, result in zip(group, results):
         sample.tokens = list(prompt)
@@ -90,28 +77,6 @@ def group_seed(config, sample: Sample) -> int:
     """The seed shared by the samples of ``sample``'s group at its response length."""
     key = f"{config.rollout_seed}:{sample.group_index}:{sample.response_length}"
     return zlib.crc32(key.encode()) & 0x7FFFFFFF
-
-
-def append_result(sample: Sample, result: GenerateResult, text: str | None = None) -> None:
-    """Add an engine's output to the sample as trainable model tokens and set its status.
-
-    ``text`` replaces the engine's text in the response (which leaves a matched stop string out).
-    """
-    version = None if result.weight_version is None else version_number(result.weight_version)
-    if result.output_ids:
-        sample.append_response(result.output_ids, log_probs=result.log_probs, text=result.text if text is None else text,
-                               weight_version=version)
-    sample.status = FINISH_STATUS[result.finish_reason]
-
-
-def version_number(weight_version: str) -> int:
-    """The trainer's update count behind an engine's weight version: slime pushes weights
-    as "1", "2", ...; "default" is SGLang's name for the weights the server started with (0)."""
-    if weight_version == "default":
-        return 0
-    if not weight_version.isdigit():
-        raise ValueError(f"engine weight version {weight_version!r} is not one slime pushed (a number, or 'default')")
-    return int(weight_version)
 
 
 async def generate_resilient(sample: Sample, sampling: SamplingParams, ctx: GenerateContext, generate) -> int:
@@ -134,8 +99,6 @@ async def generate_group_resilient(group: list[Sample], sampling: SamplingParams
 async def _retried(samples: list[Sample], attempt, config) -> int:
     """Await ``attempt()``; on `EngineUnavailable` (with fault tolerance) restore ``samples``
     as they were and try again, as `generate_resilient` says. Returns the number of retries."""
-    from slime_sglang.client import EngineUnavailable
-
     retries = config.generate_max_retries if config.get("use_fault_tolerance") else 0
     before, retry = (copy.deepcopy(samples) if retries else None), 0
     while True:

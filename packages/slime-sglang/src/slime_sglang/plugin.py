@@ -1,7 +1,8 @@
 """slime-sglang's plugin module, found through the ``slime`` entry-point group.
 
-This is where the package registers rollout engines (SGLang servers and the CPU engine), the
-default rollout function, ``slime engine serve`` (the CPU engine's server) and its options.
+This is where the package registers the ``sglang`` rollout backend and the engine servers it
+starts (SGLang servers and the CPU engine), the default rollout, generate and eval functions,
+``slime engine serve`` (the CPU engine's server) and its options.
 It imports nothing heavy, so ``slime --help`` stays fast.
 """
 
@@ -12,6 +13,9 @@ GROUP = "rollout engines (slime-sglang)"
 
 @hookimpl
 def slime_add_options(options):
+    options.add("--rollout-engine", default="sglang", group=GROUP,
+                help="the engine server the sglang rollout backend starts: sglang (SGLang on GPUs), cpu (the CPU engine), "
+                "or a plugin's server with SGLang's API")
     options.add("--rollout-external-engine-addrs", nargs="+", default=None, group=GROUP,
                 help="HOST:PORT of engines already running (SGLang servers or `slime engine serve`): use them "
                 "instead of starting engines; slime checks that they answer and never shuts them down")
@@ -21,6 +25,8 @@ def slime_add_options(options):
 def slime_validate_config(config):
     from slime_sglang.engine_group import engine_count, engine_url
 
+    if config.get("rollout_backend") != "sglang":
+        return []
     errors = []
     for address in config.get("rollout_external_engine_addrs") or []:
         try:
@@ -43,6 +49,11 @@ def slime_add_commands(subparsers):
 
 
 @hookimpl
+def slime_register_rollout_backends(register):
+    register("sglang", "slime_sglang.backend:sglang_backend")
+
+
+@hookimpl
 def slime_register_rollout_engines(register):
     register("sglang", "slime_sglang.servers:sglang_command")
     register("cpu", "slime_sglang.servers:cpu_engine_command")
@@ -56,3 +67,8 @@ def slime_register_rollout_functions(register):
 @hookimpl
 def slime_register_generate_functions(register):
     register("default", "slime_sglang.generate:generate_sample")
+
+
+@hookimpl
+def slime_register_eval_functions(register):
+    register("default", "slime_sglang.evaluation:evaluate")

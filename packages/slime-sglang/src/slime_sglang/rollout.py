@@ -23,25 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
-from typing import Any
 
 from slime_core.engine import SamplingParams
 from slime_core.filters import RolloutProgress
+from slime_core.rollout_parts import RolloutParts
 from slime_core.rollout_result import RolloutResult
 from slime_core.sample import Sample, SampleStatus
-from slime_sglang.generate import GenerateContext, generate_group_resilient, generate_resilient, generate_sample
-
-
-@dataclass
-class RolloutParts:
-    """The pieces a rollout function works with, looked up once by the loop."""
-
-    data_source: Any  # slime_core.data.source.DataSource
-    reward_hub: Any  # slime_core.reward_hub.RewardHub
-    generate: Any  # async fn(sample, sampling, ctx) -> Sample
-    group_filter: Any | None  # fn(group, config, progress) -> bool, or None to keep every group
-    ctx: GenerateContext
+from slime_sglang.generate import generate_group_resilient, generate_resilient, generate_sample
 
 
 def sampling_params(config, evaluation: bool = False) -> SamplingParams:
@@ -184,10 +172,11 @@ class _Rollout:
             self.counts["filtered"] += 1
 
     async def _abort(self, pending: set) -> None:
-        """Abort what is still generating; the interrupted groups are handed back."""
+        """Abort what is still generating (on every engine: a router forwards generation, not
+        control calls); the interrupted groups are handed back."""
         if not pending:
             return
-        await self.parts.ctx.engine.abort()
+        await self.parts.engines.abort()
         self._hand_back([task.result() for task in (await asyncio.wait(pending))[0]])
 
     def _hand_back(self, groups: list[list[Sample]]) -> None:

@@ -52,6 +52,11 @@ def open_group(master_address: str, master_port: int, rank: int, world_size: int
     return group
 
 
+def collective_backend() -> str:
+    """nccl with CUDA (SGLang servers on GPUs), else gloo (CPU engines)."""
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
 def close_group(group: dist.ProcessGroup) -> None:
     dist.destroy_process_group(group)
 

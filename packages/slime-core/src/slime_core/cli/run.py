@@ -40,12 +40,12 @@ def run_problems(config, plugins) -> list[str]:
     apply_custom_paths(config, plugins)
     if config.dry_run:
         return []
-    return resolve_components(config, plugins)[1] + loop_problems(config) + tracker_problems(config)
+    return resolve_components(config, plugins)[1] + loop_problems(config, plugins) + tracker_problems(config)
 
 
-def loop_problems(config) -> list[str]:
+def loop_problems(config, plugins) -> list[str]:
     """What stops the loop before any process starts (beyond each option's own checks)."""
-    problems = []
+    problems = part_problems(config, plugins)
     if not config.num_rollout:
         problems.append("--num-rollout is required: how many rollouts (generate + train iterations) to run")
     if config.train_mode == "async" and config.colocate:
@@ -53,6 +53,22 @@ def loop_problems(config) -> list[str]:
                         "(they take turns on the same devices); drop one of the two")
     if config.eval_interval and not config.eval_prompt_data:
         problems.append("--eval-interval needs --eval-prompt-data NAME PATH ... to evaluate on")
+    return problems
+
+
+def part_problems(config, plugins) -> list[str]:
+    """Parts the chosen backends cannot provide: a PPO critic, an in-process run of several ranks."""
+    problems = []
+    backend = config.train_backend
+    if config.advantage_estimator == "ppo" and backend in plugins.registry("train_backends") \
+            and backend not in plugins.registry("critics"):
+        provided = ", ".join(plugins.registry("critics").names()) or "none installed"
+        problems.append(f"--advantage-estimator ppo needs a critic, and train backend '{backend}' provides none "
+                        f"(train backends with a critic: {provided}); use one of those, or another estimator")
+    ranks = config.actor_num_nodes * config.actor_num_gpus_per_node
+    if config.actor_runtime == "inprocess" and ranks != 1:
+        problems.append(f"--actor-runtime inprocess runs one train rank in this process, and {ranks} were asked for "
+                        "(--actor-num-nodes × --actor-num-gpus-per-node); set both to 1, or use --actor-runtime ray")
     return problems
 
 

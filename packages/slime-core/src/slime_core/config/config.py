@@ -19,8 +19,9 @@ class ConfigError(ValueError):
 class Config:
     """Option values by key (``config.rollout_batch_size``), plus pass-through dicts.
 
-    ``sglang`` and ``router`` hold the ``--sglang-*`` / ``--router-*`` options slime does not
-    declare itself, keyed without their prefix, for the SGLang servers and the router.
+    ``sglang`` and ``router_args`` hold the ``--sglang-*`` / ``--router-*`` options slime does
+    not declare itself, keyed without their prefix, for the SGLang servers and the router
+    (``router`` itself is the ``--router`` option: which router runs).
     ``sources`` says where each value came from: ``default``, ``FILE:LINE`` or ``command line``.
     """
 
@@ -34,7 +35,7 @@ class Config:
         self.__dict__["_values"] = dict(values)
         self.__dict__["sources"] = dict(sources or {})
         self.__dict__["sglang"] = dict(sglang or {})
-        self.__dict__["router"] = dict(router or {})
+        self.__dict__["router_args"] = dict(router or {})
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -64,8 +65,8 @@ class Config:
         return self._values.get(name, default)
 
     def to_dict(self) -> dict[str, Any]:
-        """Every value, with the pass-through options under ``sglang`` and ``router``."""
-        return {**self._values, "sglang": dict(self.sglang), "router": dict(self.router)}
+        """Every value, with the pass-through options under ``sglang`` and ``router_args``."""
+        return {**self._values, "sglang": dict(self.sglang), "router_args": dict(self.router_args)}
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)

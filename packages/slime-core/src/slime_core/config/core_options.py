@@ -32,6 +32,7 @@ def _cluster(o: OptionSet) -> None:
     o.add("--rollout-num-gpus", type=int, default=None, help="GPUs for rollout engines (disaggregated mode)", group=g)
     o.add("--rollout-num-gpus-per-engine", type=int, default=1, help="GPUs per rollout engine (its tensor-parallel size)", group=g)
     o.add("--colocate", type=bool, default=False, help="training and rollout share devices, taking turns", group=g)
+    o.add("--actor-runtime", default="ray", choices=["ray", "inprocess"], help="ray: train ranks and engines are Ray actors; inprocess: no Ray, one train rank in this process (debugging, and backends that start no process of their own)", group=g)
 
 
 def _data(o: OptionSet) -> None:
@@ -71,9 +72,11 @@ def _rollout(o: OptionSet) -> None:
     o.add("--eval-temperature", type=float, default=None, help="evaluation: sampling temperature (default: the rollout's)", group=g)
     o.add("--eval-top-p", type=float, default=None, help="evaluation: nucleus threshold (default: the rollout's)", group=g)
     o.add("--eval-top-k", type=int, default=None, help="evaluation: top-k (default: the rollout's)", group=g)
-    o.add("--rollout-engine", default="sglang", help="registered rollout engine", group=g)
+    o.add("--rollout-backend", default="sglang", help="registered rollout backend: starts and controls the engines (slime-sglang: sglang)", group=g)
+    o.add("--router", default="sglang", help="registered router in front of the engines (slime-router: sglang), or none: the engines in turn, no router process", group=g)
     o.add("--rollout-function", default="default", help="registered rollout function", group=g)
     o.add("--generate-function", default="default", help="registered per-sample generate function", group=g)
+    o.add("--eval-function", default="default", help="registered evaluation function (used with --eval-prompt-data)", group=g)
     o.add("--dynamic-sampling-filter", default=None, help="registered filter that accepts or rejects whole groups", group=g)
     o.add("--sample-filter", nargs="+", default=None, help="registered filters that drop single samples from training", group=g)
 

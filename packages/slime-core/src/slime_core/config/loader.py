@@ -17,6 +17,9 @@ from slime_core.config.options import Option, OptionSet, flag_to_key, key_to_fla
 from slime_core.config.validate import validate
 
 PASSTHROUGH = ("sglang", "router")  # undeclared --sglang-* / --router-* options go to these tools
+#: YAML mappings of pass-through options -> their tool (``router_args:`` as ``config.yaml`` writes
+#: it; ``router:`` as a mapping too, while ``router: NAME`` is the ``--router`` option).
+YAML_PASSTHROUGH = {"sglang": "sglang", "router": "router", "router_args": "router"}
 
 
 class _Collected:
@@ -133,6 +136,11 @@ def _passthrough(key: str, value: Any, got: _Collected) -> bool:
 
 
 def _did_you_mean(key: str, options: OptionSet, flag: bool) -> str:
+    """A hint for an unknown option: the package that declares it, or the nearest known one."""
+    from slime_core.plugins.providers import OPTIONS
+
+    if key in OPTIONS:
+        return f": it comes with {OPTIONS[key]}, which is not installed: pip install {OPTIONS[key]}"
     close = difflib.get_close_matches(key, list(options.options), n=1, cutoff=0.6)
     if not close:
         return "; run `slime run --help` for the list"
@@ -163,10 +171,11 @@ def _read_yaml(path: Path, options: OptionSet, got: _Collected) -> None:
     for raw_key, value in data.items():
         key = str(raw_key).replace("-", "_")
         where = f"{path}:{lines.get(str(raw_key), '?')}"
-        if key in options:
+        tool = YAML_PASSTHROUGH.get(key)
+        if tool and isinstance(value, dict):
+            got.passthrough[tool].update({str(k).replace("-", "_"): v for k, v in value.items()})
+        elif key in options:
             _set(got, options[key], value, where)
-        elif key in PASSTHROUGH and isinstance(value, dict):
-            got.passthrough[key].update({str(k).replace("-", "_"): v for k, v in value.items()})
         elif not _passthrough(key, value, got):
             got.errors.append(f"{where}: unknown key '{raw_key}'{_did_you_mean(key, options, flag=False)}")
 

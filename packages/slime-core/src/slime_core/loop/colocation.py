@@ -22,14 +22,14 @@ class Colocation:
             self.run(self.engines.release_memory())
             self.engines_resident = False
         if not self.trainer_resident:
-            self.trainer.call("onload")
+            self.trainer.onload()
             self.trainer_resident = True
 
     def for_rollout(self) -> None:
         if not self.enabled:
             return
         if self.trainer_resident:
-            self.trainer.call("offload")
+            self.trainer.offload()
             self.trainer_resident = False
         if not self.engines_resident:
             self.run(self.engines.resume_memory())

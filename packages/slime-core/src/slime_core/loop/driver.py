@@ -1,7 +1,8 @@
 """The loop of ``slime run``: rollout → rewards → train → update weights → evaluate / save.
 
-`run` is the whole recipe; `Run` holds the parts (train ranks, engines, router, rollout
-manager, weight sync) and one method per phase, each a few lines. Synchronous mode does the
+`run` is the whole recipe; `Run` holds the parts (`slime_core.loop.parts.Parts`: train
+ranks, engines, router, rollout manager, weight sync) and one method per phase, each a few
+lines. Synchronous mode does the
 phases in turn. Asynchronous mode (``--train-mode async``) generates rollout k+1 while it
 trains on rollout k, pushes weights every ``--update-weights-interval`` rollouts, and drops
 groups older than ``--max-staleness`` weight versions (counted).
@@ -13,7 +14,7 @@ import json
 import signal
 import threading
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 
 from slime_core.checkpoint_dir import write_atomically
@@ -22,6 +23,7 @@ from slime_core.loop.progress import Progress
 from slime_core.loop.rollout_metrics import drop_stale_groups, rollout_metrics, staleness
 from slime_core.loop.run_dir import RunDir
 from slime_core.loop.runtime import ray_runtime
+from slime_core.loop.sample_filters import SampleFilters
 from slime_core.rollout_batch import RolloutBatch
 
 
@@ -66,18 +68,17 @@ class Run:
 
     def __init__(self, config, plugins, run_dir: RunDir):
         self.config, self.plugins, self.run_dir = config, plugins, run_dir
-        self.placement = self.trainer = self.critic = self.engines = self.router = self.rollouts = self.weights = None
+        self.sample_filters = SampleFilters.from_config(config, plugins)
         self.monitor = None  # slime_core.loop.fault_tolerance.EngineMonitor with --use-fault-tolerance
-        self.colocation = None  # slime_core.loop.colocation.Colocation, set when the parts start
         self.source_states: dict[int, dict] = {}  # the data source as it was before each rollout started
-        self.start = self.version = 0
+        self._stack = ExitStack()
 
     # ---------------------------------------------------------------- the two modes
 
     def train_sync(self) -> None:
         self.evaluate_before_training()
         for rollout_id in range(self.start, self.config.num_rollout):
-            self.colocation.for_rollout()
+            self.parts.colocation.for_rollout()
             result, seconds = _timed(self.submit(rollout_id).result)
             metrics = self.train(rollout_id, result, {"time/rollout": seconds})
             metrics.update(self.update_weights(rollout_id))
@@ -100,10 +101,10 @@ class Run:
     def submit(self, rollout_id: int):
         self.snapshot_source(rollout_id)
         self.plugins.before_rollout(rollout_id, self.config)
-        return self.rollouts.submit(rollout_id)
+        return self.parts.rollouts.submit(rollout_id)
 
     def snapshot_source(self, rollout_id: int) -> None:
-        self.source_states[rollout_id] = self.rollouts.state_dict()
+        self.source_states[rollout_id] = self.parts.rollouts.state_dict()
         self.source_states.pop(rollout_id - 2, None)
 
     def train(self, rollout_id: int, result, timings: dict[str, float]) -> dict[str, float]:
@@ -115,21 +116,21 @@ class Run:
             save_rollout(self.config.save_debug_rollout_data, rollout_id, result)
         groups, dropped = drop_stale_groups(result.groups, self.version, self.config.max_staleness)
         metrics = {**result.metrics, **rollout_metrics(groups, self.config.reward_key), **timings,
+                   **self.sample_filters.apply(groups),
                    "rollout/stale_groups_dropped": float(dropped),
                    "rollout/staleness_max": float(max((staleness(g, self.version) for g in groups), default=0))}
         batch = RolloutBatch.from_samples([s for g in groups for s in g], self.config.reward_key)
-        if len(batch) == 0 or self.trainer is None:  # nothing to train on, or --debug-rollout-only
+        trainer, critic, weights = self.parts.trainer, self.parts.critic, self.parts.weights
+        if len(batch) == 0 or trainer is None:  # nothing to train on, or --debug-rollout-only
             return metrics
-        self.colocation.for_training()
+        self.parts.colocation.for_training()
         start = time.perf_counter()
-        if self.critic is not None:
-            batch.values = self.critic.compute_values(batch)
-            metrics.update({f"critic/{k}": v for k, v in self.critic.train(rollout_id, batch).items()})
-        self.plugins.before_train_step(rollout_id, 0)
-        with self.weights.lock if self.weights else nullcontext():  # an engine replacement reads them
-            train = self.trainer.train(rollout_id, batch)
+        if critic is not None:
+            batch.values = critic.compute_values(batch)
+            metrics.update({f"critic/{k}": v for k, v in critic.train_critic(rollout_id, batch).items()})
+        with weights.lock if weights else nullcontext():  # an engine replacement reads them
+            train = trainer.train(rollout_id, batch, on_step=lambda step: self.step_hooks(rollout_id, step))
             self.version += 1
-        self.plugins.after_train_step(rollout_id, 0, train)
         seconds = time.perf_counter() - start
         tokens = sum(len(t) for t in batch.tokens)
         metrics.update({f"train/{k}": v for k, v in train.items()})
@@ -137,18 +138,28 @@ class Run:
                         "perf/tokens": float(tokens), "weight_version": float(self.version)})
         return metrics
 
+    @contextmanager
+    def step_hooks(self, rollout_id: int, step: int):
+        """``slime_before/after_train_step`` around optimizer step ``step``; the body fills
+        the dict it is given with the step's metrics."""
+        self.plugins.before_train_step(rollout_id, step)
+        metrics: dict[str, float] = {}
+        yield metrics
+        self.plugins.after_train_step(rollout_id, step, metrics)
+
     def update_weights(self, rollout_id: int) -> dict[str, float]:
-        if self.weights is None:
+        weights = self.parts.weights
+        if weights is None:
             return {}
-        self.colocation.for_rollout()
+        self.parts.colocation.for_rollout()
         self.plugins.before_weight_update(rollout_id, self.version)
-        push = lambda: self.weights.push(self.version)  # noqa: E731
+        push = lambda: weights.push(self.version)  # noqa: E731
         metrics = self.monitor.after_replacements(push) if self.monitor else push()
         metrics["time/weight_update"] = metrics["weight_update/seconds"]
         if self.config.check_weight_update_equal:
             from slime_core.loop.weight_check import max_logprob_diff
 
-            metrics["weight_update/max_logprob_diff"] = max_logprob_diff(self)
+            metrics["weight_update/max_logprob_diff"] = max_logprob_diff(self.parts, self.config, self.version)
         self.plugins.after_weight_update(rollout_id, self.version, metrics)
         return metrics
 
@@ -158,8 +169,8 @@ class Run:
             metrics.update(self.evaluate(rollout_id))
         if self.save_due(rollout_id):
             metrics["time/save"] = _timed(self.save, rollout_id)[1]
-        if self.router is not None:
-            metrics.update(self.router.metrics())  # the router's `metrics` middleware, when enabled
+        if self.parts.router is not None:
+            metrics.update(self.parts.router.metrics())  # e.g. slime-router's `metrics` middleware
         if self.monitor is not None:
             metrics.update(self.monitor.metrics())
         step = sum(v for k, v in metrics.items() if k.startswith("time/"))
@@ -170,17 +181,17 @@ class Run:
 
     def evaluate_before_training(self) -> None:
         """The starting point of the eval curves, logged as rollout ``start - 1``."""
-        if self.rollouts.eval_datasets and self.config.eval_interval and self.start == 0:
+        if self.parts.rollouts.eval_datasets and self.config.eval_interval and self.start == 0:
             metrics = self.evaluate(-1)
             self.run_dir.log_metrics(-1, metrics)
             self.run_dir.log("[before training]  " + "  ".join(
                 f"{k[5:]} {v:.3f}" for k, v in metrics.items() if k.endswith("/reward_mean")))
 
     def evaluate(self, rollout_id: int) -> dict[str, float]:
-        self.colocation.for_rollout()
+        self.parts.colocation.for_rollout()
         self.plugins.before_eval(rollout_id)
         start = time.perf_counter()
-        metrics = self.rollouts.evaluate()
+        metrics = self.parts.rollouts.evaluate()
         metrics["time/eval"] = time.perf_counter() - start
         self.plugins.after_eval(rollout_id, metrics)
         return metrics
@@ -190,12 +201,12 @@ class Run:
         written last, makes the pair the latest)."""
         path = Path(self.config.save) / "rollout_state" / f"iter_{rollout_id:07d}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        state = self.source_states.get(rollout_id + 1) or self.rollouts.state_dict()
+        state = self.source_states.get(rollout_id + 1) or self.parts.rollouts.state_dict()
         write_atomically(path, json.dumps({"rollout_id": rollout_id, "data_source": state}))
         self.plugins.before_save(rollout_id, self.config.save)
-        self.trainer.call("save", rollout_id)
-        if self.critic is not None:
-            self.critic.call("save", rollout_id)
+        self.parts.trainer.save(rollout_id)
+        if self.parts.critic is not None:
+            self.parts.critic.save(rollout_id)
         self.plugins.after_save(rollout_id, self.config.save)
 
     # ---------------------------------------------------------------- helpers
@@ -203,11 +214,11 @@ class Run:
     def eval_due(self, rollout_id: int) -> bool:
         interval = self.config.eval_interval
         last = rollout_id + 1 == self.config.num_rollout
-        return bool(self.rollouts.eval_datasets) and bool(interval) and ((rollout_id + 1) % interval == 0 or last)
+        return bool(self.parts.rollouts.eval_datasets) and bool(interval) and ((rollout_id + 1) % interval == 0 or last)
 
     def save_due(self, rollout_id: int) -> bool:
         interval = self.config.save_interval
-        return bool(self.config.save) and bool(interval) and self.trainer is not None and (
+        return bool(self.config.save) and bool(interval) and self.parts.trainer is not None and (
             (rollout_id + 1) % interval == 0 or rollout_id + 1 == self.config.num_rollout)
 
     # ---------------------------------------------------------------- start and stop
@@ -216,17 +227,31 @@ class Run:
         from slime_core.loop.parts import start_parts
 
         try:
-            start_parts(self)
+            self.parts = start_parts(self.config, self.plugins, self.run_dir, self._stack)
+            self.start, self.version = self.parts.start, self.parts.version
+            if self.config.use_fault_tolerance and self.parts.engines is not None:
+                self.monitor = self._stack.enter_context(self._monitored())
         except BaseException:
-            self.__exit__(None, None, None)
+            self._stack.close()
             raise
         self.progress = Progress(self.start, self.config.num_rollout, show_reward=self.config.loss_type != "sft_loss")
         return self
 
     def __exit__(self, *exc_info) -> None:
-        from slime_core.loop.parts import stop_parts
+        self._stack.close()
 
-        stop_parts(self)
+    @contextmanager
+    def _monitored(self):
+        """The fault-tolerance monitor over the run's engines, stopped before them."""
+        from slime_core.loop.fault_tolerance import EngineMonitor
+
+        parts = self.parts
+        monitor = EngineMonitor(self.config, parts.engines, parts.router, parts.weights, parts.colocation,
+                                parts.rollouts.run, lambda: self.version, self.run_dir.log).start()
+        try:
+            yield monitor
+        finally:
+            monitor.stop()
 
 
 def _timed(fn, *args):

@@ -1,46 +1,108 @@
-"""Starting and stopping the parts of a run, in order: the placement group, train ranks (and a PPO critic), the
-rollout engines, the router, the rollout manager, the weight sync; on resume, the data
-source's state and the trainer's weights pushed to the engines."""
+"""The parts of a run, started in order on an `ExitStack` that stops them in reverse.
+
+In order: the placement (a Ray placement group with the bundles the train backend's ranks,
+a PPO critic and the rollout backend's engines need), the train ranks (and a critic, from the
+``slime_register_critics`` registration of ``--train-backend``), the rollout engines
+(``--rollout-backend``) and the router (``--router``), the rollout manager, colocation and
+the weight sync; on resume, the data source's state and the trainer's weights pushed to the
+engines. Every part is looked up by name in the plugin registries: nothing here knows which
+package provides it.
+"""
 
 from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
+
+from slime_core.rollout_parts import needs_engines
 
 
-def start_parts(run) -> None:
-    config, plugins = run.config, run.plugins
-    rollout_fn = plugins.registry("rollout_functions").get(config.rollout_function)
-    needs_engines = getattr(rollout_fn, "needs_engines", True) and not config.debug_train_only
-    run.placement = _reserve(config, needs_engines)
-    run.run_dir.log(run.placement.describe())
-    training = (lambda: _start_training(run)) if not config.debug_rollout_only else (lambda: None)
-    router_url = None
-    with _alongside(training, parallel=not (config.colocate and run.placement.gpu)):
-        if needs_engines:
-            from slime_router.launch import start_router
-            from slime_sglang.engine_group import EngineGroup
+@dataclass
+class Parts:
+    """A run's started parts (None where the run has no such part)."""
 
-            run.engines = EngineGroup.start(config, config.hf_checkpoint, plugins, run.placement.engine_options)
-            run.router = start_router(config, run.engines.urls)
-            router_url = run.router.url
-    run.rollouts = _rollouts(config, plugins, router_url)
+    placement: Any  # slime_core.placement.Placement
+    trainer: Any | None  # slime_core.train_backend.TrainGroup; None with --debug-rollout-only
+    critic: Any | None  # the PPO critic's TrainGroup
+    backend: Any | None  # slime_core.rollout_backend.RolloutBackend, when engines run
+    engines: Any | None  # slime_core.rollout_backend.Engines
+    router: Any | None  # slime_core.router.Router
+    rollouts: Any  # slime_core.loop.rollouts.RolloutManager, or the replayed rollouts
+    colocation: Any  # slime_core.loop.colocation.Colocation
+    weights: Any | None  # slime_core.loop.weight_sync.WeightSync, when there are engines to update
+    start: int  # the first rollout to run (after a resume: the one after the checkpoint)
+    version: int  # the trainer's weight version
+
+
+def start_parts(config, plugins, run_dir, stack: ExitStack) -> Parts:
+    """Start every part of the run; each is stopped by ``stack`` (in reverse) at its close."""
+    engine_side = _engine_side(config, plugins)
+    placement = stack.enter_context(_reserved(config, engine_side))
+    run_dir.log(placement.describe())
+    training = {}
+    with _alongside(lambda: training.update(_start_training(config, plugins, placement, stack)),
+                    parallel=not (config.colocate and placement.gpu)):
+        engines = router = None
+        if engine_side is not None:
+            engines = _stopped_by(stack, engine_side.start(config, placement.engine_options, plugins), "shutdown")
+            router = _stopped_by(stack, _start_router(config, plugins, engines.urls), "stop")
+    trainer, critic = training.get("trainer"), training.get("critic")
+    rollouts = _stopped_by(stack, _rollouts(config, plugins, engine_side, engines, router), "close")
     from slime_core.loop.colocation import Colocation
 
-    run.colocation = Colocation(config.colocate, run.trainer, run.engines, run.rollouts.run if run.engines else None)
-    if run.engines is not None and run.trainer is not None:
+    colocation = Colocation(config.colocate, trainer, engines, rollouts.run if engines else None)
+    weights = None
+    if engines is not None and trainer is not None:
         from slime_core.loop.weight_sync import WeightSync
 
-        run.weights = WeightSync(config, run.trainer, run.engines, run.rollouts.run, run.run_dir)
-    if run.start > 0:
-        _resume(run)
-    if config.use_fault_tolerance and run.engines is not None:
-        from slime_core.loop.fault_tolerance import EngineMonitor
+        weights = _stopped_by(stack, WeightSync(config, trainer, engines, rollouts.run, Path(run_dir.path) / "weights"),
+                              "close")
+    parts = Parts(placement, trainer, critic, engine_side, engines, router, rollouts, colocation, weights,
+                  training.get("start", 0), training.get("version", 0))
+    if parts.start > 0:
+        _resume(config, parts)
+    return parts
 
-        run.monitor = EngineMonitor(run).start()
+
+def _engine_side(config, plugins):
+    """The rollout backend when this run generates (None: replayed rollouts, or a rollout
+    function that needs no engine, such as ``sft``)."""
+    if config.debug_train_only:
+        return None
+    if not needs_engines(plugins.registry("rollout_functions").get(config.rollout_function)):
+        return None
+    return plugins.registry("rollout_backends").get(config.rollout_backend)
+
+
+@contextmanager
+def _reserved(config, backend):
+    """The run's placement: the ranks' bundles and the engines' the backend asks for."""
+    from slime_core.placement import Placement
+
+    gpu = _has_cuda()
+    bundles = backend.engine_bundles(config, gpu) if backend is not None else []
+    placement = Placement.in_process(config, bundles) if config.actor_runtime == "inprocess" else \
+        Placement.reserve(config, bundles)
+    try:
+        yield placement
+    finally:
+        placement.release()
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _stopped_by(stack: ExitStack, part, method: str):
+    """``part``, whose ``method`` the stack calls when it closes."""
+    stack.callback(getattr(part, method))
+    return part
 
 
 @contextmanager
@@ -63,78 +125,62 @@ def _alongside(start: Callable[[], None], parallel: bool):
     started.result()
 
 
-def _start_training(run) -> None:
-    """The train ranks (and a PPO critic), loaded or resumed."""
-    config, plugins = run.config, run.plugins
-    run.trainer = _train_group(config, plugins, config.train_backend, run.placement.train_options)
-    run.start = run.trainer.init()["rollout_id"]
-    run.version = run.trainer.call("weight_version")[0]
+def _start_training(config, plugins, placement, stack: ExitStack) -> dict[str, Any]:
+    """The train ranks (and a PPO critic), loaded or resumed; nothing with --debug-rollout-only."""
+    if config.debug_rollout_only:
+        return {}
+    rank_class = plugins.registry("train_backends").get(config.train_backend)
+    trainer = _stopped_by(stack, _train_group(config, plugins, rank_class, placement, placement.train_options), "shutdown")
+    started = {"trainer": trainer, "start": trainer.init()["rollout_id"], "version": trainer.weight_version()}
     if config.advantage_estimator == "ppo":
-        run.critic = _train_group(config, plugins, f"{config.train_backend}_critic", run.placement.critic_options)
-        run.critic.init()
+        critic_class = plugins.registry("critics").get(config.train_backend)
+        started["critic"] = _stopped_by(stack, _train_group(config, plugins, critic_class, placement,
+                                                             placement.critic_options), "shutdown")
+        started["critic"].init()
+    return started
 
 
-def _rollouts(config, plugins, router_url):
+def _train_group(config, plugins, rank_class, placement, actor_options):
+    """One rank per ``--actor-num-nodes × --actor-num-gpus-per-node``, each placed by
+    ``actor_options(rank)`` in its bundle (in this process with ``--actor-runtime inprocess``)
+    and loading the run's plugins."""
+    from slime_core.train_backend import TrainGroup
+
+    ranks = config.actor_num_nodes * config.actor_num_gpus_per_node
+    return TrainGroup(rank_class, config, ranks, actor_options=actor_options,
+                      in_process=config.actor_runtime == "inprocess", env=plugins.worker_env())
+
+
+def _start_router(config, plugins, worker_urls: list[str]):
+    start = plugins.registry("routers").get(config.router)
+    return start(config, worker_urls, plugins)
+
+
+def _rollouts(config, plugins, backend, engines, router):
     """Where rollouts come from: generated (the rollout manager), or replayed from files."""
     if config.load_debug_rollout_data:
         from slime_core.loop.debug_rollouts import ReplayedRollouts
 
         return ReplayedRollouts(config.load_debug_rollout_data)
-    from slime_sglang.rollout_manager import RolloutManager
+    from slime_core.loop.rollouts import RolloutManager
 
-    return RolloutManager(config, plugins, router_url)
+    rollout_fn = plugins.registry("rollout_functions").get(config.rollout_function)
+    make_client = None
+    if engines is not None:
+        from slime_core.router import generation_client
 
+        async def make_client():  # on the rollout loop, which the client's connections belong to
+            return generation_client(router, backend.client)
 
-def stop_parts(run) -> None:
-    """Reverse order; each part is stopped even if an earlier one fails to stop."""
-    steps = [
-        lambda: run.monitor and run.monitor.stop(),
-        lambda: run.weights and run.weights.close(),
-        lambda: run.rollouts and run.rollouts.close(),
-        lambda: run.router and run.router.stop(),
-        lambda: run.engines and run.engines.shutdown(),
-        lambda: run.critic and run.critic.shutdown(),
-        lambda: run.trainer and run.trainer.shutdown(),
-        lambda: run.placement and run.placement.release(),
-    ]
-    errors = []
-    for step in steps:
-        try:
-            step()
-        except Exception as exc:  # keep stopping the rest; report after
-            errors.append(exc)
-    if errors:
-        raise errors[0]
+    return RolloutManager(config, plugins, rollout_fn, make_client, engines)
 
 
-def _reserve(config, needs_engines: bool):
-    """The run's placement group: training ranks, and engines unless external or not needed."""
-    from slime_core.placement import Placement
-
-    started_engines = needs_engines and not config.get("rollout_external_engine_addrs")
-    if not started_engines:
-        return Placement.reserve(config, num_engines=0)
-    from slime_sglang.engine_group import engine_count
-
-    return Placement.reserve(config, num_engines=engine_count(config))
-
-
-def _train_group(config, plugins, backend: str, actor_options):
-    """One actor per rank (``--actor-num-nodes × --actor-num-gpus-per-node``), each placed by
-    ``actor_options(rank)`` in its bundle."""
-    from slime_core.train_backend import TrainGroup
-
-    rank_class = plugins.registry("train_backends").get(backend)
-    ranks = config.actor_num_nodes * config.actor_num_gpus_per_node
-    return TrainGroup(rank_class, config, ranks, actor_options=actor_options)
-
-
-def _resume(run) -> None:
+def _resume(config, parts: Parts) -> None:
     """The data source as it was at the checkpoint, and the engines on the trainer's weights."""
-    state_file = Path(run.config.load) / "rollout_state" / f"iter_{run.start - 1:07d}.json"
+    state_file = Path(config.load) / "rollout_state" / f"iter_{parts.start - 1:07d}.json"
     if not state_file.is_file():
-        raise FileNotFoundError(f"--load {run.config.load}: the checkpoint of rollout {run.start - 1} has no "
+        raise FileNotFoundError(f"--load {config.load}: the checkpoint of rollout {parts.start - 1} has no "
                                 f"data-source state ({state_file}); was it written by `slime run`?")
-    run.rollouts.load_state_dict(json.loads(state_file.read_text())["data_source"])
-    if run.weights is not None:
-        run.weights.push(run.version)
+    parts.rollouts.load_state_dict(json.loads(state_file.read_text())["data_source"])
+    if parts.weights is not None:
+        parts.weights.push(parts.version)

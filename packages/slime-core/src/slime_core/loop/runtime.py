@@ -10,7 +10,10 @@ from contextlib import contextmanager
 def ray_runtime(config):
     """Use the Ray instance this process is already connected to, or the cluster named by
     ``RAY_ADDRESS``, or start a local one for the run (shut down after it). A local Ray keeps
-    its files under ``RAY_TMPDIR`` when that is set."""
+    its files under ``RAY_TMPDIR`` when that is set. ``--actor-runtime inprocess`` needs none."""
+    if config.actor_runtime == "inprocess":
+        yield
+        return
     import ray
 
     if ray.is_initialized():

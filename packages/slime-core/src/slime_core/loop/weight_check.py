@@ -13,36 +13,37 @@ PROBE_TEXT = "1+2="
 PROBE_TOKENS = 8
 
 
-def max_logprob_diff(run) -> float:
+def max_logprob_diff(parts, config, version: int) -> float:
     """The largest |engine − trainer| log-prob over every engine's probe; raises when it is
-    beyond tolerance (1e-3 in float32, 5e-2 in bf16)."""
+    beyond tolerance (1e-3 in float32, 5e-2 in bf16). ``parts``: the run's
+    `slime_core.loop.parts.Parts` (its rollout backend, engines, rollout manager and trainer)."""
     from slime_core.rollout_batch import RolloutBatch
 
-    prompt = list(run.rollouts.tokenizer.encode(PROBE_TEXT, add_special_tokens=False))
-    results = run.rollouts.run(_probe_engines(run.engines.urls, prompt, run.config))
+    prompt = list(parts.rollouts.tokenizer.encode(PROBE_TEXT, add_special_tokens=False))
+    results = parts.rollouts.run(_probe_engines(parts.backend, parts.engines.urls, prompt, config))
     batch = RolloutBatch(
         tokens=[prompt + r.output_ids for r in results], response_lengths=[len(r.output_ids) for r in results],
         loss_masks=[[1] * len(r.output_ids) for r in results], rewards=[0.0] * len(results),
         group_ids=list(range(len(results))), rollout_log_probs=[list(r.log_probs) for r in results])
-    trainer = run.trainer.compute_log_probs(batch)
+    trainer = parts.trainer.compute_log_probs(batch)
     diff = max(abs(a - b) for engine, ours in zip(batch.rollout_log_probs, trainer) for a, b in zip(engine, ours))
-    tolerance = 5e-2 if run.config.bf16 else 1e-3
+    tolerance = 5e-2 if config.bf16 else 1e-3
     if diff > tolerance:
         raise RuntimeError(
-            f"--check-weight-update-equal: after the update to version {run.version} an engine's log-probs differ "
+            f"--check-weight-update-equal: after the update to version {version} an engine's log-probs differ "
             f"from the trainer's by {diff:.4g} (> {tolerance}); the weights did not arrive intact: check the "
             "train backend's weight export names/shapes and --update-weight-transport")
     return diff
 
 
-async def _probe_engines(urls: list[str], prompt: list[int], config) -> list:
+async def _probe_engines(backend, urls: list[str], prompt: list[int], config) -> list:
+    """Each engine's sampled probe, through the rollout backend's client for that engine."""
     from slime_core.engine import SamplingParams
-    from slime_sglang.client import EngineClient
 
     sampling = SamplingParams(max_new_tokens=PROBE_TOKENS, temperature=config.rollout_temperature, sampling_seed=0)
     results = []
     for url in urls:
-        client = EngineClient(url)
+        client = backend.client(url)
         try:
             results.append(await client.generate(prompt, sampling, return_logprob=True))
         finally:

@@ -2,14 +2,14 @@
 
 The train backend exports its weights in Hugging Face names and shapes, a bucket of
 ``--update-weight-buffer-size`` bytes at a time; each bucket goes to every engine by one of
-three transports (``--update-weight-transport``):
+three transports (``--update-weight-transport``), each a method of the rollout backend's
+`slime_core.rollout_backend.Engines`, which says which of them its engines take:
 
-- ``tensor``: in memory, over the engines' ``/update_weights_from_tensor`` (colocated runs
-  and CPU runs);
+- ``tensor``: in memory, bucket by bucket (colocated runs and CPU runs);
 - ``broadcast``: a collective from the driver (rank 0) to every engine, nccl on GPUs and
-  gloo on CPU, announced over ``/update_weights_from_distributed`` (disaggregated GPUs);
+  gloo on CPU (disaggregated GPUs); the engines keep the group until the run ends;
 - ``disk``: the trainer writes a Hugging Face directory into the run directory and every
-  engine loads it (``/update_weights_from_disk``); works wherever both sides see the folder.
+  engine loads it; works wherever both sides see the folder.
 
 Engines are paused and their caches flushed around an update, so no request mixes two
 versions inside one forward pass; generation resumes where it stopped. ``lock`` is held
@@ -36,28 +36,35 @@ def default_transport(config) -> str:
 
 
 class WeightSync:
-    """Sends the trainer's current weights to the engines, and reports time and bytes."""
+    """Sends the trainer's current weights to the engines (`slime_core.rollout_backend.Engines`)
+    and reports time and bytes. ``run`` runs a coroutine on the rollout loop."""
 
-    def __init__(self, config, trainer, engines, run, run_dir):
-        self.config, self.trainer, self.engines, self.run = config, trainer, engines, run
+    def __init__(self, config, trainer, engines, run, weights_dir: Path):
         self.transport = default_transport(config)
-        self.weights_dir = Path(run_dir.path) / "weights"
+        if self.transport not in engines.transports:
+            raise ValueError(f"--update-weight-transport {self.transport}: these engines take "
+                             f"{', '.join(engines.transports)}; pick one of those")
+        self.trainer, self.engines, self.run = trainer, engines, run
+        self.bucket_bytes = config.update_weight_buffer_size
+        self.weights_dir = weights_dir
         self.lock = threading.RLock()
-        self._broadcaster = None
 
     def push(self, version: int) -> dict[str, float]:
         """Pause, update every engine to ``version``, flush, resume; the update's metrics."""
         with self.lock:
             return self._push(self.engines, version)
 
-    def push_to_engine(self, url: str, version: int) -> dict[str, float]:
-        """Bring one (new) engine to ``version`` by the run's transport. The next `push` forms
-        a new broadcast group, since the old one has a member that is gone."""
-        from slime_sglang.engine_group import EngineGroup
-
+    def push_to_engine(self, index: int, version: int) -> dict[str, float]:
+        """Bring engine ``index`` (just replaced) to ``version`` by the run's transport, alone
+        (a broadcast group of its own, closed after). The run's broadcast group is closed
+        first: it has a member that is gone, and the next `push` forms a new one."""
         with self.lock:
-            self._drop_broadcaster()
-            return self._push(EngineGroup([url]), version)
+            self._leave_weight_group()
+            one = self.engines.only(index)
+            try:
+                return self._push(one, version)
+            finally:
+                self.run(one.close_weight_updates())
 
     def _push(self, engines, version: int) -> dict[str, float]:
         start = time.perf_counter()
@@ -75,24 +82,12 @@ class WeightSync:
         return self._each_bucket(lambda bucket: self.run(engines.update_weights_from_tensor(bucket, version)))
 
     def _by_broadcast(self, engines, version: str) -> int:
-        from slime_sglang.weight_broadcast import WeightBroadcaster
-
-        connect = lambda: self.run(WeightBroadcaster.connect(  # noqa: E731
-            engines.urls, backend=_collective_backend(), ranks_per_engine=self.config.rollout_num_gpus_per_engine))
-        if engines is not self.engines:  # one engine, once: a group of its own
-            broadcaster = connect()
-            try:
-                return self._each_bucket(lambda bucket: self.run(broadcaster.broadcast(bucket, version)))
-            finally:
-                self.run(broadcaster.close())
-        if self._broadcaster is None:
-            self._broadcaster = connect()
-        return self._each_bucket(lambda bucket: self.run(self._broadcaster.broadcast(bucket, version)))
+        return self._each_bucket(lambda bucket: self.run(engines.update_weights_by_broadcast(bucket, version)))
 
     def _each_bucket(self, send) -> int:
         """``send`` every bucket of the trainer's export; the bytes sent."""
         sent = 0
-        for bucket in self.trainer.export_weights(self.config.update_weight_buffer_size):
+        for bucket in self.trainer.export_weights(self.bucket_bytes):
             send(bucket)
             sent += bucket.nbytes
         return sent
@@ -100,7 +95,7 @@ class WeightSync:
     def _by_disk(self, engines, version: str) -> int:
         path = self.weights_dir / f"v{int(version):07d}"
         if not path.is_dir():  # a replaced engine gets the directory its peers loaded
-            self.trainer.call("save_hf", str(path))
+            self.trainer.save_hf(str(path))
         self.run(engines.update_weights_from_disk(str(path), version))
         sent = sum(f.stat().st_size for f in path.glob("*.safetensors"))
         for older in self.weights_dir.glob("v*"):
@@ -109,21 +104,11 @@ class WeightSync:
         return sent
 
     def close(self) -> None:
-        if self._broadcaster is not None:
-            self.run(self._broadcaster.close())
-            self._broadcaster = None
+        self.run(self.engines.close_weight_updates())
 
-    def _drop_broadcaster(self) -> None:
-        """Forget the broadcast group (an engine of it was replaced); live engines leave it."""
-        broadcaster, self._broadcaster = self._broadcaster, None
-        if broadcaster is not None:
-            try:
-                self.run(broadcaster.close())
-            except Exception:  # noqa: BLE001 - the replaced engine cannot answer; the rest have left
-                pass
-
-
-def _collective_backend() -> str:
-    import torch
-
-    return "nccl" if torch.cuda.is_available() else "gloo"
+    def _leave_weight_group(self) -> None:
+        """Close the engines' weight updates; the replaced engine cannot answer, the rest leave."""
+        try:
+            self.run(self.engines.close_weight_updates())
+        except Exception:  # noqa: BLE001 - the engine that is gone fails its part; the others have left
+            pass

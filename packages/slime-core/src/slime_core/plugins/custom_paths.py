@@ -14,6 +14,7 @@ CUSTOM_PATHS: dict[str, tuple[str, str]] = {
     "custom_rm_path": ("reward_functions", "rm_type"),
     "custom_generate_function_path": ("generate_functions", "generate_function"),
     "rollout_function_path": ("rollout_functions", "rollout_function"),
+    "eval_function_path": ("eval_functions", "eval_function"),
     "dynamic_sampling_filter_path": ("group_filters", "dynamic_sampling_filter"),
     "buffer_filter_path": ("buffer_filters", "buffer_filter"),
     "data_source_path": ("data_sources", "data_source"),

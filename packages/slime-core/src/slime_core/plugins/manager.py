@@ -9,17 +9,27 @@ Plugins come from three places, in this order:
    workers see the driver's ``-p`` plugins).
 
 ``SLIME_BLOCK_PLUGINS=name1,name2`` blocks plugins by name; ``SLIME_TRACE_HOOKS=1``
-prints every hook call and the plugin it runs to stderr.
+prints every hook call and the plugins it runs to stderr.
+
+Hooks are called through pluggy, so plugins may use what pluggy offers: wrappers
+(``@hookimpl(wrapper=True)`` and old-style ``hookwrapper=True``), ``tryfirst``/``trylast``,
+``firstresult`` specs. Registration hooks and ``slime_add_options`` are called once per
+plugin (``Plugins._per_plugin`` says why), so a wrapper there wraps its own plugin only.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import os
 import sys
+import traceback
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Iterable
+from pathlib import Path
+from types import CodeType, FrameType, ModuleType
+from typing import Any, Callable, Iterable, Iterator
 
 import pluggy
 
@@ -66,8 +76,9 @@ class Plugins:
         self._pm.add_hookspecs(hookspecs)
         self.info: dict[str, PluginInfo] = {}
         self.blocked = set(_env_list(ENV_BLOCK))
-        self._trace = bool(os.environ.get(ENV_TRACE))
         self._registries: dict[str, Registry] = {}
+        if os.environ.get(ENV_TRACE):
+            self._pm.add_hookcall_monitoring(_print_hook_call, lambda *_: None)
         if CORE_PLUGIN in self.blocked:
             raise PluginError(f"{ENV_BLOCK} names '{CORE_PLUGIN}', the built-in plugin, which cannot be blocked")
         self._add(CORE_PLUGIN, importlib.import_module("slime_core.builtins"), "slime-core", _version("slime-core"))
@@ -113,6 +124,29 @@ class Plugins:
         dist = _distribution_of(module_name)
         self._add(module_name, module, dist, _version(dist) if dist else None)
 
+    @classmethod
+    def in_worker(cls, config) -> Plugins:
+        """The run's plugins as a worker process (a train rank, the router front) loads them:
+        installed ones, the driver's ``-p`` modules (``SLIME_PLUGINS``, set by `worker_env`),
+        and the config's ``--custom-*-path`` functions."""
+        from slime_core.plugins.custom_paths import apply_custom_paths
+
+        plugins = cls()
+        apply_custom_paths(config, plugins)
+        return plugins
+
+    def worker_env(self) -> dict[str, str]:
+        """Environment variables with which a process this run starts (a Ray actor, a server)
+        loads the same local ``-p`` plugins: ``SLIME_PLUGINS`` names them, ``PYTHONPATH``
+        holds the folders they were imported from."""
+        local = {name: info.module for name, info in self.info.items()
+                 if info.distribution is None and isinstance(info.module, ModuleType) and info.module.__name__ == name}
+        names = list(dict.fromkeys(_env_list(ENV_PLUGINS) + list(local)))
+        folders = [str(_import_root(module)) for module in local.values() if getattr(module, "__file__", None)]
+        paths = list(dict.fromkeys(folders + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+        env = {ENV_PLUGINS: ",".join(names)} if names else {}
+        return {**env, "PYTHONPATH": os.pathsep.join(paths)} if paths else env
+
     def register_object(self, name: str, plugin: Any) -> None:
         """Register an in-process plugin object (used for one-off ``--custom-*-path`` functions)."""
         self._add(name, plugin, None, None)
@@ -140,26 +174,46 @@ class Plugins:
 
     # ---- calling hooks -------------------------------------------------------------
 
-    def _impls(self, hook_name: str) -> list:
-        """A hook's implementations in call order (pluggy's: last registered first)."""
-        return list(reversed(getattr(self._pm.hook, hook_name).get_hookimpls()))
+    def _call(self, hook_name: str, **kwargs: Any) -> Any:
+        """Call a hook through pluggy and return pluggy's result.
 
-    def _invoke(self, impl, hook_name: str, kwargs: dict[str, Any]) -> Any:
-        """Call one implementation, naming its plugin if it raises."""
-        if self._trace:
-            print(f"slime hook: {hook_name} -> plugin '{impl.plugin_name}'", file=sys.stderr)
+        Going through pluggy is what makes plugins' ``wrapper=True``/``hookwrapper=True``
+        implementations wrap the others, ``tryfirst``/``trylast`` order them and
+        ``firstresult`` specs stop at the first non-None result: the result is a list of
+        the non-None results, or that first result for a ``firstresult`` spec.
+        """
+        return self._run(getattr(self._pm.hook, hook_name), **kwargs)
+
+    def _run(self, caller: pluggy.HookCaller, **kwargs: Any) -> Any:
+        """Call a hook caller; an exception from a plugin's code becomes a PluginError naming it."""
         try:
-            return impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
+            return caller(**kwargs)
         except (PluginError, RegistryError):
             raise
         except Exception as exc:
-            info = self.info[impl.plugin_name]
-            raise PluginError(f"plugin '{info.name}' ({info.label}) failed in {hook_name}: {type(exc).__name__}: {exc}") from exc
+            name = _raised_by(caller, exc)
+            if name is None:  # raised by pluggy itself, whose message says what is wrong
+                raise
+            info = self.info[name]
+            raise PluginError(
+                f"plugin '{info.name}' ({info.label}) failed in {caller.name}: {type(exc).__name__}: {exc}"
+            ) from exc
 
-    def _call(self, hook_name: str, **kwargs: Any) -> list[Any]:
-        """Call every implementation of a hook; return the results that are not None."""
-        results = (self._invoke(impl, hook_name, kwargs) for impl in self._impls(hook_name))
-        return [result for result in results if result is not None]
+    def _per_plugin(self, hook_name: str) -> Iterator[tuple[str, Callable[..., Any]]]:
+        """``(plugin name, call)`` for each plugin implementing a hook, in pluggy's order.
+
+        ``call(**kwargs)`` calls the hook through pluggy with only that plugin's
+        implementations. This is for hooks whose arguments must know which plugin they
+        are handed to (``register`` records the plugin with each entry it adds, and
+        ``options.current_plugin`` with each option), which one call to all plugins
+        cannot tell: plugins still come in pluggy's order (tryfirst/trylast included)
+        and a plugin's wrappers run around its own implementation, but not around
+        other plugins'.
+        """
+        for name in _plugin_order(getattr(self._pm.hook, hook_name)):
+            others = self._pm.get_plugins() - {self._pm.get_plugin(name)}
+            caller = self._pm.subset_hook_caller(hook_name, remove_plugins=others)
+            yield name, functools.partial(self._run, caller)
 
     def hook_names(self, name: str) -> list[str]:
         """The hooks a plugin implements."""
@@ -174,14 +228,13 @@ class Plugins:
             raise KeyError(f"unknown registry kind '{kind}'; kinds are {sorted(KINDS)}")
         if kind not in self._registries:
             registry = Registry(kind)
-            hook_name = f"slime_register_{kind}"
-            for impl in self._impls(hook_name):
-                info = self.info[impl.plugin_name]
+            for plugin, call in self._per_plugin(f"slime_register_{kind}"):
+                info = self.info[plugin]
 
                 def register(name, target, _info=info):
                     registry.register(name, target, _info.name, _info.label)
 
-                self._invoke(impl, hook_name, {"register": register})
+                call(register=register)
             self._registries[kind] = registry
         return self._registries[kind]
 
@@ -211,10 +264,13 @@ class Plugins:
     # ---- options and commands ------------------------------------------------------
 
     def add_options(self, options) -> None:
-        for impl in self._impls("slime_add_options"):
-            options.current_plugin = impl.plugin_name
-            self._invoke(impl, "slime_add_options", {"options": options})
-        options.current_plugin = None
+        """Let every plugin declare its options, each tagged with the plugin that declared it."""
+        try:
+            for plugin, call in self._per_plugin("slime_add_options"):
+                options.current_plugin = plugin
+                call(options=options)
+        finally:
+            options.current_plugin = None
 
     def validate_config(self, config) -> list[str]:
         errors: list[str] = []
@@ -269,6 +325,63 @@ def _version(dist: str) -> str | None:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
+
+
+def _plugin_order(caller: pluggy.HookCaller) -> list[str]:
+    """The plugins implementing a hook, in the order pluggy calls their plain
+    implementations; plugins with only wrappers come last."""
+    in_call_order = reversed(caller.get_hookimpls())
+    plain_first = sorted(in_call_order, key=lambda impl: impl.wrapper or impl.hookwrapper)
+    return list(dict.fromkeys(impl.plugin_name for impl in plain_first))
+
+
+def _raised_by(caller: pluggy.HookCaller, exc: BaseException) -> str | None:
+    """The plugin whose implementation of the hook raised ``exc``, or None if none did.
+
+    It is the implementation running in the innermost traceback frame that runs one:
+    an error raised in a helper belongs to the implementation that called it, one that
+    a wrapper lets through stays the inner implementation's, and one a wrapper raises
+    itself is the wrapper's. Two plugins sharing one module function (one re-exporting
+    the other's hook) cannot be told apart; the error then names one of them.
+    """
+    frames = [frame for frame, _ in traceback.walk_tb(exc.__traceback__)]
+    impls = caller.get_hookimpls()
+    return next((impl.plugin_name for frame in reversed(frames) for impl in impls if _runs_in(impl, frame)), None)
+
+
+def _runs_in(impl: pluggy.HookImpl, frame: FrameType) -> bool:
+    """Whether ``frame`` runs a hook implementation's function, or one it decorates.
+
+    Code objects are compared by identity: two modules with the same source have equal
+    ones. Methods of two plugin objects of one class share their code, so a method's
+    frame must also have the implementation's object as its first argument.
+    """
+    function = impl.function
+    if inspect.ismethod(function) and frame.f_code is function.__func__.__code__:
+        return frame.f_locals.get(frame.f_code.co_varnames[0]) is function.__self__
+    return any(code is frame.f_code for code in _codes(getattr(function, "__func__", function)))
+
+
+def _codes(function: Any) -> Iterator[CodeType | None]:
+    """The code of a function and of the functions it decorates (``__wrapped__``)."""
+    while function is not None:
+        yield getattr(function, "__code__", None)
+        function = getattr(function, "__wrapped__", None)
+
+
+def _print_hook_call(hook_name: str, impls: list[pluggy.HookImpl], kwargs: dict[str, Any]) -> None:
+    """``SLIME_TRACE_HOOKS``: one line to stderr per implementation a hook call runs, in
+    the order pluggy starts them (wrappers first)."""
+    for impl in reversed(impls):
+        kind = " (wrapper)" if impl.wrapper or impl.hookwrapper else ""
+        print(f"slime hook: {hook_name} -> plugin '{impl.plugin_name}'{kind}", file=sys.stderr)
+
+
+def _import_root(module: ModuleType) -> Path:
+    """The ``sys.path`` folder ``module`` was imported from (``a.b`` in ``ROOT/a/b.py``: ROOT)."""
+    path = Path(module.__file__).resolve()
+    depth = module.__name__.count(".") + (1 if path.name == "__init__.py" else 0)
+    return path.parents[depth]
 
 
 def _distribution_of(module_name: str) -> str | None:

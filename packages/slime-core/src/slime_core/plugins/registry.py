@@ -7,10 +7,15 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
+from slime_core.plugins import providers
+
 #: Registry kind -> human-readable name of one entry. Each kind is filled by the hook
 #: ``slime_register_<kind>`` and selected by a config option.
 KINDS: dict[str, str] = {
     "train_backends": "train backend",
+    "critics": "critic",
+    "rollout_backends": "rollout backend",
+    "routers": "router",
     "rollout_engines": "rollout engine",
     "reward_functions": "reward function",
     "group_filters": "group filter",
@@ -21,6 +26,7 @@ KINDS: dict[str, str] = {
     "data_sources": "data source",
     "rollout_functions": "rollout function",
     "generate_functions": "generate function",
+    "eval_functions": "eval function",
     "router_middlewares": "router middleware",
 }
 
@@ -73,9 +79,12 @@ class Registry:
 
     def unknown_message(self, name: str) -> str:
         available = self.names()
+        listed = ", ".join(available) if available else "none: no installed plugin registers one"
+        provider = providers.COMPONENTS.get((self.kind, name))
+        if provider:
+            return f"{providers.not_installed(f'{self.label} {name!r}', provider)} (installed: {listed})"
         close = difflib.get_close_matches(name, available, n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
-        listed = ", ".join(available) if available else "none: no installed plugin registers one"
         return f"unknown {self.label} '{name}'; {hint}available: {listed}"
 
     def get(self, name: str) -> Any:

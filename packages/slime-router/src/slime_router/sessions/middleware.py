@@ -20,12 +20,12 @@ from __future__ import annotations
 import contextlib
 from typing import AsyncIterator
 
+from slime_core.engine import parse_generate
 from slime_router.handlers import ROUTING_KEY_HEADER, SESSION_HEADER, HTTPError, Request, Response, json_request
 from slime_router.sessions import openai_api
 from slime_router.sessions.chat_template import ChatTemplate, TemplateError
 from slime_router.sessions.tool_calls import assistant_message
 from slime_router.sessions.trajectory import Trajectory
-from slime_sglang.client import parse_generate
 
 SESSIONS_PREFIX = "/sessions/"
 MAX_SESSION_ID = 256

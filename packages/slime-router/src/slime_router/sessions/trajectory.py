@@ -18,11 +18,10 @@ import asyncio
 import copy
 from dataclasses import dataclass, field
 
-from slime_core.engine import GenerateResult
+from slime_core.engine import GenerateResult, append_result
 from slime_core.sample import Sample
 from slime_router.handlers import HTTPError
 from slime_router.sessions.chat_template import ChatTemplate
-from slime_sglang.generate import append_result
 
 
 @dataclass

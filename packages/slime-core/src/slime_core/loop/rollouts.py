@@ -1,10 +1,10 @@
 """`RolloutManager`: the rollout side of a run, as the loop sees it.
 
-It owns the pieces a rollout function works with (data source, reward hub, generate
-function, group filter, an engine client for the router) and one asyncio event loop in a
-background thread, on which every rollout, evaluation and engine control call runs. The
-loop's driver stays plain synchronous code: ``generate`` blocks until a rollout is done,
-``submit`` returns a future (asynchronous mode overlaps it with training), and ``run``
+It owns the pieces a rollout function works with (`slime_core.rollout_parts.RolloutParts`:
+data source, reward hub, generate function, group filter, the generation client and the
+engines' controls) and one asyncio event loop in a background thread, on which every
+rollout, evaluation and engine control call runs. The driver stays plain synchronous code:
+``submit`` returns a future (asynchronous mode overlaps it with training) and ``run``
 executes any coroutine (engine pauses, weight updates) on the same loop.
 """
 
@@ -13,38 +13,40 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Coroutine
+from typing import Any, Callable, Coroutine
 
-from slime_sglang.generate import GenerateContext
-from slime_core.rollout_result import RolloutResult
-from slime_sglang.rollout import RolloutParts
+from slime_core.rollout_parts import GenerateContext, RolloutParts
 
 
 class RolloutManager:
-    """Rollouts and evaluations against the engines behind ``router_url`` (None: a rollout
-    function that needs no engine, such as ``sft``)."""
+    """Rollouts and evaluations. ``make_client`` (a coroutine function, run on the rollout
+    loop) gives the generation client, and ``engines`` the engines' controls; both None for a
+    rollout function that needs no engine (``sft``)."""
 
-    def __init__(self, config, plugins, router_url: str | None):
+    def __init__(self, config, plugins, rollout_fn, make_client: Callable[[], Coroutine] | None = None,
+                 engines=None):
         from transformers import AutoTokenizer
 
         from slime_core.reward_hub import RewardHub
 
-        self.config = config
+        self.config, self.rollout_fn = config, rollout_fn
         self.tokenizer = AutoTokenizer.from_pretrained(config.hf_checkpoint, local_files_only=True)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="slime-rollout", daemon=True)
         self._thread.start()
-        self.client = self.run(_client(router_url)) if router_url else None
-        self.rollout_fn = plugins.registry("rollout_functions").get(config.rollout_function)
+        self.client = self.run(make_client()) if make_client else None
+        registry = plugins.registry
         filter_name = config.dynamic_sampling_filter
         self.parts = RolloutParts(
             data_source=_data_source(config, plugins, self.tokenizer),
             reward_hub=RewardHub(config, plugins),
-            generate=plugins.registry("generate_functions").get(config.generate_function),
-            group_filter=plugins.registry("group_filters").get(filter_name) if filter_name else None,
+            generate=registry("generate_functions").get(config.generate_function) if engines is not None else None,
+            group_filter=registry("group_filters").get(filter_name) if filter_name else None,
             ctx=GenerateContext(self.client, self.tokenizer, config),
+            engines=engines,
         )
         self.eval_datasets = _eval_datasets(config, self.tokenizer)
+        self.eval_fn = registry("eval_functions").get(config.eval_function) if self.eval_datasets else None
 
     def run(self, coroutine: Coroutine) -> Any:
         """Run ``coroutine`` on the rollout loop and wait for its result."""
@@ -54,16 +56,11 @@ class RolloutManager:
         """Start rollout ``rollout_id``; its `RolloutResult` arrives through the future."""
         return asyncio.run_coroutine_threadsafe(self.rollout_fn(rollout_id, self.config, self.parts), self._loop)
 
-    def generate(self, rollout_id: int) -> RolloutResult:
-        return self.submit(rollout_id).result()
-
     def evaluate(self) -> dict[str, float]:
         """``eval/<name>/...`` metrics of every ``--eval-prompt-data`` dataset ({} if none)."""
         if not self.eval_datasets:
             return {}
-        from slime_sglang.evaluation import evaluate
-
-        return self.run(evaluate(self.config, self.parts, self.eval_datasets))
+        return self.run(self.eval_fn(self.config, self.parts, self.eval_datasets))
 
     def state_dict(self) -> dict[str, Any]:
         """The data source's position and buffer (saved with every checkpoint)."""
@@ -77,13 +74,6 @@ class RolloutManager:
             self.run(self.client.close())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
-
-
-async def _client(url: str):
-    """Created on the rollout loop, which its connection pool then belongs to."""
-    from slime_sglang.client import EngineClient
-
-    return EngineClient(url)
 
 
 def _data_source(config, plugins, tokenizer):

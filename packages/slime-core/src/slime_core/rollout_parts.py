@@ -1,0 +1,49 @@
+"""What rollout and generate functions are handed: `GenerateContext` and `RolloutParts`.
+
+A rollout function is ``async fn(rollout_id, config, parts: RolloutParts) -> RolloutResult``
+(``slime_register_rollout_functions``); a generate function is ``async fn(sample, sampling,
+ctx: GenerateContext) -> Sample`` (``slime_register_generate_functions``). The loop builds
+both once per run (`slime_core.loop.rollouts.RolloutManager`).
+
+A rollout function that generates nothing (``sft``, which completes samples with their
+labels) is marked with `without_engines`, and a run of it starts no engine or router.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from slime_core.engine import RolloutEngine
+
+
+@dataclass
+class GenerateContext:
+    """What a generate function may use."""
+
+    engine: RolloutEngine | None  # generation through the router (or the engines in turn); None without engines
+    tokenizer: Any  # Hugging Face tokenizer of the policy
+    config: Any  # the run's Config
+
+
+@dataclass
+class RolloutParts:
+    """The pieces a rollout function works with, looked up once by the loop."""
+
+    data_source: Any  # slime_core.data.source.DataSource
+    reward_hub: Any  # slime_core.reward_hub.RewardHub
+    generate: Any | None  # async fn(sample, sampling, ctx) -> Sample; None without engines
+    group_filter: Any | None  # fn(group, config, progress) -> bool, or None to keep every group
+    ctx: GenerateContext
+    engines: Any | None = None  # slime_core.rollout_backend.Engines: abort / pause every engine; None without engines
+
+
+def without_engines(rollout_fn: Callable) -> Callable:
+    """Mark a rollout function that needs no engine: a run of it starts none (nor a router)."""
+    rollout_fn.needs_engines = False
+    return rollout_fn
+
+
+def needs_engines(rollout_fn: Callable) -> bool:
+    """Whether a run of ``rollout_fn`` needs rollout engines (True unless `without_engines`)."""
+    return getattr(rollout_fn, "needs_engines", True)

@@ -1,0 +1,41 @@
+"""The ``sglang`` rollout backend (``slime_core.rollout_backend.RolloutBackend``).
+
+It drives servers that speak SGLang's native HTTP API: real SGLang servers on GPUs
+(``--rollout-engine sglang``), the CPU engine (``--rollout-engine cpu``), any server a plugin
+registers with ``slime_register_rollout_engines``, or engines already running
+(``--rollout-external-engine-addrs``). Each started engine is an `EngineServer` Ray actor in
+its bundle of the run's placement; control calls and weight updates go through
+`slime_sglang.engine_group.EngineGroup`, generation through `slime_sglang.client.EngineClient`.
+"""
+
+from __future__ import annotations
+
+from slime_sglang.client import EngineClient
+from slime_sglang.engine_group import EngineGroup, engine_count
+
+
+class SGLangBackend:
+    """Engines with SGLang's HTTP API, started as Ray actors or given as addresses."""
+
+    def engine_bundles(self, config, gpu: bool) -> list[dict[str, float]]:
+        """One bundle per engine started: ``--rollout-num-gpus-per-engine`` GPUs with CUDA (the
+        CPU engine: a CPU slot); none for external engines."""
+        if config.get("rollout_external_engine_addrs"):
+            return []
+        gpus = config.rollout_num_gpus_per_engine if gpu and config.rollout_engine != "cpu" else 0
+        return [{"GPU": gpus, "CPU": 1} if gpus else {"CPU": 1}] * engine_count(config)
+
+    def start(self, config, actor_options=None, plugins=None) -> EngineGroup:
+        if config.get("rollout_external_engine_addrs"):
+            return EngineGroup.connect(config.rollout_external_engine_addrs, config.rollout_num_gpus_per_engine)
+        if config.get("actor_runtime") == "inprocess":
+            raise ValueError("--actor-runtime inprocess: the sglang rollout backend starts its engines as Ray actors; "
+                             "give running engines with --rollout-external-engine-addrs, or use --actor-runtime ray")
+        return EngineGroup.start(config, config.hf_checkpoint, plugins, actor_options)
+
+    def client(self, url: str) -> EngineClient:
+        return EngineClient(url)
+
+
+#: The instance registered as rollout backend ``sglang``.
+sglang_backend = SGLangBackend()

@@ -1,0 +1,167 @@
+"""slime-core and slime-fsdp alone, with CPU torch, in a fresh venv.
+
+`slime tiny-model` and the quickstart's SFT warm-up must run to completion there, although
+the defaults of ``--rollout-backend``, ``--router`` and the rollout functions name parts of
+slime-sglang and slime-router: an SFT run does not use them. The quickstart's GRPO stage does,
+so it must stop before starting anything and say which package to install.
+"""
+
+import glob
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+REPO = Path(__file__).resolve().parents[1]
+QUICKSTART = "examples/quickstart"
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+OTHER_PACKAGES = ("slime_sglang", "slime_router", "slime_rewards", "slime_megatron")
+CUDA_PREFIXES = ("nvidia-", "cuda-")
+#: Options of the GRPO config whose default names a part of an uninstalled package.
+NEEDED_PARTS = {
+    "--rollout-function": "slime-sglang",
+    "--rollout-backend": "slime-sglang",
+    "--generate-function": "slime-sglang",
+    "--eval-function": "slime-sglang",
+    "--router": "slime-router",
+    "--rm-type": "slime-rewards",
+}
+
+
+def _env(**extra: str) -> dict[str, str]:
+    """This environment without what could put the dev venv's packages on the fresh venv's path."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    return {**env, **extra}
+
+
+def _uv() -> list[str]:
+    """uv from PATH, else the running interpreter's uv module."""
+    found = shutil.which("uv")
+    return [found] if found else [sys.executable, "-m", "uv"]
+
+
+def _install_steps(python: Path) -> tuple[dict[str, str], list[list[str]]]:
+    """The environment and `uv pip install` commands for the fresh venv, with torch pinned to the
+    running interpreter's build. Like scripts/setup-dev.sh, torch comes from pip's find-links (as
+    UV_FIND_LINKS) when they hold a torch +cpu wheel, else from the PyTorch CPU index, alone first."""
+    pin = f"torch=={importlib.metadata.version('torch')}"
+    install = [*_uv(), "pip", "install", "--quiet", "-p", str(python)]
+    packages = [pin, "-e", "packages/slime-core", "-e", "packages/slime-fsdp"]
+    links = os.environ.get("UV_FIND_LINKS") or subprocess.run(
+        [sys.executable, "-m", "pip", "config", "get", "global.find-links"], capture_output=True, text=True).stdout.strip()
+    if links and glob.glob(os.path.join(links, "torch-*+cpu-*.whl")):
+        return {"UV_FIND_LINKS": links}, [install + packages]
+    return {}, [install + [pin, "--index-url", CPU_INDEX], install + packages]
+
+
+def _python(venv_bin: Path, code: str, *args: str) -> str:
+    """Run ``code`` in the fresh venv's interpreter; its stdout."""
+    result = subprocess.run([str(venv_bin / "python"), "-c", code, *args], env=_env(), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def _slime(venv_bin: Path, *args: str, home: Path) -> subprocess.CompletedProcess:
+    """The fresh venv's `slime` from the repository root (the quickstart's paths are relative to
+    it), with HOME and RAY_TMPDIR at ``home``: Ray keeps its token under $HOME/.ray."""
+    return subprocess.run([str(venv_bin / "slime"), *args], cwd=REPO, env=_env(HOME=str(home), RAY_TMPDIR=str(home)),
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def core_venv(tmp_path_factory) -> Path:
+    """The bin folder of a fresh venv holding slime-core, slime-fsdp and CPU torch only: no CUDA
+    package, and none of the other slime packages importable."""
+    if any(dist.metadata["Name"].lower().startswith(CUDA_PREFIXES) for dist in importlib.metadata.distributions()):
+        pytest.skip("the running torch is a CUDA build: pinning it would pull GBs of nvidia-* packages")
+    venv = tmp_path_factory.mktemp("core-alone") / "venv"
+    subprocess.run([*_uv(), "venv", "--quiet", "--python", sys.executable, str(venv)], check=True)
+    extra_env, steps = _install_steps(venv / "bin" / "python")
+    for step in steps:
+        subprocess.run(step, cwd=REPO, env=_env(**extra_env), check=True)
+    listed = subprocess.run([*_uv(), "pip", "list", "--format", "json", "-p", str(venv / "bin" / "python")],
+                            capture_output=True, text=True, check=True).stdout
+    assert [p["name"] for p in json.loads(listed) if p["name"].lower().startswith(CUDA_PREFIXES)] == []
+    found = _python(venv / "bin", "import importlib.util, sys; print([m for m in sys.argv[1:] if importlib.util.find_spec(m)])",
+                    *OTHER_PACKAGES)
+    assert found.strip() == "[]"
+    return venv / "bin"
+
+
+@pytest.fixture(scope="module")
+def tiny_model(core_venv, tmp_path_factory) -> Path:
+    """The quickstart's first step: `slime tiny-model` in the fresh venv (exit 0); its output folder."""
+    work = tmp_path_factory.mktemp("tiny")
+    result = _slime(core_venv, "tiny-model", str(work / "tiny-qwen3"), home=work)
+    assert result.returncode == 0, result.stderr
+    return work / "tiny-qwen3"
+
+
+@pytest.fixture
+def ray_home():
+    """A fresh, short folder for one run's HOME and RAY_TMPDIR (Ray's Unix socket paths must stay
+    under 108 bytes, which pytest's tmp_path can exceed); removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_tiny_model_writes_a_loadable_hf_dir(core_venv, tiny_model):
+    """`slime tiny-model` writes a Hugging Face folder that transformers loads back in the fresh
+    venv: a Qwen3 model and a character tokenizer that round-trips an addition prompt."""
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= {p.name for p in tiny_model.iterdir()}
+    loaded = _python(core_venv, """
+import json, sys
+from transformers import AutoModelForCausalLM, AutoTokenizer
+tokenizer, model = AutoTokenizer.from_pretrained(sys.argv[1]), AutoModelForCausalLM.from_pretrained(sys.argv[1])
+ids = tokenizer("12+34=")["input_ids"]
+print(json.dumps({"model_type": model.config.model_type, "text": tokenizer.decode(ids, skip_special_tokens=True)}))
+""", str(tiny_model))
+    assert json.loads(loaded) == {"model_type": "qwen3", "text": "12+34="}
+
+
+def test_quickstart_sft_runs_to_completion_and_replays(core_venv, tiny_model, tmp_path, ray_home):
+    """The quickstart's SFT warm-up trains on the FSDP backend without slime-sglang or slime-router:
+    every rollout is recorded, the loss falls, and the HF export the GRPO stage starts from exists.
+    Its saved rollouts replay into training (--load-debug-rollout-data) with the same losses."""
+    out = tmp_path / "sft"
+    dumps = str(tmp_path / "dumps" / "rollout_{rollout_id}.json")
+    result = _slime(core_venv, "run", f"{QUICKSTART}/sft_warmup.yaml", "--hf-checkpoint", str(tiny_model),
+                    "--num-rollout", "20", "--output-dir", str(out), "--save", str(out / "checkpoints"),
+                    "--save-hf", str(out / "hf"), "--save-debug-rollout-data", dumps, home=ray_home)
+    assert result.returncode == 0, result.stderr[-4000:]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["rollout_id"] for r in records] == list(range(20))
+    losses = [r["train/loss"] for r in records]
+    assert losses[-1] < 0.9 * losses[0], losses
+    assert list((out / "hf").glob("iter_*/model.safetensors"))
+    replay = tmp_path / "replay"
+    result = _slime(core_venv, "run", f"{QUICKSTART}/sft_warmup.yaml", "--hf-checkpoint", str(tiny_model),
+                    "--num-rollout", "3", "--output-dir", str(replay), "--load-debug-rollout-data", dumps, home=ray_home)
+    assert result.returncode == 0, result.stderr[-4000:]
+    replayed = [json.loads(line)["train/loss"] for line in (replay / "metrics.jsonl").read_text().splitlines()]
+    assert replayed == pytest.approx(losses[:3], rel=1e-5)
+
+
+def test_grpo_says_which_packages_to_install(core_venv, tiny_model, tmp_path, ray_home):
+    """The quickstart's GRPO stage generates rollouts, so it needs the parts its defaults name in
+    slime-sglang and slime-router: it stops at the config (exit 2, no Ray, no output folder), and
+    each such option's error says what to pip install. slime-fsdp's train backend is found."""
+    out = tmp_path / "grpo"
+    result = _slime(core_venv, "run", f"{QUICKSTART}/grpo_addition.yaml", "--hf-checkpoint", str(tiny_model),
+                    "--num-rollout", "1", "--output-dir", str(out), home=ray_home)
+    assert result.returncode == 2, result.stderr
+    errors = dict(line.strip()[2:].split(": ", 1) for line in result.stderr.splitlines() if line.strip().startswith("- --"))
+    for option, package in NEEDED_PARTS.items():
+        assert f"pip install {package}" in errors.get(option, ""), result.stderr
+    assert "--train-backend" not in errors, result.stderr
+    assert "unknown key 'rollout_engine': it comes with slime-sglang" in result.stderr, result.stderr
+    assert not out.exists() and not (ray_home / ".ray").exists()

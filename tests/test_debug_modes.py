@@ -18,7 +18,7 @@ def test_replaying_saved_rollouts_gives_the_same_training(slime_run, tmp_path, t
         assert {k: after[k] for k in train_keys} == {k: before[k] for k in train_keys}
         assert after["rollout/reward_mean"] == before["rollout/reward_mean"]
     assert "weight_update/seconds" in original[0] and "weight_update/seconds" not in replayed[0]  # no engines
-    assert "placement: 1 bundles (1 training ranks" in (tmp_path / "replayed" / "slime.log").read_text()  # no engine
+    assert "placement: 1 bundles (1 training ranks)\n" in (tmp_path / "replayed" / "slime.log").read_text()  # no engine
     record = json.loads((tmp_path / "dbg" / "rollout_1.json").read_text())
     assert record["rollout_id"] == 1 and len(record["groups"]) == 8 and len(record["groups"][0]) == 8
 
@@ -30,6 +30,10 @@ def test_rollout_only_generates_and_scores_without_training(slime_run, tmp_path)
     assert all(r["rollout/samples"] == 64 and "weight_version" not in r for r in records)
     assert not any(k.startswith(("train/", "weight_update/")) for r in records for k in r)
     assert (tmp_path / "dbg" / "rollout_1.json").is_file()
+    log = (tmp_path / "run" / "slime.log").read_text()
+    assert "placement: 1 bundles (engines one bundle per engine)\n" in log  # no training bundle reserved
+    progress = [line for line in log.splitlines() if line.startswith("[rollout ")]
+    assert len(progress) == 2 and not any("loss" in line for line in progress)  # nothing trains
 
 
 def test_debug_options_are_checked_before_anything_starts(tmp_path, tiny_model_dir):

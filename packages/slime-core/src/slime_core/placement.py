@@ -48,13 +48,13 @@ class Placement:
         from ray.util.placement_group import placement_group
 
         gpu = torch.cuda.is_available()
-        ranks = config.actor_num_nodes * config.actor_num_gpus_per_node
-        critic = ranks if config.advantage_estimator == "ppo" else 0
+        ranks, critic = train_ranks(config)
         if config.colocate and any(bundle.get("GPU", 0) > 1 for bundle in engine_bundles):
             raise ValueError("--colocate with --rollout-num-gpus-per-engine > 1 is not supported yet: an engine "
                              "would span several training ranks' GPUs; use 1, or run disaggregated")
         unit = {"GPU": 1, "CPU": 1} if gpu else {"CPU": 1}
-        bundles = [unit] * (ranks + critic) + ([] if config.colocate else list(engine_bundles))
+        colocated = config.colocate and ranks > 0  # engines alone (--debug-rollout-only) need bundles of their own
+        bundles = [unit] * (ranks + critic) + ([] if colocated else list(engine_bundles))
         group = placement_group(bundles, strategy="PACK")
         ready, _ = ray.wait([group.ready()], timeout=RESERVE_TIMEOUT_S)
         if not ready:
@@ -63,20 +63,23 @@ class Placement:
                                f"(cluster: {ray.cluster_resources()}); lower --actor-num-gpus-per-node or "
                                "--rollout-num-gpus, or add nodes")
         threads = 0 if gpu else rank_threads(config, ranks, cpu_engines(engine_bundles))
-        return cls(group, ranks, critic, config.colocate, gpu, list(engine_bundles), threads)
+        return cls(group, ranks, critic, colocated, gpu, list(engine_bundles), threads)
 
     @classmethod
     def in_process(cls, config, engine_bundles: list[dict[str, float]]) -> Placement:
         """``--actor-runtime inprocess``: nothing reserved, every part in this process."""
-        ranks = config.actor_num_nodes * config.actor_num_gpus_per_node
-        critic = ranks if config.advantage_estimator == "ppo" else 0
+        ranks, critic = train_ranks(config)
         return cls(None, ranks, critic, config.colocate, False, list(engine_bundles))
 
     def describe(self) -> str:
+        """What was reserved, and for what (only the parts this run has)."""
         if self.group is None:
             return f"placement: in process ({self.num_ranks} training rank, no Ray)"
-        engines = "sharing the ranks' bundles" if self.colocate else "one bundle per engine"
-        return f"placement: {len(self.group.bundle_specs)} bundles ({self.num_ranks} training ranks, engines {engines})"
+        parts = [f"{self.num_ranks} training ranks"] if self.num_ranks else []
+        parts += [f"{self.critic_ranks} critic ranks"] if self.critic_ranks else []
+        if self.engine_bundles:
+            parts.append("engines sharing the ranks' bundles" if self.colocate else "engines one bundle per engine")
+        return f"placement: {len(self.group.bundle_specs)} bundles ({', '.join(parts) or 'nothing'})"
 
     def train_options(self, rank: int) -> dict:
         """Ray actor options of training rank ``rank``."""
@@ -113,6 +116,14 @@ class Placement:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         return PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index)
+
+
+def train_ranks(config) -> tuple[int, int]:
+    """(policy ranks, critic ranks) the run starts: none with --debug-rollout-only."""
+    if config.get("debug_rollout_only"):
+        return 0, 0
+    ranks = config.actor_num_nodes * config.actor_num_gpus_per_node
+    return ranks, ranks if config.advantage_estimator == "ppo" else 0
 
 
 def cpu_engines(engine_bundles: list[dict[str, float]]) -> int:

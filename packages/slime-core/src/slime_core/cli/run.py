@@ -8,6 +8,7 @@ from slime_core.components import resolve_components
 from slime_core.config import ConfigError, OptionSet, load_config
 from slime_core.loop.trackers import TrackerError, tracker_problems
 from slime_core.plugins.custom_paths import apply_custom_paths
+from slime_core.preflight import preflight_problems
 
 
 def run_command(argv: list[str], plugins) -> int:
@@ -40,7 +41,8 @@ def run_problems(config, plugins) -> list[str]:
     apply_custom_paths(config, plugins)
     if config.dry_run:
         return []
-    return resolve_components(config, plugins)[1] + loop_problems(config, plugins) + tracker_problems(config)
+    return (resolve_components(config, plugins)[1] + loop_problems(config, plugins) + tracker_problems(config)
+            + preflight_problems(config, trains=not config.debug_rollout_only))
 
 
 def loop_problems(config, plugins) -> list[str]:

@@ -33,6 +33,18 @@ class PromptFormat:
                    apply_chat_template=config.apply_chat_template, max_prompt_len=config.rollout_max_prompt_len)
 
 
+def check_record(where: str, record: dict[str, Any], fmt: PromptFormat) -> None:
+    """Raise `DataError` naming ``where`` if ``record`` lacks the prompt (text or chat
+    messages) or the label that ``fmt`` asks for."""
+    if fmt.input_key not in record:
+        raise DataError(f"{where}: no '{fmt.input_key}' key (keys: {', '.join(record)}); set --input-key to the prompt's key")
+    prompt = record[fmt.input_key]
+    if not isinstance(prompt, (str, list)):
+        raise DataError(f"{where}: '{fmt.input_key}' must be text or a list of chat messages, got {type(prompt).__name__}")
+    if fmt.label_key and fmt.label_key not in record:
+        raise DataError(f"{where}: no '{fmt.label_key}' key (keys: {', '.join(record)}); set --label-key, or --label-key '' for none")
+
+
 class PromptDataset:
     """The prompts of one data file (or a slice of it), as template `Sample`s.
 
@@ -64,13 +76,8 @@ class PromptDataset:
 
     def _to_sample(self, where: str, record: dict[str, Any]) -> Sample:
         fmt = self.format
-        if fmt.input_key not in record:
-            raise DataError(f"{where}: no '{fmt.input_key}' key (keys: {', '.join(record)}); set --input-key to the prompt's key")
+        check_record(where, record, fmt)
         prompt = record[fmt.input_key]
-        if not isinstance(prompt, (str, list)):
-            raise DataError(f"{where}: '{fmt.input_key}' must be text or a list of chat messages, got {type(prompt).__name__}")
-        if fmt.label_key and fmt.label_key not in record:
-            raise DataError(f"{where}: no '{fmt.label_key}' key (keys: {', '.join(record)}); set --label-key, or --label-key '' for none")
         metadata = dict(record.get(fmt.metadata_key) or {}) if fmt.metadata_key else {}
         tools = record.get(fmt.tool_key) if fmt.tool_key else None
         if tools is not None:

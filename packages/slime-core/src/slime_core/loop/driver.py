@@ -234,7 +234,8 @@ class Run:
         except BaseException:
             self._stack.close()
             raise
-        self.progress = Progress(self.start, self.config.num_rollout, show_reward=self.config.loss_type != "sft_loss")
+        self.progress = Progress(self.start, self.config.num_rollout, show_reward=self.config.loss_type != "sft_loss",
+                                 show_loss=self.parts.trainer is not None)
         return self
 
     def __exit__(self, *exc_info) -> None:

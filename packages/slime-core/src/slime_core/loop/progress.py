@@ -8,10 +8,12 @@ import time
 class Progress:
     """Formats one line per rollout; the ETA extrapolates the mean time per rollout so far.
     ``show_reward``: False for supervised runs (``--loss-type sft_loss``), whose samples carry
-    no reward (their 0.0 would read as a failing run)."""
+    no reward (their 0.0 would read as a failing run); ``show_loss``: False when nothing
+    trains (``--debug-rollout-only``)."""
 
-    def __init__(self, first_rollout: int, num_rollout: int, show_reward: bool = True):
-        self.first, self.total, self.show_reward = first_rollout, num_rollout, show_reward
+    def __init__(self, first_rollout: int, num_rollout: int, show_reward: bool = True, show_loss: bool = True):
+        self.first, self.total = first_rollout, num_rollout
+        self.show_reward, self.show_loss = show_reward, show_loss
         self.started = time.monotonic()
 
     def line(self, rollout_id: int, metrics: dict[str, float]) -> str:
@@ -21,7 +23,7 @@ class Progress:
         parts = [f"[rollout {rollout_id + 1}/{self.total}]",
                  *([f"reward {metrics.get('rollout/reward_mean', float('nan')):.3f}"] if self.show_reward else []),
                  f"len {metrics.get('rollout/response_length_mean', float('nan')):.1f}",
-                 f"loss {metrics.get('train/loss', float('nan')):.4f}",
+                 *([f"loss {metrics.get('train/loss', float('nan')):.4f}"] if self.show_loss else []),
                  f"{metrics.get('perf/step_seconds', 0.0):.2f} s/step",
                  f"{metrics.get('perf/tokens_per_second', 0.0):,.0f} tok/s",
                  f"ETA {_clock(eta)}"]

@@ -1,0 +1,107 @@
+"""What a run checks before any process starts, so that a mistake is reported at once with
+the other config errors instead of ~40 s later as a traceback from a Ray actor: the model
+directories, the checkpoint to resume, every line of the prompt files, the loss options, and
+options that would have no effect in the chosen configuration."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from slime_core.config.options import key_to_flag
+
+#: options naming a Hugging Face model directory
+MODEL_DIRS = ("hf_checkpoint", "ref_load", "opd_teacher_load", "critic_load")
+#: built-in advantage estimators whose advantages carry no per-token reward (so no --kl-coef)
+REWARD_KL_FREE = ("grpo", "gspo", "cispo", "dr_grpo")
+
+
+def preflight_problems(config, trains: bool) -> list[str]:
+    """Every problem found; ``trains``: whether the run trains (not --debug-rollout-only)."""
+    problems = model_dir_problems(config) + load_problems(config) + data_problems(config)
+    if trains:
+        problems += loss_problems(config) + kl_coef_problems(config)
+    return problems
+
+
+def model_dir_problems(config) -> list[str]:
+    """Each model option names a directory whose config.json is a JSON object with a model_type."""
+    problems = []
+    for key in MODEL_DIRS:
+        path = config.get(key)
+        if path:
+            problem = _model_dir_problem(Path(path))
+            if problem:
+                problems.append(f"{key_to_flag(key)} {path}: {problem}")
+    return problems
+
+
+def _model_dir_problem(path: Path) -> str | None:
+    if not path.is_dir():
+        return "no such directory; give a Hugging Face model directory (config.json, weights, tokenizer)"
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        return "has no config.json: not a Hugging Face model directory (save one with save_pretrained)"
+    try:
+        model_config = json.loads(config_file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return f"config.json is not valid JSON ({exc}); the directory is damaged: save or download it again"
+    if not isinstance(model_config, dict) or "model_type" not in model_config:
+        return "config.json names no model_type; it was not written by transformers' save_pretrained"
+    return None
+
+
+def load_problems(config) -> list[str]:
+    """``--load`` is a checkpoint directory: existing (an empty one starts fresh), its latest pointer intact."""
+    if not config.get("load"):
+        return []
+    from slime_core.checkpoint_dir import latest_checkpoint
+
+    try:
+        latest_checkpoint(config.load, "a run with --save")
+    except (FileNotFoundError, ValueError) as exc:
+        return [str(exc)]
+    return []
+
+
+def data_problems(config) -> list[str]:
+    """The first bad record of each prompt file (read once, record by record), as file:line."""
+    from slime_core.data.prompt_dataset import PromptFormat, check_record
+    from slime_core.data.records import DataError, read_records
+    from slime_core.data.slicing import split_path_slice
+
+    eval_pairs = config.get("eval_prompt_data") or []
+    specs = [config.get("prompt_data")] + list(eval_pairs[1::2])
+    fmt, problems = PromptFormat.from_config(config), []
+    for path in {split_path_slice(spec)[0] for spec in specs if spec}:
+        if not Path(path).is_file():
+            continue  # reported by the config check
+        try:
+            for where, record in read_records(path):
+                check_record(where, record, fmt)
+        except DataError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def loss_problems(config) -> list[str]:
+    """The loss options as a train rank reads them (e.g. a dual-clip bound that is not > 1)."""
+    from slime_core.algorithms import PolicyLossConfig
+
+    try:
+        PolicyLossConfig.from_config(config)
+    except ValueError as exc:
+        lines = [line.strip() for line in str(exc).splitlines()[1:] if line.strip()]
+        return [f"loss options: {line}" for line in lines] or [str(exc)]
+    return []
+
+
+def kl_coef_problems(config) -> list[str]:
+    """``--kl-coef`` puts a KL penalty into the per-token reward; the group-relative estimators
+    have none to put it in, so there it would be silently ignored."""
+    if config.get("kl_coef") and config.advantage_estimator in REWARD_KL_FREE:
+        return [f"--kl-coef {config.kl_coef} penalises the per-token reward, which --advantage-estimator "
+                f"{config.advantage_estimator} does not use (its advantages are group-relative): it would have no "
+                "effect. Keep the policy near the reference with --use-kl-loss --kl-loss-coef C instead, or use "
+                "reinforce_plus_plus / reinforce_plus_plus_baseline"]
+    return []

@@ -59,6 +59,17 @@ def test_async_run_learns_with_one_version_of_staleness(slime_run):
     assert "placement: 2 bundles (1 training ranks, engines one bundle per engine)" in (slime_run.tmp_path / "run" / "slime.log").read_text()
 
 
+def test_over_sampling_with_a_filter_and_partial_rollout_abort_every_engine_behind_the_router(slime_run):
+    """Once the batch is full, the rest is aborted on each engine (sglang-router forwards
+    generation, not /abort_request, which it answered with 404), and with --partial-rollout the
+    aborted groups come back first in the next rollout."""
+    records = slime_run("--num-rollout", "3", "--over-sampling-batch-size", "12", "--rollout-concurrency", "16",
+                        "--dynamic-sampling-filter", "nonzero_std", "--partial-rollout")
+    assert all(r["rollout/samples"] == 64 for r in records)  # exactly the batch, every time
+    assert sum(r["rollout/groups_aborted"] for r in records) > 0
+    assert all(r["rollout/groups_submitted"] >= 8 for r in records)
+
+
 def test_groups_beyond_the_staleness_bound_are_dropped_and_counted():
     fresh, old = [Sample(weight_versions=[4, 5])], [Sample(weight_versions=[2, 5])]
     kept, dropped = drop_stale_groups([fresh, old, fresh], version=5, max_staleness=2)
@@ -98,16 +109,24 @@ def test_bad_configs_fail_before_any_process_starts_with_every_error(tmp_path, t
     assert not (tmp_path / "run").exists()  # nothing was started or written
 
 
-def test_resuming_a_checkpoint_gives_the_next_rollout_of_an_uninterrupted_run(slime_run, tmp_path):
+def test_a_rerun_and_a_resume_give_bit_identical_metrics(slime_run, tmp_path):
     """Same prompts in the same order (the data source's state), same weights and optimizer,
-    same sampling (per-sample seeds); weights reach the engines through a directory here."""
-    flags = ("--update-weight-transport", "disk")
+    same sampling (per-sample seeds), and the batch in prompt order whatever order the groups
+    finished in, so each of the two optimizer steps per rollout takes the same samples; weights
+    reach the engines through a directory here."""
+    flags = ("--update-weight-transport", "disk", "--num-steps-per-rollout", "2")
     whole = slime_run("--num-rollout", "2", *flags, output="whole")
-    slime_run("--num-rollout", "1", "--save-interval", "1", "--save", str(tmp_path / "ckpt"), *flags, output="first")
+    first = slime_run("--num-rollout", "1", "--save-interval", "1", "--save", str(tmp_path / "ckpt"), *flags, output="first")
     resumed = slime_run("--num-rollout", "2", "--load", str(tmp_path / "ckpt"), *flags, output="second")
     assert [r["rollout_id"] for r in resumed] == [1]
-    for key in ("rollout/reward_mean", "rollout/response_length_mean", "train/loss", "train/grad_norm", "weight_version"):
-        assert resumed[0][key] == pytest.approx(whole[1][key], rel=1e-4, abs=1e-6), key
+    # The engine's own log-probs (only compared, not trained on, here) vary at 1e-9 with which
+    # requests the CPU engine happens to decode together; everything else must not move at all.
+    engine_side = "train/train_rollout_logprob_abs_diff"
+    learned = [key for key in whole[1] if key.startswith(("train/", "rollout/reward", "rollout/response")) and key != engine_side]
+    assert "train/grad_norm" in learned and "train/loss" in learned
+    for again, original in ((first[0], whole[0]), (resumed[0], whole[1])):  # the rerun, the resume
+        assert {key: again[key] for key in learned} == {key: original[key] for key in learned}
+        assert again[engine_side] == pytest.approx(original[engine_side], rel=0.1, abs=1e-8)
 
 
 STOPPER = """

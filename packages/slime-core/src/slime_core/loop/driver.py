@@ -119,7 +119,7 @@ class Run:
                    **self.sample_filters.apply(groups),
                    "rollout/stale_groups_dropped": float(dropped),
                    "rollout/staleness_max": float(max((staleness(g, self.version) for g in groups), default=0))}
-        batch = RolloutBatch.from_samples([s for g in groups for s in g], self.config.reward_key)
+        batch = RolloutBatch.from_samples(in_prompt_order(groups), self.config.reward_key)
         trainer, critic, weights = self.parts.trainer, self.parts.critic, self.parts.weights
         if len(batch) == 0 or trainer is None:  # nothing to train on, or --debug-rollout-only
             return metrics
@@ -253,6 +253,15 @@ class Run:
             yield monitor
         finally:
             monitor.stop()
+
+
+def in_prompt_order(groups) -> list:
+    """The samples of ``groups`` by prompt (group index), then sample index: the order in which
+    groups finished generating varies from run to run, and the batch is split into optimizer
+    steps and ranks by position, so this order is what makes a rerun or a resume train on the
+    same slices."""
+    ordered = sorted(groups, key=lambda group: min(sample.group_index for sample in group))
+    return [sample for group in ordered for sample in sorted(group, key=lambda sample: sample.index)]
 
 
 def _timed(fn, *args):

@@ -68,3 +68,18 @@ def test_full_recomputation_needs_a_method_and_a_layer_count_and_sequence_parall
         megatron_run(recompute_granularity="full", sequence_parallel=True)
     assert "--recompute-granularity full needs --recompute-method" in str(error.value)
     assert "--sequence-parallel is not supported yet" in str(error.value)
+
+
+def test_ppo_on_megatron_is_refused_at_config_time(tmp_path, tiny_model_dir, capsys):
+    """This backend registers no critic, so PPO stops when the config is checked, before Ray
+    or any rank starts, and says which backend has one."""
+    from slime_core.cli.run import run_command
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
+    argv = ["--prompt-data", str(prompts), "--hf-checkpoint", str(tiny_model_dir), "--train-backend", "megatron",
+            "--advantage-estimator", "ppo", "--rollout-batch-size", "2", "--num-rollout", "1", "--rollout-engine", "cpu",
+            "--output-dir", str(tmp_path / "run")]
+    assert run_command(argv, Plugins()) == 2
+    assert "--advantage-estimator ppo needs a critic, and train backend 'megatron' provides none" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

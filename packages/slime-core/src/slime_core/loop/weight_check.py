@@ -20,7 +20,8 @@ def max_logprob_diff(parts, config, version: int) -> float:
     from slime_core.rollout_batch import RolloutBatch
 
     prompt = list(parts.rollouts.tokenizer.encode(PROBE_TEXT, add_special_tokens=False))
-    results = parts.rollouts.run(_probe_engines(parts.backend, parts.engines.urls, prompt, config))
+    probes = parts.rollouts.run(_probe_engines(parts.backend, parts.engines.urls, prompt, config))
+    results = probes * -(-parts.trainer.num_ranks // len(probes))  # a probe group for every train rank
     batch = RolloutBatch(
         tokens=[prompt + r.output_ids for r in results], response_lengths=[len(r.output_ids) for r in results],
         loss_masks=[[1] * len(r.output_ids) for r in results], rewards=[0.0] * len(results),

@@ -4,7 +4,11 @@ directory), and releasing / resuming their memory.
 An update is checked in full before anything is copied (every name known, every shape
 right; a checkpoint directory must cover every parameter), so a refused update changes
 nothing. Names are Hugging Face parameter names; both names of a tied parameter
-(``lm_head.weight`` and ``model.embed_tokens.weight``) are accepted.
+(``lm_head.weight`` and ``model.embed_tokens.weight``) are accepted. A MoE layer's experts,
+which transformers 5 stores fused (``mlp.experts.gate_up_proj`` (E, 2I, H) and
+``mlp.experts.down_proj`` (E, H, I)), also take the per-expert names that trainers export and
+checkpoints on the hub use (``mlp.experts.3.gate_proj.weight`` (I, H), ``up_proj``,
+``down_proj``): each goes into its slice of the fused parameter (`target`).
 
 Releasing writes the weights to a temporary safetensors file and empties the parameters,
 so a trainer sharing the machine gets the memory back; resuming reads them back, bit for
@@ -13,6 +17,7 @@ bit, and removes the file.
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -21,6 +26,7 @@ import torch
 
 NamedTensors = list[tuple[str, torch.Tensor]]
 RELEASED_FILE = "weights.safetensors"
+PER_EXPERT = re.compile(r"^(?P<experts>.+\.experts)\.(?P<index>\d+)\.(?P<proj>gate_proj|up_proj|down_proj)\.weight$")
 
 
 def load_model(model_path: str):
@@ -34,34 +40,54 @@ def load_model(model_path: str):
     return model, AutoTokenizer.from_pretrained(model_path)
 
 
+def target(parameters: dict[str, torch.Tensor], name: str) -> tuple[torch.Tensor, str] | None:
+    """The tensor an update of ``name`` writes into, and the parameter it belongs to: the
+    parameter itself, or for a per-expert name its expert's slice of the fused experts
+    (gate_proj: the first half of ``gate_up_proj[e]``, up_proj: the second). None if unknown."""
+    if name in parameters:
+        return parameters[name], name
+    match = PER_EXPERT.match(name)
+    fused_name = match and f"{match['experts']}.{'down_proj' if match['proj'] == 'down_proj' else 'gate_up_proj'}"
+    fused = parameters.get(fused_name) if match else None
+    if fused is None or fused.dim() != 3 or int(match["index"]) >= fused.shape[0]:
+        return None
+    expert = fused[int(match["index"])]
+    if match["proj"] == "down_proj":
+        return expert, fused_name
+    half = expert.shape[0] // 2
+    return (expert[:half] if match["proj"] == "gate_proj" else expert[half:]), fused_name
+
+
 def check_update(model, named: NamedTensors, complete: bool = False) -> str | None:
     """What is wrong with updating ``model`` from ``named`` (None when nothing is).
 
-    With ``complete`` (a whole checkpoint) every parameter must be given.
+    With ``complete`` (a whole checkpoint) every parameter must be given, in full.
     """
     parameters = dict(model.named_parameters(remove_duplicate=False))
-    unknown = [name for name, _ in named if name not in parameters]
+    targets = [(name, t, target(parameters, name)) for name, t in named]
+    unknown = [name for name, _, found in targets if found is None]
     if unknown:
         return (f"unknown parameter name(s) {unknown[:3]} ({len(unknown)} in all); the model's names look like "
                 f"{next(iter(parameters))!r} (use the names of model.named_parameters() of a Hugging Face model)")
-    wrong = [f"{name} {tuple(t.shape)} (model: {tuple(parameters[name].shape)})"
-             for name, t in named if t.shape != parameters[name].shape]
+    wrong = [f"{name} {tuple(t.shape)} (model: {tuple(view.shape)})" for name, t, (view, _) in targets if t.shape != view.shape]
     if wrong:
         return f"wrong shape for {', '.join(wrong[:3])}; is the update for another model size?"
     if complete:
-        given = {id(parameters[name]) for name, _ in named}
-        missing = [name for name, p in model.named_parameters() if id(p) not in given]
+        written: dict[int, int] = {}
+        for _, t, (_, owner) in targets:
+            written[id(parameters[owner])] = written.get(id(parameters[owner]), 0) + t.numel()
+        missing = [name for name, p in model.named_parameters() if written.get(id(p), 0) < p.numel()]
         if missing:
             return f"the checkpoint lacks {len(missing)} parameter(s), e.g. {missing[:3]}; is it the same architecture?"
     return None
 
 
 def apply_update(model, named: NamedTensors) -> None:
-    """Copy checked tensors into the model's parameters (cast to their dtype)."""
+    """Copy checked tensors into the model's parameters, or their experts' slices (cast to their dtype)."""
     parameters = dict(model.named_parameters(remove_duplicate=False))
     with torch.no_grad():
         for name, tensor in named:
-            parameters[name].copy_(tensor)
+            target(parameters, name)[0].copy_(tensor)
 
 
 def read_checkpoint(model_path: str) -> NamedTensors:

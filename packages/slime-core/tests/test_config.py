@@ -125,3 +125,23 @@ def test_declaring_an_option_twice_names_both_plugins():
     options.current_plugin = "second"
     with pytest.raises(ValueError, match="--my-flag is declared twice: by plugin 'first' and by plugin 'second'"):
         options.add("--my-flag", type=int)
+
+
+def test_options_set_but_without_effect_are_warned_about_by_name_and_reason(tmp_path, capsys):
+    """An option the user set that changes nothing here is printed as a warning (never
+    ignored in silence); defaults and options that act are not."""
+    from slime_core.cli.run import run_command
+    from slime_core.plugins import Plugins
+
+    data = tmp_path / "p.jsonl"
+    data.write_text('{"prompt": "1+1=", "label": "2"}\n')
+    argv = ["--prompt-data", str(data), "--hf-checkpoint", str(tmp_path), "--rollout-batch-size", "2",
+            "--num-rollout", "1", "--dry-run", "--max-staleness", "1", "--tis-clip", "3", "--use-kl-loss",
+            "--kl-loss-coef", "0.1", "--mask-offpolicy-in-partial-rollout"]
+    assert run_command(argv, Plugins()) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("slime run: warning:")]
+    assert warnings == [
+        "slime run: warning: --max-staleness has no effect here: only asynchronous runs train on samples from older weights (--train-mode async)",
+        "slime run: warning: --mask-offpolicy-in-partial-rollout has no effect here: it masks what --partial-rollout continues",
+        "slime run: warning: --tis-clip has no effect here: the rollout/train mismatch correction is on with --use-tis",
+    ]  # --kl-loss-coef acts (--use-kl-loss is on); defaults are not reported

@@ -6,6 +6,7 @@ import sys
 
 from slime_core.components import resolve_components
 from slime_core.config import ConfigError, OptionSet, load_config
+from slime_core.config.no_effect import no_effect_warnings
 from slime_core.loop.trackers import TrackerError, tracker_problems
 from slime_core.plugins.custom_paths import apply_custom_paths
 from slime_core.preflight import preflight_problems
@@ -23,6 +24,8 @@ def run_command(argv: list[str], plugins) -> int:
     except ConfigError as exc:
         print(f"slime run: {exc}", file=sys.stderr)
         return 2
+    for warning in no_effect_warnings(config):
+        print(f"slime run: warning: {warning}", file=sys.stderr)
     if config.dry_run:
         print(describe_run(config, plugins, *resolve_components(config, plugins)))
         return 0

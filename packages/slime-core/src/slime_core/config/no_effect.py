@@ -1,0 +1,55 @@
+"""Options a user set that would change nothing in the configuration they chose.
+
+An option that has no effect is never ignored in silence: ``slime run`` prints a warning for
+each one the user gave (in the YAML file or on the command line; defaults are not reported),
+naming the option, why it does nothing here and what would make it count. They are warnings,
+not errors, because launch scripts (slime's among them) set options for several
+configurations at once.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from slime_core.config.options import key_to_flag
+
+#: option -> (whether it acts in this config, why not / what makes it act)
+RULES: dict[str, tuple[Callable, str]] = {
+    "max_staleness": (lambda c: c.train_mode == "async",
+                      "only asynchronous runs train on samples from older weights (--train-mode async)"),
+    "update_weights_interval": (lambda c: c.train_mode == "async",
+                                "synchronous runs push weights after every rollout (it applies with --train-mode async)"),
+    "mask_offpolicy_in_partial_rollout": (lambda c: c.partial_rollout, "it masks what --partial-rollout continues"),
+    "partial_rollout": (lambda c: (c.over_sampling_batch_size or 0) > c.rollout_batch_size or c.get("dynamic_sampling_filter"),
+                        "groups are aborted and continued only when more are in flight than the batch takes "
+                        "(--over-sampling-batch-size above --rollout-batch-size, or --dynamic-sampling-filter)"),
+    "dynamic_sampling_max_groups": (lambda c: c.get("dynamic_sampling_filter"),
+                                    "it bounds the groups a --dynamic-sampling-filter may reject"),
+    "kl_loss_coef": (lambda c: c.use_kl_loss, "the KL loss is added with --use-kl-loss"),
+    "use_unbiased_kl": (lambda c: c.use_kl_loss, "it weights the KL loss, which needs --use-kl-loss"),
+    "tis_mode": (lambda c: c.use_tis, "the rollout/train mismatch correction is on with --use-tis"),
+    "tis_clip": (lambda c: c.use_tis, "the rollout/train mismatch correction is on with --use-tis"),
+    "tis_clip_low": (lambda c: c.use_tis, "the rollout/train mismatch correction is on with --use-tis"),
+    "value_clip": (lambda c: c.advantage_estimator == "ppo", "only PPO's critic (--advantage-estimator ppo) has a value loss"),
+    "critic_lr": (lambda c: c.advantage_estimator == "ppo", "only PPO (--advantage-estimator ppo) trains a critic"),
+    "critic_load": (lambda c: c.advantage_estimator == "ppo", "only PPO (--advantage-estimator ppo) trains a critic"),
+    "opd_kl_coef": (lambda c: c.get("opd_teacher_load"), "on-policy distillation needs a teacher (--opd-teacher-load)"),
+    "max_tokens_per_gpu": (lambda c: c.use_dynamic_batch_size,
+                           "micro-batches are packed up to it with --use-dynamic-batch-size"),
+    "micro_batch_size": (lambda c: not c.use_dynamic_batch_size,
+                         "--use-dynamic-batch-size packs micro-batches by --max-tokens-per-gpu instead"),
+    "eps_clip_c": (lambda c: c.loss_type != "sft_loss", "supervised training (--loss-type sft_loss) has no ratio to clip"),
+    "rollout_health_check_interval": (lambda c: c.use_fault_tolerance, "engines are health-checked with --use-fault-tolerance"),
+    "rollout_health_check_timeout": (lambda c: c.use_fault_tolerance, "engines are health-checked with --use-fault-tolerance"),
+    "max_engine_restarts": (lambda c: c.use_fault_tolerance, "engines are replaced with --use-fault-tolerance"),
+    "generate_max_retries": (lambda c: c.use_fault_tolerance, "samples are generated again with --use-fault-tolerance"),
+}
+
+
+def no_effect_warnings(config) -> list[str]:
+    """One line for each option the user set that does nothing in this configuration."""
+    warnings = []
+    for key, (acts, reason) in RULES.items():
+        if key in config and config.sources.get(key, "default") != "default" and not acts(config):
+            warnings.append(f"{key_to_flag(key)} has no effect here: {reason}")
+    return warnings

@@ -169,7 +169,7 @@ def test_pause_holds_running_and_new_requests_until_continue(engine_url):
             body = {"input_ids": [20, 21], "rid": "paused-long", "sampling_params": {"max_new_tokens": 3500, "ignore_eos": True}}
             long_task = asyncio.create_task(client.post(f"{engine_url}/generate", json=body))
             await _until(client, engine_url, lambda info: info["running_requests"] == 1)
-            assert (await client.post(f"{engine_url}/pause_generation", json={})).status_code == 200
+            assert (await client.post(f"{engine_url}/pause_generation", json={"mode": "retract"})).status_code == 200
             short_body = {"input_ids": [22], "sampling_params": {"max_new_tokens": 3, "ignore_eos": True}}
             short_task = asyncio.create_task(client.post(f"{engine_url}/generate", json=short_body))
             before = (await client.get(f"{engine_url}/server_info")).json()

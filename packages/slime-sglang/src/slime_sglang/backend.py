@@ -13,6 +13,11 @@ from __future__ import annotations
 from slime_sglang.client import EngineClient
 from slime_sglang.engine_group import EngineGroup, engine_count
 
+#: What a real SGLang server takes. Its /update_weights_from_tensor wants tensors serialised by
+#: SGLang's MultiprocessingSerializer (shared memory or CUDA IPC handles from a process beside
+#: it), not the safetensors bytes the CPU engine takes, so the tensor transport is not offered.
+REAL_SGLANG_TRANSPORTS = ("broadcast", "disk")
+
 
 class SGLangBackend:
     """Engines with SGLang's HTTP API, started as Ray actors or given as addresses."""
@@ -31,7 +36,10 @@ class SGLangBackend:
         if config.get("actor_runtime") == "inprocess":
             raise ValueError("--actor-runtime inprocess: the sglang rollout backend starts its engines as Ray actors; "
                              "give running engines with --rollout-external-engine-addrs, or use --actor-runtime ray")
-        return EngineGroup.start(config, config.hf_checkpoint, plugins, actor_options)
+        engines = EngineGroup.start(config, config.hf_checkpoint, plugins, actor_options)
+        if config.rollout_engine == "sglang":
+            engines.transports = REAL_SGLANG_TRANSPORTS
+        return engines
 
     def client(self, url: str) -> EngineClient:
         return EngineClient(url)

@@ -85,7 +85,9 @@ class EngineClient:
         await self._post("/abort_request", {"rid": rid} if rid is not None else {"abort_all": True})
 
     async def pause_generation(self) -> None:
-        await self._post("/pause_generation", {})
+        """Running requests wait (SGLang's ``retract`` mode: back to the queue, recomputed on
+        resume, so the cache may be flushed meanwhile); SGLang's default mode aborts them."""
+        await self._post("/pause_generation", {"mode": "retract"})
 
     async def continue_generation(self) -> None:
         await self._post("/continue_generation", {})

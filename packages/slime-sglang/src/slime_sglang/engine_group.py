@@ -36,7 +36,7 @@ HEALTH_TIMEOUT_S = 5.0  # an external engine must answer /health within this
 class EngineGroup:
     """The engines of a run: started here (as Ray actors) or external."""
 
-    transports = WEIGHT_TRANSPORTS  # SGLang's API takes all three
+    transports = WEIGHT_TRANSPORTS  # the CPU engine's (and external engines', unknown) weight transports
 
     def __init__(self, urls: list[str], servers: list | None = None, request_timeout: float | None = None,
                  launch: tuple | None = None, ranks_per_engine: int = 1):
@@ -79,8 +79,10 @@ class EngineGroup:
 
     def only(self, index: int) -> EngineGroup:
         """Engine ``index`` alone, with a broadcast group of its own (``Engines.only``)."""
-        return EngineGroup([self.urls[index]], request_timeout=self._request_timeout,
-                           ranks_per_engine=self._ranks_per_engine)
+        one = EngineGroup([self.urls[index]], request_timeout=self._request_timeout,
+                          ranks_per_engine=self._ranks_per_engine)
+        one.transports = self.transports
+        return one
 
     def health_problem(self, index: int, timeout: float) -> str | None:
         """Why engine ``index`` fails ``/health`` (died, hung, unhealthy), or None."""

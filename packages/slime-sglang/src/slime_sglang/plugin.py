@@ -28,6 +28,10 @@ def slime_validate_config(config):
     if config.get("rollout_backend") != "sglang":
         return []
     errors = []
+    if config.get("rollout_engine") == "sglang" and config.get("update_weight_transport") == "tensor":
+        errors.append("--update-weight-transport tensor: a real SGLang server (--rollout-engine sglang) takes tensors "
+                      "only as serialised CUDA IPC / shared-memory handles, which slime does not send; use broadcast "
+                      "(disaggregated GPUs) or disk")
     for address in config.get("rollout_external_engine_addrs") or []:
         try:
             engine_url(address)

@@ -26,13 +26,17 @@ import time
 from pathlib import Path
 
 
-def default_transport(config) -> str:
-    """``tensor`` when colocated or without CUDA, else ``broadcast``."""
+def default_transport(config, supported: tuple[str, ...]) -> str:
+    """``--update-weight-transport`` if given; else ``tensor`` when colocated or without CUDA and
+    ``broadcast`` otherwise, or ``disk`` (then the first) when the engines do not take that one."""
     if config.update_weight_transport:
         return config.update_weight_transport
     import torch
 
-    return "tensor" if config.colocate or not torch.cuda.is_available() else "broadcast"
+    preferred = "tensor" if config.colocate or not torch.cuda.is_available() else "broadcast"
+    if preferred in supported:
+        return preferred
+    return "disk" if "disk" in supported else supported[0]
 
 
 class WeightSync:
@@ -40,7 +44,7 @@ class WeightSync:
     and reports time and bytes. ``run`` runs a coroutine on the rollout loop."""
 
     def __init__(self, config, trainer, engines, run, weights_dir: Path):
-        self.transport = default_transport(config)
+        self.transport = default_transport(config, tuple(engines.transports))
         if self.transport not in engines.transports:
             raise ValueError(f"--update-weight-transport {self.transport}: these engines take "
                              f"{', '.join(engines.transports)}; pick one of those")

@@ -37,9 +37,9 @@ async def abort_request(engine: Engine, body: dict) -> dict:
 
 
 async def pause_generation(engine: Engine, body: dict) -> dict:
-    """Stop decoding after the current step; requests keep their place (mode ``in_place``, the
-    default, or ``retract``: the same here) or are aborted first (mode ``abort``)."""
-    mode = body.get("mode") or "in_place"
+    """Stop decoding after the current step; requests keep their place (mode ``in_place`` or
+    ``retract``: the same here) or are aborted first (mode ``abort``, the default, as in SGLang)."""
+    mode = body.get("mode") or "abort"
     if mode not in PAUSE_MODES:
         raise BadRequest(f"mode must be one of {', '.join(PAUSE_MODES)}, got {mode!r}")
 

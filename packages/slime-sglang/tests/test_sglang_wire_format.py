@@ -1,0 +1,104 @@
+"""Every request slime-sglang's client sends to a real SGLang server fits SGLang's own request
+class for that endpoint (fields and required fields), as read from the source of the version
+``slime-sglang[server]`` pins (``tests/data/sglang_requests.json``, written by
+``scripts/sglang_request_schema.py``: SGLang needs CUDA and its ``io_struct`` imports the
+whole server, so the schema is pinned from its source rather than imported). The requests are
+captured by a loopback HTTP server standing in for SGLang."""
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from slime_core.engine import SamplingParams
+from slime_sglang.backend import REAL_SGLANG_TRANSPORTS
+from slime_sglang.client import EngineClient
+
+SCHEMA = json.loads((Path(__file__).parent / "data" / "sglang_requests.json").read_text())
+#: endpoint -> SGLang's request class (sglang/srt/entrypoints/http_server.py)
+ENDPOINTS = {
+    "/generate": "GenerateReqInput",
+    "/abort_request": "AbortReq",
+    "/pause_generation": "PauseGenerationReqInput",
+    "/continue_generation": "ContinueGenerationReqInput",
+    "/flush_cache": "FlushCacheReqInput",
+    "/update_weights_from_disk": "UpdateWeightFromDiskReqInput",
+    "/init_weights_update_group": "InitWeightsUpdateGroupReqInput",
+    "/update_weights_from_distributed": "UpdateWeightsFromDistributedReqInput",
+    "/destroy_weights_update_group": "DestroyWeightsUpdateGroupReqInput",
+    "/release_memory_occupation": "ReleaseMemoryOccupationReqInput",
+    "/resume_memory_occupation": "ResumeMemoryOccupationReqInput",
+}
+GENERATED = {"text": "4", "output_ids": [7], "meta_info": {"finish_reason": {"type": "stop"},
+                                                           "output_token_logprobs": [[-0.5, 7, None]]}}
+
+
+async def capture_every_call(client_calls) -> list[tuple[str, dict]]:
+    """Run ``client_calls(client)`` against a stand-in server; the (path, JSON body) it received."""
+    received = []
+
+    async def answer(request: web.Request) -> web.Response:
+        received.append((request.path, await request.json()))
+        return web.json_response(GENERATED if request.path == "/generate" else {"success": True, "message": ""})
+
+    app = web.Application()
+    app.router.add_post("/{path:.*}", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    client = EngineClient(f"http://127.0.0.1:{port}")
+    try:
+        await client_calls(client)
+    finally:
+        await client.close()
+        await runner.cleanup()
+    return received
+
+
+async def every_call(client: EngineClient) -> None:
+    sampling = SamplingParams(max_new_tokens=4, temperature=0.8, sampling_seed=3)
+    await client.generate([1, 2, 3], sampling, rid="r-1")
+    await client.abort("r-1")
+    await client.abort()
+    await client.pause_generation()
+    await client.flush_cache()
+    await client.continue_generation()
+    await client.update_weights_from_disk("/ckpt/v3", "3")
+    await client.init_weights_update_group("127.0.0.1", 29500, 1, 3, "slime-weights", "nccl")
+    await client.update_weights_from_distributed(["w"], ["bfloat16"], [[2, 2]], "slime-weights", "3")
+    await client.destroy_weights_update_group("slime-weights")
+    await client.release_memory()
+    await client.resume_memory()
+
+
+def test_every_json_request_fits_sglangs_request_class():
+    received = asyncio.run(capture_every_call(every_call))
+    assert {path for path, _ in received} == set(ENDPOINTS)
+    for path, body in received:
+        fields = SCHEMA["classes"][ENDPOINTS[path]]
+        unknown = set(body) - set(fields)
+        missing = {name for name, required in fields.items() if required} - set(body)
+        assert not unknown and not missing, (path, f"unknown {sorted(unknown)}", f"missing {sorted(missing)}")
+
+
+def test_pause_keeps_running_requests_instead_of_sglangs_default_abort():
+    received = asyncio.run(capture_every_call(lambda client: client.pause_generation()))
+    assert received == [("/pause_generation", {"mode": "retract"})]  # retract: the cache may be flushed meanwhile
+
+
+def test_the_tensor_transport_is_not_offered_to_real_sglang_servers(tmp_path, tiny_model_dir):
+    """SGLang's tensor endpoint takes MultiprocessingSerializer handles, not safetensors bytes:
+    a real SGLang run uses broadcast or disk, and asking for tensor is refused at config time."""
+    from slime_core.config import ConfigError
+    from slime_core.testing import make_config
+
+    assert SCHEMA["classes"]["UpdateWeightsFromTensorReqInput"]["serialized_named_tensors"] is True
+    assert "tensor" not in REAL_SGLANG_TRANSPORTS
+    data = tmp_path / "p.jsonl"
+    data.write_text('{"prompt": "1+1=", "label": "2"}\n')
+    with pytest.raises(ConfigError, match="a real SGLang server .* use broadcast"):
+        make_config(data, tiny_model_dir, rollout_batch_size=1, rollout_engine="sglang", update_weight_transport="tensor")

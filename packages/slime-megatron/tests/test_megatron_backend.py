@@ -133,7 +133,8 @@ def test_resuming_the_checkpoint_continues_exactly(one_rank, megatron_config):
 
 def test_the_cpu_example_loop_runs_with_the_megatron_backend(ray_cluster, tiny_model_dir, tmp_path):
     """``slime run`` as in examples/quickstart/grpo_addition.yaml, on the tiny model,
-    colocated: every rollout's new weights reach the CPU engine (checked token by token)."""
+    colocated, with two tensor-parallel ranks: every rollout's new weights reach the CPU engine
+    (checked token by token; the check's probe feeds both ranks)."""
     from slime_core.cli.run import run_command
     from slime_core.loop.run_dir import read_metrics
     from slime_core.plugins import Plugins
@@ -144,7 +145,8 @@ def test_the_cpu_example_loop_runs_with_the_megatron_backend(ray_cluster, tiny_m
              str(tiny_model_dir), "--train-backend", "megatron", "--use-dynamic-batch-size", "--max-tokens-per-gpu", "4096",
              "--rollout-engine", "cpu", "--rm-type", "exact_match", "--advantage-estimator", "grpo", "--num-rollout", "2",
              "--rollout-batch-size", "4", "--n-samples-per-prompt", "4", "--rollout-max-response-len", "8", "--lr", "1e-3",
-             "--colocate", "--check-weight-update-equal", "--output-dir", str(tmp_path / "run")]
+             "--colocate", "--check-weight-update-equal", "--output-dir", str(tmp_path / "run"),
+             "--tensor-model-parallel-size", "2", "--actor-num-gpus-per-node", "2", "--rollout-num-gpus", "1"]
     assert run_command(flags, Plugins()) == 0
     records = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["rollout_id"] >= 0]
     assert [r["rollout_id"] for r in records] == [0, 1]

@@ -2,8 +2,7 @@
 
 `run` is the whole recipe; `Run` holds the parts (`slime_core.loop.parts.Parts`: train
 ranks, engines, router, rollout manager, weight sync) and one method per phase, each a few
-lines. Synchronous mode does the
-phases in turn. Asynchronous mode (``--train-mode async``) generates rollout k+1 while it
+lines. Synchronous mode does the phases in turn. Asynchronous mode (``--train-mode async``) generates rollout k+1 while it
 trains on rollout k, pushes weights every ``--update-weights-interval`` rollouts, and drops
 groups older than ``--max-staleness`` weight versions (counted).
 """

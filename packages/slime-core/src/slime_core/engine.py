@@ -12,10 +12,9 @@ fault tolerance tells apart (`EngineUnavailable`: the engine failed, not the req
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from slime_core.sample import Sample
+from slime_core.sample import Sample, SampleStatus
 
 
 class EngineError(RuntimeError):
@@ -86,8 +85,6 @@ def append_result(sample: Sample, result: GenerateResult, text: str | None = Non
 
     ``text`` replaces the engine's text in the response (which leaves a matched stop string out).
     """
-    from slime_core.sample import SampleStatus
-
     finish_status = {"stop": SampleStatus.COMPLETED, "length": SampleStatus.TRUNCATED, "abort": SampleStatus.ABORTED}
     version = None if result.weight_version is None else version_number(result.weight_version)
     if result.output_ids:

@@ -89,6 +89,10 @@ class RolloutSteps:
         self.history.append(metrics)
         return metrics
 
+    def metrics(self, rank_step: RankStep) -> dict[str, float]:
+        """The rollout's metrics: its steps averaged, plus the train/rollout log-prob gap."""
+        return rank_step.rollout_metrics(self.history, self.data, self.batch)
+
 
 class RankStep:
     """The RL math of one rank: options, advantage estimator and loss from the plugins."""

@@ -126,7 +126,7 @@ class FSDPTrainRank:
         """The rollout's metrics (its steps averaged); the weights are one version newer."""
         steps, self.steps = self.steps, None
         self.version += 1
-        return self.step.rollout_metrics(steps.history, steps.data, steps.batch)
+        return steps.metrics(self.step)
 
     def _optimizer_step(self, batch: RolloutBatch, indices: list[int], data: StepTensors) -> dict[str, float]:
         denominators = self.step.denominators(data, indices)

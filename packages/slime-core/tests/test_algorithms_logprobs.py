@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from slime_core.algorithms import entropy_from_logits, log_probs_from_logits
+from slime_core.algorithms import entropy_from_logits, log_probs_from_logits, nucleus_keep_mask
 
 # softmax([0, ln2, ln3]) = [1/6, 1/3, 1/2]
 LOGITS = torch.tensor([[0.0, math.log(2.0), math.log(3.0)]])
@@ -82,3 +82,44 @@ def test_logits_are_not_modified_and_no_grad_mode_works():
         log_probs_from_logits(logits, torch.zeros(4, dtype=torch.long), temperature=0.5, chunk_size=3)
         entropy_from_logits(logits, temperature=0.5, chunk_size=3, keep_mask=logits > 0)
     assert torch.equal(logits, before)
+
+
+# Two samples over a 6-token vocabulary. Sample 0 drew its tokens 3 and 2 from the nuclei {1, 3}
+# and {2}. Sample 1's first token is tool output (no nucleus); its second, 4, was drawn just
+# outside the reported nucleus {0, 5} (a sampling kernel at the nucleus boundary).
+NUCLEUS_IDS = [[1, 3, 2], [0, 5]]
+NUCLEUS_OFFSETS = [[0, 2, 3], [0, 0, 2]]
+NUCLEUS_TARGETS = torch.tensor([3, 2, 1, 4])
+
+
+def _rows(*kept_columns, width=6):
+    return torch.tensor([[column in kept for column in range(width)] for kept in kept_columns])
+
+
+def test_nucleus_keep_mask_keeps_each_nucleus_its_target_and_whole_rows_without_one():
+    keep = nucleus_keep_mask(NUCLEUS_IDS, NUCLEUS_OFFSETS, NUCLEUS_TARGETS, vocab_width=6)
+    assert torch.equal(keep, _rows({1, 3}, {2}, set(range(6)), {0, 4, 5}))
+
+
+def test_nucleus_keep_mask_of_a_vocabulary_slice_holds_the_slice_s_columns():
+    """A tensor-parallel rank holding ids 3..5: ids outside it are not its columns, and a row
+    whose nucleus lies wholly elsewhere keeps none of them (the other slice has its tokens)."""
+    upper = nucleus_keep_mask(NUCLEUS_IDS, NUCLEUS_OFFSETS, NUCLEUS_TARGETS, vocab_width=3, vocab_start=3)
+    assert torch.equal(upper, _rows({0}, set(), {0, 1, 2}, {1, 2}, width=3))
+    lower = nucleus_keep_mask(NUCLEUS_IDS, NUCLEUS_OFFSETS, NUCLEUS_TARGETS, vocab_width=3)
+    whole = nucleus_keep_mask(NUCLEUS_IDS, NUCLEUS_OFFSETS, NUCLEUS_TARGETS, vocab_width=6)
+    assert torch.equal(torch.cat([lower, upper], dim=1), whole)
+
+
+def test_log_probs_over_a_nucleus_renormalise_over_it():
+    # token 4 of sample 1: equal logits, kept {0, 4, 5} -> 1/3; token 2 of sample 0: its nucleus alone -> 1
+    keep = nucleus_keep_mask(NUCLEUS_IDS, NUCLEUS_OFFSETS, NUCLEUS_TARGETS, vocab_width=6)
+    log_probs = log_probs_from_logits(torch.zeros(4, 6), NUCLEUS_TARGETS, keep_mask=keep)
+    assert log_probs.tolist() == pytest.approx([math.log(1 / 2), 0.0, math.log(1 / 6), math.log(1 / 3)])
+
+
+def test_nuclei_that_do_not_fit_the_tokens_are_refused():
+    with pytest.raises(ValueError, match="nuclei for 4 response tokens but 3 targets"):
+        nucleus_keep_mask(NUCLEUS_IDS, NUCLEUS_OFFSETS, NUCLEUS_TARGETS[:3], vocab_width=6)
+    with pytest.raises(ValueError, match="offsets cover 2 ids but the sample has 3"):
+        nucleus_keep_mask([[1, 3, 2]], [[0, 1, 2]], torch.tensor([1, 3]), vocab_width=6)

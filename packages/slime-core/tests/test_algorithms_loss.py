@@ -69,7 +69,8 @@ def test_micro_batch_losses_and_metrics_sum_to_the_whole_batch(config):
     inputs = PolicyLossInputs(
         log_probs, old, torch.randn(5, 4), mask, torch.rand(5, 4), ref_log_probs=old - 0.1, rollout_log_probs=old + 0.05
     )
-    config = dataclasses.replace(config, use_kl_loss=True, kl_loss_coef=0.1, use_tis=True, entropy_coef=0.01)
+    config = dataclasses.replace(config, use_kl_loss=True, kl_loss_coef=0.1, use_tis=True, entropy_coef=0.01,
+                                 use_opsm=True, opsm_delta=0.0)
     denominators = dataclasses.replace(loss_denominators(mask), max_tokens_per_sample=4)
     whole, whole_metrics = compute_policy_loss(inputs, config, denominators)
     parts = [_rows(inputs, slice(0, 2)), _rows(inputs, slice(2, 5))]
@@ -80,7 +81,8 @@ def test_micro_batch_losses_and_metrics_sum_to_the_whole_batch(config):
 
 
 def _rows(inputs, rows):
-    return PolicyLossInputs(**{f.name: getattr(inputs, f.name)[rows] for f in dataclasses.fields(inputs)})
+    columns = {f.name: getattr(inputs, f.name) for f in dataclasses.fields(inputs)}
+    return PolicyLossInputs(**{name: None if value is None else value[rows] for name, value in columns.items()})
 
 
 def test_total_loss_gradient_matches_finite_differences():
@@ -140,3 +142,50 @@ def test_a_plugin_loss_fn_is_used_when_given():
     config, denominators = PolicyLossConfig(), loss_denominators(MASK)
     loss, _ = compute_policy_loss(_on_policy_inputs(), config, denominators, loss_fn=constant_loss)
     assert loss.item() == pytest.approx(2.0)
+
+
+def test_mismatch_metrics_are_reported_without_reweighting_the_loss():
+    inputs = _on_policy_inputs(rollout_log_probs=torch.tensor([[-1.0, -2.0], [-0.5, -9.0]]) - math.log(3.0))
+    loss, metrics = compute_policy_loss(inputs, PolicyLossConfig(get_mismatch_metrics=True), loss_denominators(MASK))
+    # π_old/π_rollout = 3 on every token, clamped to 2 but not applied: the loss stays -A's mean
+    assert loss.item() == pytest.approx(0.5)
+    assert metrics["tis_weight"] == pytest.approx(2.0) and metrics["tis_clipfrac"] == pytest.approx(1.0)
+    assert metrics["train_rollout_logprob_abs_diff"] == pytest.approx(math.log(3.0))
+
+
+def test_rollout_logprobs_anchor_the_ratio_while_mismatch_weights_keep_the_trainer_old_log_probs():
+    inputs = _on_policy_inputs(rollout_log_probs=torch.tensor([[-1.0, -2.0], [-0.5, -9.0]]) - math.log(1.1))
+    config = PolicyLossConfig(use_rollout_logprobs=True, get_mismatch_metrics=True)
+    loss, metrics = compute_policy_loss(inputs, config, loss_denominators(MASK))
+    # ρ = π/π_rollout = 1.1, inside the band: pg = -1.1·A; sample means -1.1 and 2.2
+    assert loss.item() == pytest.approx((-1.1 + 2.2) / 2)
+    assert metrics["ppo_kl"] == pytest.approx(-math.log(1.1), rel=1e-5)
+    assert metrics["tis_weight"] == pytest.approx(1.1, rel=1e-5)  # π_old/π_rollout, not π_rollout/π_rollout
+    with pytest.raises(ValueError, match="use_rollout_logprobs and use_tis exclude each other"):
+        PolicyLossConfig(use_rollout_logprobs=True, use_tis=True)
+    with pytest.raises(ValueError, match="use_rollout_logprobs needs PolicyLossInputs.rollout_log_probs"):
+        compute_policy_loss(_on_policy_inputs(), PolicyLossConfig(use_rollout_logprobs=True), loss_denominators(MASK))
+
+
+def test_opsm_masks_the_policy_loss_and_reports_the_dropped_share():
+    log_probs = torch.tensor([[-1.0, -2.0], [-0.5, -9.0]], requires_grad=True)
+    old = log_probs.detach() + torch.tensor([[0.3, 0.1], [0.0, 0.0]])  # sample 0 drifted by 0.2 on average
+    advantages = torch.tensor([[-1.0, 1.0], [-2.0, 0.0]])
+    config = PolicyLossConfig(use_opsm=True, opsm_delta=0.1)
+    inputs = PolicyLossInputs(log_probs, old, advantages, MASK)
+    loss, metrics = compute_policy_loss(inputs, config, loss_denominators(MASK))
+    # sample 0: its A < 0 token is dropped, the other has ρ = e^-0.1 inside the band: -e^-0.1·1;
+    # sample 1 did not drift: ρ = 1, -A = 2
+    assert loss.item() == pytest.approx((-math.exp(-0.1) / 2 + 2.0) / 2, rel=1e-6)
+    assert metrics["opsm_clipfrac"] == pytest.approx((1 / 2 + 0) / 2)
+
+
+def test_samples_of_one_rollout_share_its_token_denominator():
+    loss_per_token = torch.tensor([[1.0, 3.0], [5.0, 0.0], [2.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 0.0]])
+    inputs = PolicyLossInputs(-loss_per_token, -loss_per_token, torch.zeros(3, 2), mask,
+                              sample_tokens=torch.tensor([3.0, 3.0, 1.0]))
+    denominators = loss_denominators(mask, rollout_ids=[0, 0, 1])
+    _, metrics = compute_policy_loss(inputs, PolicyLossConfig(loss_type="sft_loss"), denominators)
+    # rollout 0 (samples 0, 1): (1 + 3 + 5) / 3 tokens; rollout 1: 2 / 1; two rollouts
+    assert metrics["pg_loss"] == pytest.approx((9 / 3 + 2 / 1) / 2)

@@ -12,6 +12,7 @@ from slime_core.algorithms import (
     gspo_sequence_log_ratio,
     ppo_policy_loss,
 )
+from slime_core.algorithms.policy_loss import opsm_keep_mask
 
 
 def _log_ratio(ratios):
@@ -36,12 +37,14 @@ def test_eps_clip_high_moves_only_the_upper_bound():
 
 
 def test_dual_clip_caps_negative_advantage_tokens_at_eps_c():
-    ratios = [5.0, 2.0, 5.0]
-    advantages = torch.tensor([-1.0, -1.0, 1.0], dtype=torch.float64)
+    ratios = [5.0, 2.0, 5.0, 0.5]
+    advantages = torch.tensor([-1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
     loss, clipfrac = clipped_policy_loss(_log_ratio(ratios), advantages, eps_clip=0.2, eps_clip_c=3.0)
-    # A<0: min(max(ρ, 1.2), 3) -> [3, 2]; A>0 is untouched by dual clip: -1.2
-    assert torch.allclose(loss, torch.tensor([3.0, 2.0, -1.2], dtype=torch.float64))
-    assert torch.allclose(clipfrac, torch.tensor([1.0, 0.0, 1.0]))
+    # A<0: min(max(ρ, clip(ρ)), 3) -> [min(5, 3), 2, ., min(max(.5, .8), 3)]; A>0 is untouched: -1.2
+    assert torch.allclose(loss, torch.tensor([3.0, 2.0, -1.2, 0.8], dtype=torch.float64))
+    # slime's clipfrac: the ε clip decided (-clip(ρ)·A > -ρ·A), before the dual clip; the first
+    # token's loss is the ε_c cap, but ε did not decide it (5 > 1.2), so it is not counted
+    assert torch.allclose(clipfrac, torch.tensor([0.0, 0.0, 1.0, 1.0]))
 
 
 def test_dual_clip_bound_must_exceed_one():
@@ -129,3 +132,15 @@ def test_cispo_weights_the_log_prob_by_the_clipped_stopgrad_ratio():
     assert torch.allclose(clipfrac, torch.tensor([1.0, 1.0, 0.0]))
     loss.sum().backward()
     assert torch.allclose(log_probs.grad, -weights * advantages)  # clipped tokens keep gradient
+
+
+def test_opsm_drops_negative_advantage_tokens_of_samples_that_drifted_past_delta():
+    log_probs = torch.tensor([[-1.0, -2.0, -3.0], [-1.0, -2.0, -3.0]], requires_grad=True)
+    # sample 0: old - new = 0.3, 0.1 on its two trained tokens: d = 0.2 (the padding's 5.0 is ignored);
+    # sample 1: 0.1 and -0.1: d = 0
+    old = log_probs.detach() + torch.tensor([[0.3, 0.1, 5.0], [0.1, -0.1, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    advantages = torch.tensor([[-1.0, 1.0, -1.0], [-1.0, -1.0, -1.0]])
+    keep = opsm_keep_mask(log_probs, old, advantages, mask, delta=0.1)
+    assert keep.tolist() == [[0.0, 1.0, 0.0], [1.0, 1.0, 1.0]] and not keep.requires_grad
+    assert opsm_keep_mask(log_probs, old, advantages, mask, delta=0.2 + 1e-6).eq(1).all()  # d must exceed delta

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from slime_core.algorithms import LossDenominators, loss_denominators, masked_mean, reduce_loss
+from slime_core.algorithms.reduce import rollout_token_totals
 
 LOSS = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
 MASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
@@ -53,3 +54,23 @@ def test_constant_reduction_needs_the_constant_and_unknown_modes_are_errors():
 
 def test_one_dimensional_masks_count_as_one_sample_each():
     assert loss_denominators([torch.tensor([1, 1, 0]), torch.tensor([1, 0])]) == LossDenominators(2, 3)
+
+
+def test_a_sample_with_no_trained_token_counts_as_one_token():
+    mask = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    denominators = loss_denominators(mask)
+    assert denominators == LossDenominators(num_samples=2, num_tokens=3)  # slime: Σ max(tokens, 1) = 2 + 1
+    assert reduce_loss(LOSS, mask, denominators, "token_mean").item() == pytest.approx((1 + 2) / 3)
+    assert reduce_loss(LOSS, mask, denominators, "sample_mean").item() == pytest.approx((1.5 + 0) / 2)
+
+
+def test_rollouts_of_several_samples_share_one_denominator_and_count_once():
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
+    ids = [7, 7, 9, 4]
+    assert rollout_token_totals(mask, ids).tolist() == [3.0, 3.0, 3.0, 0.0]
+    denominators = loss_denominators(mask, rollout_ids=ids)
+    assert (denominators.num_samples, denominators.num_tokens) == (3, 2 + 1 + 3 + 1)
+    loss = torch.tensor([[1.0, 2.0, 9.0], [4.0, 9.0, 9.0], [3.0, 3.0, 6.0], [9.0, 9.0, 9.0]])
+    value = reduce_loss(loss, mask, denominators, "sample_mean", sample_tokens=rollout_token_totals(mask, ids))
+    # rollout 7: (1 + 2 + 4) / 3; rollout 9: 12 / 3; rollout 4 has no token: 0; three rollouts
+    assert value.item() == pytest.approx((7 / 3 + 4 + 0) / 3)

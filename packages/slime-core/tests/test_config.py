@@ -143,5 +143,6 @@ def test_options_set_but_without_effect_are_warned_about_by_name_and_reason(tmp_
     assert warnings == [
         "slime run: warning: --max-staleness has no effect here: only asynchronous runs train on samples from older weights (--train-mode async)",
         "slime run: warning: --mask-offpolicy-in-partial-rollout has no effect here: it masks what --partial-rollout continues",
-        "slime run: warning: --tis-clip has no effect here: the rollout/train mismatch correction is on with --use-tis",
+        "slime run: warning: --tis-clip has no effect here: the rollout/train mismatch weights are computed with "
+        "--use-tis (or reported with --get-mismatch-metrics)",
     ]  # --kl-loss-coef acts (--use-kl-loss is on); defaults are not reported

@@ -9,8 +9,9 @@ import torch
 import torch.distributed as dist
 
 from slime_core.rank_processes import spawn_ranks
-from slime_core.rank_step import RankStep, check_prompts, lr_factor, pad_rows, sum_over_ranks
+from slime_core.rank_step import RankStep, RolloutSteps, check_prompts, lr_factor, pad_rows, sum_over_ranks
 from slime_core.rollout_batch import RolloutBatch
+from slime_core.sample import Sample, SampleStatus
 
 
 class _Config:
@@ -23,6 +24,8 @@ class _Config:
     gamma = 1.0
     lambd = 1.0
     normalize_advantages = True
+    disable_rewards_normalization = False
+    disable_grpo_std_normalization = False
     use_dynamic_batch_size = False
     micro_batch_size = 2
     max_tokens_per_gpu = 64
@@ -54,12 +57,15 @@ def _step_results(batch: RolloutBatch) -> dict:
     step = RankStep(_Config())
     data = step.tensors(batch, _log_probs(batch), reference=False, teacher=False)
     indices = list(range(len(batch)))
+    denominators = step.denominators(data, indices)
+    _, metrics = step.loss(data.loss_inputs(indices, data.old.clone(), None), denominators)
     return {
         "advantages": [row[: len(m)].tolist() for row, m in zip(data.advantages, batch.loss_masks)],
         "plan": step.plan(indices, batch),
-        "denominators": step.denominators(data, indices),
+        "denominators": denominators,
         "sums": sum_over_ranks({"loss": float(len(batch))}),
-        "rollout": step.rollout_metrics([{"loss": 1.0}, {"loss": 3.0}], data, batch),
+        "gap": sum_over_ranks({"gap": metrics["train_rollout_logprob_abs_diff"]})["gap"],
+        "rollout": step.rollout_metrics([{"loss": 1.0}, {"loss": 3.0}]),
     }
 
 
@@ -94,9 +100,13 @@ def test_two_ranks_plan_together_and_count_and_sum_the_global_batch():
     assert results[0]["denominators"] == results[1]["denominators"] == whole["denominators"]
     assert whole["denominators"].num_samples == 6 and whole["denominators"].num_tokens == 12
     assert results[0]["sums"] == results[1]["sums"] == {"loss": 6.0}
-    for key in ("loss", "train_rollout_logprob_abs_diff"):
-        assert results[0]["rollout"][key] == pytest.approx(whole["rollout"][key])
-    assert whole["rollout"]["loss"] == 2.0  # the mean over the steps
+    assert results[0]["gap"] == pytest.approx(whole["gap"]) == pytest.approx(results[1]["gap"])
+    # slime's train_rollout_logprob_abs_diff: the mean over samples of each sample's mean |π_old - π_rollout|
+    batch = _batch()
+    gaps = [sum(abs(-0.1 * (t + 1) - r + 0.5 * (i + 1)) for t in range(n)) / n
+            for i, (n, r) in enumerate(zip(batch.response_lengths, batch.rewards))]
+    assert whole["gap"] == pytest.approx(sum(gaps) / 6, rel=1e-6)
+    assert whole["rollout"] == {"loss": 2.0}  # the mean over the steps
     # whitening runs over both ranks: the shares' advantages are the whole batch's
     shares = results[0]["advantages"] + results[1]["advantages"]
     assert all(a == pytest.approx(b, abs=1e-6) for a, b in zip(shares, whole["advantages"]))
@@ -115,7 +125,8 @@ def test_grpo_advantages_are_the_group_normalised_rewards():
     # group 0: rewards 1, 0, 0, 1: mean 1/2, unbiased std sqrt(1/3)
     expected = (1 - 1 / 2) / (math.sqrt(1 / 3) + 1e-6)
     assert data.advantages[0, 0].item() == pytest.approx(expected, rel=1e-5)
-    assert data.mask.tolist()[0] == [1, 0, 0] and data.rollout is None and data.ref is None
+    assert data.mask.tolist()[0] == [1, 0, 0] and data.ref is None
+    assert torch.equal(data.rollout, pad_rows(batch.rollout_log_probs))  # for train_rollout_logprob_abs_diff
     inputs = data.loss_inputs([2, 0], torch.zeros(2, 2), None)
     assert inputs.loss_mask.tolist() == [[1, 1], [1, 0]] and inputs.old_log_probs.shape == (2, 2)
 
@@ -135,7 +146,7 @@ def test_one_step_per_rollout_takes_old_log_probs_from_the_training_forward():
         data = step.tensors(batch, forward_only_for_the_reference, reference=True, teacher=False)
         current = -torch.rand(6, 3, requires_grad=True)  # the training forward's log-probs
         inputs = data.loss_inputs(list(range(6)), current, None)
-        gap = step.rollout_metrics([{"loss": 1.0}], data, batch)["train_rollout_logprob_abs_diff"]
+        _, metrics = step.loss(inputs, step.denominators(data, list(range(6))))
         # a KL penalty in the reward or several steps per rollout need π_old before the forward
         config.kl_coef = 0.1
         with pytest.raises(AssertionError, match="'actor'"):
@@ -145,7 +156,31 @@ def test_one_step_per_rollout_takes_old_log_probs_from_the_training_forward():
     assert data.old_from_forward and inputs.ref_log_probs is not None
     assert torch.equal(inputs.old_log_probs, current.detach()) and not inputs.old_log_probs.requires_grad
     rollout, mask = pad_rows(batch.rollout_log_probs), data.mask
-    assert gap == pytest.approx(float(((current.detach() - rollout).abs() * mask).sum() / mask.sum()))
+    per_sample = ((current.detach() - rollout).abs() * mask).sum(-1) / mask.sum(-1)  # the forward's π_old, the engine
+    assert metrics["train_rollout_logprob_abs_diff"] == pytest.approx(float(per_sample.mean()))
+
+
+def test_samples_of_one_rollout_share_a_denominator_within_each_optimizer_step():
+    lengths, rids = [1, 2, 3, 3, 2, 1], ["a", "a", "b", "b", "b", None]
+    samples = [Sample(group_index=0 if i < 4 else 1, index=i, tokens=[5] * 3 + [6] * n, response_length=n,
+                      loss_mask=[1] * n, rollout_log_probs=[-0.5] * n, reward=1.0, status=SampleStatus.COMPLETED,
+                      metadata={} if rid is None else {"turn_of": rid})
+               for i, (n, rid) in enumerate(zip(lengths, rids))]
+    batch = RolloutBatch.from_samples(samples, rollout_id_key="turn_of")
+    port = _free_port()
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        step = RankStep(_Config())
+        data = step.tensors(batch, _log_probs(batch), reference=False, teacher=False)
+        steps = RolloutSteps.plan(batch, data, num_steps=2)  # samples 0-2, then 3-5
+        counts = [step.denominators(data, indices).num_samples for indices in steps.slices]
+        inputs = data.loss_inputs([3, 4, 5], data.old[[3, 4, 5]].clone(), None)
+    finally:
+        dist.destroy_process_group()
+    # step 0: rollout (group 0, a) has samples 0, 1: 1 + 2 tokens; (group 0, b) sample 2: 3 tokens.
+    # step 1: (group 0, b) only sample 3 here: 3; (group 1, b) is another group's rollout: 2; sample 5 alone: 1
+    assert data.sample_tokens.tolist() == [3.0, 3.0, 3.0, 3.0, 2.0, 1.0]
+    assert counts == [2, 3] and inputs.sample_tokens.tolist() == [3.0, 2.0, 1.0]
 
 
 def test_lr_schedule_warms_up_then_decays_to_the_minimum():

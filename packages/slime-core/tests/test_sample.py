@@ -65,3 +65,45 @@ def test_dict_round_trip_through_json():
 def test_from_dict_rejects_unknown_keys():
     with pytest.raises(ValueError, match=r"unknown keys \['reward_score'\]"):
         Sample.from_dict({"prompt": "x", "reward_score": 1})
+
+
+# ---------------------------------------------------------------- top-p nuclei
+
+
+def test_nuclei_follow_the_tokens_tool_output_gets_empty_ones_and_a_json_round_trip_keeps_them():
+    sample = prompt_sample()
+    sample.append_response([5, 6], log_probs=[-0.1, -0.2], top_p_token_ids=[5, 9, 6], top_p_token_offsets=[0, 2, 3])
+    sample.append_response([7], trainable=False)
+    sample.append_response([8], log_probs=[-0.3], top_p_token_ids=[8, 2], top_p_token_offsets=[0, 2])
+    assert sample.rollout_top_p_token_ids == [5, 9, 6, 8, 2]
+    assert sample.rollout_top_p_token_offsets == [0, 2, 3, 3, 5]
+    sample.check()
+    assert Sample.from_dict(json.loads(json.dumps(sample.to_dict()))) == sample
+
+
+def test_the_first_nuclei_start_the_record_with_empty_ones_for_earlier_tokens():
+    sample = prompt_sample()
+    sample.append_response([7, 7], trainable=False)
+    assert sample.rollout_top_p_token_offsets is None
+    sample.append_response([5], log_probs=[-0.1], top_p_token_ids=[5], top_p_token_offsets=[0, 1])
+    assert (sample.rollout_top_p_token_ids, sample.rollout_top_p_token_offsets) == ([5], [0, 0, 0, 1])
+
+
+def test_nuclei_that_do_not_fit_the_tokens_are_refused_naming_the_sample():
+    sample = prompt_sample()
+    with pytest.raises(ValueError, match="sample 3/1: .* 2 offsets for 2 tokens"):
+        sample.append_response([5, 6], log_probs=[-0.1, -0.2], top_p_token_ids=[5], top_p_token_offsets=[0, 1])
+    with pytest.raises(ValueError, match="offsets run from 0 to 1, not from 0 to the 2 ids"):
+        sample.append_response([5], log_probs=[-0.1], top_p_token_ids=[5, 6], top_p_token_offsets=[0, 1])
+    assert sample.response_length == 0 and sample.rollout_top_p_token_offsets is None
+
+
+def test_check_reports_offsets_that_do_not_fit_the_response():
+    sample = prompt_sample()
+    sample.append_response([5, 6], log_probs=[-0.1, -0.2], top_p_token_ids=[5, 6], top_p_token_offsets=[0, 1, 2])
+    sample.rollout_top_p_token_offsets.pop()
+    with pytest.raises(ValueError, match="sample 3/1 is inconsistent: rollout_top_p_token_offsets: 2 offsets for 2 tokens"):
+        sample.check()
+    sample.rollout_top_p_token_offsets.append(3)
+    with pytest.raises(ValueError, match="not from 0 to the 2 ids"):
+        sample.check()

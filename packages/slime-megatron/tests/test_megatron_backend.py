@@ -166,6 +166,7 @@ def test_context_parallelism_is_refused_with_the_fix():
 def _vocab_parallel_rank(rank: int, sizes):
     from megatron.core import parallel_state
 
+    from slime_core.algorithms import nucleus_keep_mask
     from slime_megatron.logprobs import vocab_parallel_entropy, vocab_parallel_log_probs
 
     group = parallel_state.get_tensor_model_parallel_group()
@@ -174,7 +175,11 @@ def _vocab_parallel_rank(rank: int, sizes):
     log_probs = vocab_parallel_log_probs(local, targets, 0.7, group, vocab_size=100)
     entropy = vocab_parallel_entropy(local, 0.7, group, vocab_size=100)
     (1.3 * log_probs.sum() + 0.4 * entropy.sum()).backward()
-    return log_probs.detach(), entropy.detach(), local.grad
+    masked = logits[:, rank * 64 : (rank + 1) * 64].clone().requires_grad_()  # top-p replay: this rank's slice
+    keep = nucleus_keep_mask(*_nuclei(), targets, 64, vocab_start=rank * 64)
+    masked_log_probs = vocab_parallel_log_probs(masked, targets, 0.7, group, vocab_size=100, keep=keep)
+    (1.3 * masked_log_probs.sum()).backward()
+    return log_probs.detach(), entropy.detach(), local.grad, masked_log_probs.detach(), masked.grad
 
 
 def _logits():
@@ -183,10 +188,21 @@ def _logits():
     return torch.randn(6, 128, generator=generator) * 3, torch.randint(0, 100, (6,), generator=generator)
 
 
+def _nuclei():
+    """Top-p nuclei of the 6 tokens (one sample): across both ranks' slices, wholly in one,
+    none (tool output), ...; each row's target is kept too."""
+    nuclei = [[3, 5, 80], [70], [], [99, 1], [63, 65], [63, 2, 4]]
+    offsets = [0]
+    for nucleus in nuclei:
+        offsets.append(offsets[-1] + len(nucleus))
+    return [[t for nucleus in nuclei for t in nucleus]], [offsets]
+
+
 def test_vocab_parallel_log_probs_and_entropy_equal_the_full_vocabulary_ones():
     """Two tensor-parallel ranks with half the vocabulary each: the values and the gradients
-    of log π(y) and the entropy equal those of the whole (unpadded) vocabulary on one process."""
-    from slime_core.algorithms import entropy_from_logits, log_probs_from_logits
+    of log π(y) and the entropy equal those of the whole (unpadded) vocabulary on one process;
+    so do the log-probs over top-p nuclei, each rank masking its slice."""
+    from slime_core.algorithms import entropy_from_logits, log_probs_from_logits, nucleus_keep_mask
 
     from slime_megatron.processes import run_on_ranks
 
@@ -203,6 +219,14 @@ def test_vocab_parallel_log_probs_and_entropy_equal_the_full_vocabulary_ones():
         torch.testing.assert_close(results[rank][0], log_probs.detach(), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(results[rank][1], entropy.detach(), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(results[rank][2], grad[:, rank * 64 : (rank + 1) * 64], rtol=1e-5, atol=1e-6)
+    full = logits[:, :100].clone().requires_grad_()
+    masked = log_probs_from_logits(full, targets, 0.7, keep_mask=nucleus_keep_mask(*_nuclei(), targets, 100))
+    (1.3 * masked.sum()).backward()
+    assert (masked > log_probs.detach()).any()  # renormalised over the nuclei
+    grad = torch.cat([full.grad, torch.zeros(6, 28)], dim=1)
+    for rank in (0, 1):
+        torch.testing.assert_close(results[rank][3], masked.detach(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(results[rank][4], grad[:, rank * 64 : (rank + 1) * 64], rtol=1e-5, atol=1e-6)
 
 
 

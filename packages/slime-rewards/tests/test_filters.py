@@ -30,6 +30,16 @@ def test_nonzero_std_keeps_only_groups_with_a_signal(registries):
     assert not keep(failed, CONFIG, PLENTY)
 
 
+def test_nonzero_std_needs_a_sample_std_above_1e_6_as_slime(registries):
+    """The std of two rewards is |a - b| / √2: rewards 1e-6 apart (std 7.1e-7) or differing
+    by float noise count as equal; 2e-6 apart (std 1.4e-6) they do not."""
+    keep = registries[0].get("nonzero_std")
+    assert not keep(group(0.0, 1e-6), CONFIG, PLENTY)
+    assert not keep(group(1.0, 1.0 + 1e-9, 1.0), CONFIG, PLENTY)
+    assert keep(group(0.0, 2e-6), CONFIG, PLENTY)
+    assert not keep(group(1.0), CONFIG, PLENTY)
+
+
 def test_dict_rewards_use_the_reward_key(registries):
     keep = registries[0].get("nonzero_std")
     samples = group({"acc": 1.0, "len": 3}, {"acc": 1.0, "len": 5})
@@ -42,6 +52,7 @@ def test_scarce_variant_keeps_flat_groups_only_when_the_batch_would_starve(regis
     assert not keep(group(1.0, 1.0), CONFIG, PLENTY)
     assert keep(group(1.0, 1.0), CONFIG, SCARCE)
     assert keep(group(1.0, 0.0), CONFIG, PLENTY)
+    assert not keep(group(0.0, 1e-6), CONFIG, PLENTY) and keep(group(0.0, 1e-6), CONFIG, SCARCE)
 
 
 def test_sample_filters(registries):

@@ -1,6 +1,6 @@
 """The CPU engine's generation, through HTTP against a real ``slime engine serve`` process:
-agreement with plain transformers and with training's log-probs, continuous batching,
-stop conditions, seeds, abort and pause."""
+agreement with plain transformers and with training's log-probs (top-p replay included),
+continuous batching, stop conditions, seeds, abort and pause."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import httpx
 import pytest
 import torch
 
-from slime_core.algorithms import log_probs_from_logits
+from slime_core.algorithms import log_probs_from_logits, nucleus_keep_mask
+from slime_core.engine import decode_int32s
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 EOS = 1
@@ -65,6 +66,34 @@ def test_sampled_log_probs_use_the_temperature(engine_url, tokenizer, reference_
     out = generate(engine_url, prompt, return_logprob=True, temperature=0.7, max_new_tokens=20, sampling_seed=3)
     engine = torch.tensor([lp for lp, _, _ in out["meta_info"]["output_token_logprobs"]])
     torch.testing.assert_close(engine, training_log_probs(reference_model, prompt, out["output_ids"], 0.7), atol=1e-4, rtol=0)
+
+
+def test_top_p_replay_returns_the_nuclei_drawn_from_and_log_probs_over_them(engine_url, tokenizer, reference_model):
+    """With ``custom_params.return_top_p_token_ids`` each output token comes with its nucleus:
+    the smallest most-probable set reaching top_p under the reference model, holding the token;
+    the log-probs are training's renormalised over those nuclei (and differ from the
+    whole-vocabulary ones a request without replay gets)."""
+    prompt = tokenizer.encode("Once upon a time")
+    params = dict(temperature=0.8, top_p=0.7, max_new_tokens=16, sampling_seed=5)
+    out = generate(engine_url, prompt, return_logprob=True, **params, custom_params={"return_top_p_token_ids": True})
+    meta, output = out["meta_info"], out["output_ids"]
+    ids, offsets = decode_int32s(meta["top_p_token_ids"]), decode_int32s(meta["top_p_token_offsets"])
+    nuclei = [ids[a:b] for a, b in zip(offsets, offsets[1:])]
+    with torch.no_grad():
+        logits = reference_model(torch.tensor([prompt + output])).logits[0, len(prompt) - 1: -1]
+    for token, nucleus, p in zip(output, nuclei, torch.softmax(logits / 0.8, -1), strict=True):
+        assert token in nucleus
+        ranked = p.argsort(descending=True)
+        assert sorted(nucleus) == sorted(ranked[: int((p[ranked].cumsum(0) - p[ranked] <= 0.7).sum())].tolist())
+    assert any(len(nucleus) > 1 for nucleus in nuclei)
+    engine = torch.tensor([lp for lp, _, _ in meta["output_token_logprobs"]])
+    keep = nucleus_keep_mask([ids], [offsets], torch.tensor(output), logits.shape[-1])
+    torch.testing.assert_close(engine, log_probs_from_logits(logits, torch.tensor(output), 0.8, keep_mask=keep), atol=1e-4, rtol=0)
+    plain = generate(engine_url, prompt, return_logprob=True, **params)
+    assert plain["output_ids"] == output and "top_p_token_ids" not in plain["meta_info"]
+    whole_vocabulary = torch.tensor([lp for lp, _, _ in plain["meta_info"]["output_token_logprobs"]])
+    torch.testing.assert_close(whole_vocabulary, training_log_probs(reference_model, prompt, output, 0.8), atol=1e-4, rtol=0)
+    assert (engine - whole_vocabulary).max() > 0.05
 
 
 def test_concurrent_requests_each_match_their_solo_greedy_decode(engine_url, tokenizer, reference_model):

@@ -27,6 +27,9 @@ pytestmark = pytest.mark.integration
     ({"input_ids": [5], "rid": 7}, "rid must be a string"),
     ({"input_ids": [5], "sampling_params": {"n": 0}}, "sampling_params.n must be at least 1"),
     ({"input_ids": [5], "sampling_params": {"n": "8"}}, "n must be an integer"),
+    ({"input_ids": [5], "sampling_params": {"custom_params": {"return_top_p": True}}}, "unknown custom param 'return_top_p'"),
+    ({"input_ids": [5], "sampling_params": {"custom_params": [1]}}, "custom_params must be a JSON object"),
+    ({"input_ids": [5], "sampling_params": {"return_top_p_token_ids": True}}, "unknown sampling param 'return_top_p_token_ids'"),
 ])
 def test_malformed_generate_requests_get_400_with_the_fix(engine_url, body, hint):
     response = httpx.post(f"{engine_url}/generate", json=body, timeout=30)

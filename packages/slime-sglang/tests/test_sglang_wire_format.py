@@ -79,10 +79,33 @@ def test_every_json_request_fits_sglangs_request_class():
     received = asyncio.run(capture_every_call(every_call))
     assert {path for path, _ in received} == set(ENDPOINTS)
     for path, body in received:
-        fields = SCHEMA["classes"][ENDPOINTS[path]]
-        unknown = set(body) - set(fields)
-        missing = {name for name, required in fields.items() if required} - set(body)
-        assert not unknown and not missing, (path, f"unknown {sorted(unknown)}", f"missing {sorted(missing)}")
+        assert_fits(path, body)
+
+
+def assert_fits(path: str, body: dict) -> None:
+    """``body`` has only fields of SGLang's request class for ``path``, and every required one."""
+    fields = SCHEMA["classes"][ENDPOINTS[path]]
+    unknown = set(body) - set(fields)
+    missing = {name for name, required in fields.items() if required} - set(body)
+    assert not unknown and not missing, (path, f"unknown {sorted(unknown)}", f"missing {sorted(missing)}")
+
+
+def test_top_p_replay_asks_for_the_nuclei_in_sglang_s_custom_params(tmp_path, tiny_model_dir):
+    """With --rollout-top-p < 1 the rollout's /generate asks for each token's nucleus where
+    slime's top-p SGLang patch reads it (``sampling_params.custom_params``, a field of SGLang's
+    SamplingParams), in a body that fits GenerateReqInput; evaluation, and top-p 1, do not ask."""
+    from slime_core.testing import make_config
+    from slime_sglang.rollout import sampling_params
+
+    data = tmp_path / "p.jsonl"
+    data.write_text('{"prompt": "1+1=", "label": "2"}\n')
+    config = make_config(data, tiny_model_dir, rollout_batch_size=1, rollout_top_p=0.9, router="none")
+    received = asyncio.run(capture_every_call(lambda client: client.generate([1, 2, 3], sampling_params(config))))
+    assert_fits(*received[0])
+    assert received[0][1]["sampling_params"]["top_p"] == 0.9
+    assert received[0][1]["sampling_params"]["custom_params"] == {"return_top_p_token_ids": True}
+    assert sampling_params(config, evaluation=True).custom_params is None
+    assert sampling_params(make_config(data, tiny_model_dir, rollout_batch_size=1)).custom_params is None
 
 
 def test_pause_keeps_running_requests_instead_of_sglangs_default_abort():

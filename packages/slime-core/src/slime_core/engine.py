@@ -7,10 +7,19 @@ SGLang's native HTTP API, a plugin's backend over its own. This module also hold
 client and plugin shares: the sampling options, a generation's result and its JSON codec
 (SGLang's ``/generate`` answer), appending a result to a `Sample`, and the engine errors that
 fault tolerance tells apart (`EngineUnavailable`: the engine failed, not the request).
+
+Top-p replay: with ``--rollout-top-p`` < 1 the rollout asks for each sampled token's nucleus
+(``custom_params={"return_top_p_token_ids": true}``, `TOP_P_REPLAY_PARAM`), and the engine answers
+with ``meta_info["top_p_token_ids"]`` (every output token's nucleus ids, concatenated) and
+``meta_info["top_p_token_offsets"]`` (completion_tokens + 1 boundaries into them), each a JSON
+list or, as SGLang with slime's top-p patch sends them, base64 of little-endian int32. The
+trainer then scores log-probs over the same nucleus (``slime_core.algorithms.nucleus_keep_mask``).
 """
 
 from __future__ import annotations
 
+import base64
+from array import array
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -37,9 +46,15 @@ class SamplingParams:
     stop: list[str] | None = None  # stop strings (not included in the output text)
     stop_token_ids: list[int] | None = None
     sampling_seed: int | None = None
+    custom_params: dict[str, Any] | None = None  # SGLang's custom_params, e.g. {TOP_P_REPLAY_PARAM: True}
 
     def to_json(self) -> dict[str, Any]:
         return {key: value for key, value in self.__dict__.items() if value is not None}
+
+
+#: The ``custom_params`` key that asks an engine for each sampled token's nucleus (see the
+#: module docstring); the name SGLang with slime's top-p patch reads.
+TOP_P_REPLAY_PARAM = "return_top_p_token_ids"
 
 
 def parallel_sample_seed(seed: int, index: int) -> int:
@@ -61,11 +76,14 @@ class GenerateResult:
     log_probs: list[float] = field(default_factory=list)  # (completion_tokens,) with return_logprob
     weight_version: str | None = None  # weights that finished the request
     prompt_tokens: int = 0
+    top_p_token_ids: list[int] | None = None  # every output token's nucleus, concatenated (top-p replay)
+    top_p_token_offsets: list[int] | None = None  # (completion_tokens + 1,) token t's: ids[offsets[t]:offsets[t + 1]]
 
 
 def parse_generate(body: dict[str, Any]) -> GenerateResult:
     """A ``/generate`` answer (SGLang's JSON: ``output_ids``, ``text``, ``meta_info`` with
-    ``finish_reason``, ``output_token_logprobs``, ``weight_version``) as a `GenerateResult`."""
+    ``finish_reason``, ``output_token_logprobs``, ``weight_version`` and, for top-p replay,
+    ``top_p_token_ids`` / ``top_p_token_offsets``) as a `GenerateResult`."""
     meta = body.get("meta_info", {})
     finish = meta.get("finish_reason") or {}
     log_probs = [float(entry[0]) for entry in meta.get("output_token_logprobs") or []]
@@ -76,7 +94,24 @@ def parse_generate(body: dict[str, Any]) -> GenerateResult:
         log_probs=log_probs,
         weight_version=None if meta.get("weight_version") is None else str(meta["weight_version"]),
         prompt_tokens=int(meta.get("prompt_tokens", 0)),
+        top_p_token_ids=decode_int32s(meta.get("top_p_token_ids")),
+        top_p_token_offsets=decode_int32s(meta.get("top_p_token_offsets")),
     )
+
+
+def encode_int32s(values: list[int]) -> str:
+    """``values`` as base64 of int32 in the machine's byte order (little-endian wherever SGLang
+    runs), the way SGLang sends top-p replay data."""
+    return base64.b64encode(array("i", values).tobytes()).decode("ascii")
+
+
+def decode_int32s(value: str | list[int] | None) -> list[int] | None:
+    """Inverse of `encode_int32s`; a JSON list of ints (or None) passes through."""
+    if value is None or isinstance(value, list):
+        return value
+    packed = array("i")
+    packed.frombytes(base64.b64decode(value))
+    return packed.tolist()
 
 
 def append_result(sample: Sample, result: GenerateResult, text: str | None = None) -> None:
@@ -89,7 +124,8 @@ def append_result(sample: Sample, result: GenerateResult, text: str | None = Non
     version = None if result.weight_version is None else version_number(result.weight_version)
     if result.output_ids:
         sample.append_response(result.output_ids, log_probs=result.log_probs, text=result.text if text is None else text,
-                               weight_version=version)
+                               weight_version=version, top_p_token_ids=result.top_p_token_ids,
+                               top_p_token_offsets=result.top_p_token_offsets)
     sample.status = finish_status[result.finish_reason]
 
 

@@ -12,15 +12,16 @@ numbers for the same data:
    recomputed by a forward of their own: each micro-batch's forward supplies them, detached
    (`StepTensors.old_from_forward`), as TRL does with one iteration per generation;
 2. per optimizer step, `RankStep.denominators` (samples and tokens of the global batch,
-   counted over the data-parallel group) and `RankStep.plan` (micro-batches, padded with
-   empty ones to the count of the rank that has the most, since every forward is a
+   counted over the data-parallel group; the samples of one rollout, see ``--rollout-id-key``,
+   count once and share one token denominator) and `RankStep.plan` (micro-batches, padded
+   with empty ones to the count of the rank that has the most, since every forward is a
    collective);
    `RolloutSteps` holds a rollout's steps between the rank's ``start_train`` and
    ``finish_train``, so the driver can run (and hook into) one optimizer step at a time;
 3. per micro-batch, `RankStep.loss`: the ``--loss-type`` plugin's loss through
    ``compute_policy_loss``, a global-batch contribution;
 4. `sum_over_ranks` adds up the micro-batches' metrics of every data-parallel rank, and
-   `RankStep.rollout_metrics` averages the steps and adds the train/rollout log-prob gap;
+   `RankStep.rollout_metrics` averages the steps;
 5. `lr_factor`: the learning-rate schedule, one value per optimizer step.
 
 Only rank processes import this module (it imports torch and torch.distributed).
@@ -37,6 +38,7 @@ import torch.distributed as dist
 
 from slime_core.algorithms import AdvantageInputs, LossDenominators, PolicyLossConfig, PolicyLossInputs
 from slime_core.algorithms import compute_policy_loss, loss_denominators, opd_advantages, whiten
+from slime_core.algorithms.reduce import rollout_token_totals
 from slime_core.micro_batches import fixed_micro_batches, step_slices, token_budget_micro_batches
 from slime_core.plugins import Plugins
 from slime_core.rollout_batch import RolloutBatch
@@ -53,9 +55,11 @@ class StepTensors:
     mask: torch.Tensor  # (N, R) 1 on response tokens trained on
     old: torch.Tensor  # (N, R) log π_old(y_t) (zeros for SFT, which has no ratio)
     ref: torch.Tensor | None  # (N, R) log π_ref(y_t), with a reference model
-    rollout: torch.Tensor | None  # (N, R) the engine's log-probs, with --use-tis
+    rollout: torch.Tensor | None  # (N, R) the engine's log-probs (not for SFT, unless an option reads them)
     advantages: torch.Tensor  # (N, R)
     old_from_forward: bool = False  # ``old`` is filled by `loss_inputs` from the step's own forward
+    rollout_ids: list[tuple] | None = None  # (N,) with --rollout-id-key: samples of one rollout share an id
+    sample_tokens: torch.Tensor | None = None  # (N,) their sample-mean denominators (`share_rollout_denominators`)
 
     def loss_inputs(self, indices: list[int], log_probs: torch.Tensor, entropy: torch.Tensor | None) -> PolicyLossInputs:
         """The loss inputs of the micro-batch ``indices``, given its (B, W) log-probs (with
@@ -65,8 +69,21 @@ class StepTensors:
         if self.old_from_forward:
             self.old[indices, :width] = log_probs.detach().to(self.old.device, self.old.dtype)
         rows = lambda t: None if t is None else t[indices, :width].to(device)  # noqa: E731
+        sample_tokens = None if self.sample_tokens is None else self.sample_tokens[indices].to(device)
         return PolicyLossInputs(log_probs, rows(self.old), rows(self.advantages), rows(self.mask), entropy,
-                                rows(self.ref), rows(self.rollout))
+                                rows(self.ref), rows(self.rollout), sample_tokens)
+
+    def share_rollout_denominators(self, slices: list[list[int]]) -> None:
+        """With ``rollout_ids``, set each sample's sample-mean denominator to the trained tokens
+        of its rollout's samples in the same optimizer step (``slices``: each step's indices),
+        so micro-batches holding parts of a rollout divide by the whole (slime's
+        ``rollout_mask_sums``). A rollout's samples are on one rank: they share a prompt group."""
+        if self.rollout_ids is None:
+            return
+        self.sample_tokens = torch.zeros(len(self.rollout_ids))
+        for indices in slices:
+            ids = [self.rollout_ids[i] for i in indices]
+            self.sample_tokens[indices] = rollout_token_totals(self.mask[indices], ids)
 
 
 @dataclass
@@ -81,7 +98,10 @@ class RolloutSteps:
 
     @classmethod
     def plan(cls, batch: RolloutBatch, data: StepTensors, num_steps: int) -> RolloutSteps:
-        return cls(batch, data, step_slices(len(batch), num_steps), [])
+        """Split the share into ``num_steps`` optimizer steps; rollouts share denominators per step."""
+        slices = step_slices(len(batch), num_steps)
+        data.share_rollout_denominators(slices)
+        return cls(batch, data, slices, [])
 
     def run(self, step: int, optimizer_step: Callable[[RolloutBatch, list[int], StepTensors], dict[str, float]]) -> dict[str, float]:
         """Optimizer step ``step`` by the backend's ``optimizer_step(batch, indices, data)``; its metrics."""
@@ -90,8 +110,8 @@ class RolloutSteps:
         return metrics
 
     def metrics(self, rank_step: RankStep) -> dict[str, float]:
-        """The rollout's metrics: its steps averaged, plus the train/rollout log-prob gap."""
-        return rank_step.rollout_metrics(self.history, self.data, self.batch)
+        """The rollout's metrics: its steps averaged."""
+        return rank_step.rollout_metrics(self.history)
 
 
 class RankStep:
@@ -124,14 +144,17 @@ class RankStep:
             torch.tensor(batch.rewards, dtype=torch.float32), torch.tensor(batch.group_ids), mask,
             log_probs=None if old_from_forward else old, ref_log_probs=ref, kl_coef=cfg.kl_coef, kl_type=cfg.kl_loss_type,
             values=None if batch.values is None else pad_rows(batch.values), gamma=cfg.gamma, lambd=cfg.lambd,
+            response_lengths=torch.tensor(batch.response_lengths), normalize_rewards=not cfg.disable_rewards_normalization,
+            std_normalize=not cfg.disable_grpo_std_normalization,
         )
         advantages, _ = self.estimator(advantage_inputs)
         if teacher:
             advantages = opd_advantages(advantages, old, pad_rows(log_probs("teacher")), mask, cfg.opd_kl_coef)
         if cfg.normalize_advantages:
             advantages = whiten(advantages, mask, group=self.group)
-        rollout = pad_rows(batch.rollout_log_probs) if self.loss_config.use_tis else None
-        return StepTensors(mask, old, ref, rollout, advantages, old_from_forward)
+        reads_rollout = not self.sft or self.loss_config.needs_rollout_log_probs
+        rollout = pad_rows(batch.rollout_log_probs) if reads_rollout else None
+        return StepTensors(mask, old, ref, rollout, advantages, old_from_forward, batch.rollout_ids)
 
     def on_policy(self, teacher: bool) -> bool:
         """Whether the step's own forward may stand for π_old: one optimizer step per rollout
@@ -155,35 +178,26 @@ class RankStep:
         return plan + [[] for _ in range(int(count) - len(plan))]
 
     def denominators(self, data: StepTensors, indices: list[int]) -> LossDenominators:
-        """Samples and trained tokens of one optimizer step's global batch (every
-        data-parallel rank's ``indices``), the denominators of the loss reduction."""
+        """Samples (a multi-sample rollout once) and trained tokens of one optimizer step's
+        global batch (every data-parallel rank's ``indices``), the denominators of the loss
+        reduction."""
+        rollout_ids = None if data.rollout_ids is None else [data.rollout_ids[i] for i in indices]
         return loss_denominators(data.mask[indices], max_tokens_per_sample=self.config.rollout_max_response_len,
-                                 group=self.group)
+                                 group=self.group, rollout_ids=rollout_ids)
 
     def loss(self, inputs: PolicyLossInputs, denominators: LossDenominators) -> tuple[torch.Tensor, dict[str, float]]:
         """The micro-batch's contribution to the global-batch loss, and its metrics."""
         return compute_policy_loss(inputs, self.loss_config, denominators, self.loss_fn)
 
-    def rollout_metrics(self, history: list[dict[str, float]], data: StepTensors, batch: RolloutBatch) -> dict[str, float]:
-        """The steps' metrics averaged, plus ``train_rollout_logprob_abs_diff`` (not for SFT,
-        which has no old log-probs)."""
-        metrics = {key: sum(m[key] for m in history) / len(history) for key in history[0]}
-        if not self.sft:
-            metrics["train_rollout_logprob_abs_diff"] = self.mean_abs_diff(data.old, batch.rollout_log_probs, data.mask)
-        return metrics
+    def rollout_metrics(self, history: list[dict[str, float]]) -> dict[str, float]:
+        """The steps' metrics averaged (``train_rollout_logprob_abs_diff`` among them: each
+        step's gap between the trainer's and the engine's log-probs, reduced like the loss)."""
+        return {key: sum(m[key] for m in history) / len(history) for key in history[0]}
 
     def lr(self, step: int) -> float:
         """``--lr`` times `lr_factor` at optimizer step ``step`` (0 = the first update)."""
         cfg = self.config
         return cfg.lr * lr_factor(step, cfg.lr_warmup_iters, cfg.lr_decay_style, cfg.lr_decay_iters, cfg.min_lr / cfg.lr)
-
-    def mean_abs_diff(self, train: torch.Tensor, rollout: list[list[float]], mask: torch.Tensor) -> float:
-        """Mean |train − rollout| log-prob over the trained tokens of every data-parallel
-        rank: how far the engine's sampling distribution is from the trainer's."""
-        diff = (train - pad_rows(rollout)[:, : train.shape[1]]).abs() * mask
-        totals = torch.stack([diff.sum(), mask.sum()]).double()
-        dist.all_reduce(totals, group=self.group)
-        return float(totals[0] / totals[1].clamp(min=1))
 
 
 def sum_over_ranks(metrics: dict[str, float], group=None) -> dict[str, float]:

@@ -25,14 +25,23 @@ class RolloutBatch:
     group_ids: list[int] = field(default_factory=list)  # (N,) samples of one prompt share an id
     rollout_log_probs: list[list[float]] = field(default_factory=list)  # (N,) (response_len,) engine log-probs
     values: list[list[float]] | None = None  # (N,) (response_len,) critic values V_old (PPO), else None
+    # Top-p replay (--rollout-top-p < 1), else None: each sample's nuclei (`Sample.rollout_top_p_token_ids`
+    # and offsets); the train backends score log-probs over them (`slime_core.algorithms.nucleus_keep_mask`).
+    top_p_token_ids: list[list[int]] | None = None  # (N,) (nuclei ids,)
+    top_p_token_offsets: list[list[int]] | None = None  # (N,) (response_len + 1,)
+    rollout_ids: list[tuple] | None = None  # (N,) with --rollout-id-key: one rollout's samples share it (`rollout_id`)
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     @classmethod
-    def from_samples(cls, samples: list[Sample], reward_key: str | None = None) -> RolloutBatch:
-        """The trainable samples (not failed, not aborted) of a rollout, in order."""
-        batch = cls()
+    def from_samples(cls, samples: list[Sample], reward_key: str | None = None, top_p_replay: bool = False,
+                     rollout_id_key: str | None = None) -> RolloutBatch:
+        """The trainable samples (not failed, not aborted) of a rollout, in order; with
+        ``top_p_replay`` (``--rollout-top-p`` < 1) their nuclei too, which every trained token needs;
+        with ``rollout_id_key`` (``--rollout-id-key``) the rollout each comes from (`rollout_id`)."""
+        batch = cls(top_p_token_ids=[] if top_p_replay else None, top_p_token_offsets=[] if top_p_replay else None)
+        batch.rollout_ids = [] if rollout_id_key else None
         for sample in samples:
             if sample.status in (SampleStatus.FAILED, SampleStatus.ABORTED):
                 continue
@@ -43,7 +52,20 @@ class RolloutBatch:
             batch.rewards.append(scalar_reward(sample, reward_key))
             batch.group_ids.append(sample.group_index)
             batch.rollout_log_probs.append(list(sample.rollout_log_probs))
+            if rollout_id_key:
+                batch.rollout_ids.append(rollout_id(sample, rollout_id_key, len(batch.rollout_ids)))
+            if top_p_replay:
+                check_nuclei(sample)
+                batch.top_p_token_ids.append(list(sample.rollout_top_p_token_ids))
+                batch.top_p_token_offsets.append(list(sample.rollout_top_p_token_offsets))
         return batch
+
+    def nuclei(self, indices: list[int]) -> tuple[list[list[int]], list[list[int]]] | None:
+        """The nuclei ids and offsets of the samples ``indices`` (for a micro-batch), or None
+        without top-p replay."""
+        if self.top_p_token_offsets is None:
+            return None
+        return [self.top_p_token_ids[i] for i in indices], [self.top_p_token_offsets[i] for i in indices]
 
     def select(self, indices: list[int]) -> RolloutBatch:
         """The samples at ``indices``, in that order."""
@@ -55,6 +77,27 @@ class RolloutBatch:
 
     def num_tokens(self, index: int) -> int:
         return len(self.tokens[index])
+
+
+def check_nuclei(sample: Sample) -> None:
+    """ValueError unless every trained token of ``sample`` has its nucleus (top-p replay)."""
+    offsets = sample.rollout_top_p_token_offsets
+    missing = [t for t, mask in enumerate(sample.loss_mask) if mask and (offsets is None or offsets[t] == offsets[t + 1])]
+    if missing:
+        raise ValueError(
+            f"sample {sample.group_index}/{sample.index} has no top-p nucleus for {len(missing)} of its trained tokens, "
+            "which --rollout-top-p < 1 trains over: the engine did not return them (SGLang needs slime's top-p patch) "
+            "or a router or generate function dropped them; fix that, or use --rollout-top-p 1"
+        )
+
+
+def rollout_id(sample: Sample, key: str, position: int) -> tuple:
+    """The rollout ``sample`` comes from (``--rollout-id-key KEY``, slime's ``Sample.rollout_id``):
+    samples of one prompt group whose ``metadata[KEY]`` are equal come from one rollout; a
+    sample without the key is a rollout of its own (``position``: its index in the batch)."""
+    if key in sample.metadata:
+        return sample.group_index, "rollout", sample.metadata[key]
+    return sample.group_index, "sample", position
 
 
 def split_by_dp_rank(batch: RolloutBatch, dp_size: int) -> list[RolloutBatch]:

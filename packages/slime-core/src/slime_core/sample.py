@@ -3,8 +3,9 @@
 A sample is created by the data source (prompt, label, metadata), filled by the rollout
 (tokens, response, log-probs, weight versions, status), scored by the reward hub (reward)
 and consumed by the train backend. Response-level lists (``loss_mask``,
-``rollout_log_probs``) always have ``response_length`` entries; ``append_response`` is the
-one way to grow a response and keeps every length consistent.
+``rollout_log_probs``) always have ``response_length`` entries, and the top-p nuclei, once
+recorded, ``response_length + 1`` offsets; ``append_response`` is the one way to grow a
+response and keeps every length consistent.
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ class Sample:
     loss_mask: list[int] = field(default_factory=list)  # (response_len,) 1 = trained on
     rollout_log_probs: list[float] = field(default_factory=list)  # (response_len,) engine log-probs
     weight_versions: list[int] = field(default_factory=list)  # weight versions that generated it
+    # Top-p replay (--rollout-top-p < 1): the nucleus each response token was drawn from, so
+    # training scores it over the same tokens. Token t's is
+    # rollout_top_p_token_ids[offsets[t]:offsets[t + 1]]; an empty one (tool output) means
+    # none, the whole vocabulary. None: no nucleus recorded.
+    rollout_top_p_token_ids: list[int] | None = None  # nuclei ids, concatenated
+    rollout_top_p_token_offsets: list[int] | None = None  # (response_len + 1,) offsets[0] = 0
     status: SampleStatus = SampleStatus.PENDING
     error: str | None = None  # why the sample failed (status FAILED)
     metadata: dict[str, Any] = field(default_factory=dict)  # free-form, from data and plugins
@@ -60,12 +67,18 @@ class Sample:
         trainable: bool = True,
         text: str = "",
         weight_version: int | None = None,
+        top_p_token_ids: list[int] | None = None,
+        top_p_token_offsets: list[int] | None = None,
     ) -> None:
         """Append response tokens and keep tokens, mask, log-probs and lengths consistent.
 
         Model output is ``trainable`` (loss mask 1) and must come with one log-prob per
         token. Tool or environment output is not trainable: it gets loss mask 0 and
         log-prob 0.0, so it shapes the context without being trained on.
+
+        ``top_p_token_ids`` / ``top_p_token_offsets``: the tokens' nuclei from the engine (top-p
+        replay, offsets from 0, one more than the tokens). Tokens appended without them get
+        empty nuclei once the sample has recorded any.
         """
         tokens = list(tokens)
         if trainable and (log_probs is None or len(log_probs) != len(tokens)):
@@ -74,6 +87,7 @@ class Sample:
                 f"append_response: {len(tokens)} trainable tokens need as many log-probs, got {got}; "
                 "pass log_probs from the engine, or trainable=False for tool/environment tokens"
             )
+        self._append_nuclei(len(tokens), top_p_token_ids, top_p_token_offsets)
         self.tokens.extend(tokens)
         self.response_length += len(tokens)
         self.response += text
@@ -81,6 +95,23 @@ class Sample:
         self.rollout_log_probs.extend(log_probs if trainable else [0.0] * len(tokens))
         if weight_version is not None and weight_version not in self.weight_versions:
             self.weight_versions.append(weight_version)
+
+    def _append_nuclei(self, count: int, ids: list[int] | None, offsets: list[int] | None) -> None:
+        """Extend the recorded nuclei by ``count`` tokens' (empty ones when none are given);
+        the first nuclei given start the record, with empty ones for the tokens before."""
+        if ids is None and offsets is None:
+            if self.rollout_top_p_token_offsets is not None:
+                self.rollout_top_p_token_offsets.extend([len(self.rollout_top_p_token_ids)] * count)
+            return
+        problem = _offsets_problem(ids, offsets, count)
+        if problem:
+            raise ValueError(f"sample {self.group_index}/{self.index}: the engine's top-p nuclei do not fit its "
+                             f"{count} tokens: {problem}; is the engine's top-p replay broken?")
+        if self.rollout_top_p_token_offsets is None:
+            self.rollout_top_p_token_ids, self.rollout_top_p_token_offsets = [], [0] * (self.response_length + 1)
+        base = len(self.rollout_top_p_token_ids)
+        self.rollout_top_p_token_ids.extend(ids)
+        self.rollout_top_p_token_offsets.extend(base + offset for offset in offsets[1:])
 
     def check(self) -> None:
         """Raise ValueError if the length invariants do not hold."""
@@ -90,6 +121,10 @@ class Sample:
         for name in ("loss_mask", "rollout_log_probs"):
             if len(getattr(self, name)) != self.response_length:
                 problems.append(f"{name} has {len(getattr(self, name))} entries for {self.response_length} response tokens")
+        if self.rollout_top_p_token_ids is not None or self.rollout_top_p_token_offsets is not None:
+            nuclei = _offsets_problem(self.rollout_top_p_token_ids, self.rollout_top_p_token_offsets, self.response_length)
+            if nuclei:
+                problems.append(f"rollout_top_p_token_offsets: {nuclei}")
         if problems:
             raise ValueError(f"sample {self.group_index}/{self.index} is inconsistent: " + "; ".join(problems))
 
@@ -110,3 +145,16 @@ class Sample:
         if "status" in data:
             data["status"] = SampleStatus(data["status"])
         return cls(**data)
+
+
+def _offsets_problem(ids: list[int] | None, offsets: list[int] | None, count: int) -> str | None:
+    """What is wrong with ``offsets`` into ``ids`` as the nuclei of ``count`` tokens, or None."""
+    if ids is None or offsets is None:
+        return f"{'ids' if ids is None else 'offsets'} missing (nuclei need both)"
+    if len(offsets) != count + 1:
+        return f"{len(offsets)} offsets for {count} tokens (need one more than the tokens)"
+    if offsets[0] != 0 or offsets[-1] != len(ids):
+        return f"offsets run from {offsets[0]} to {offsets[-1]}, not from 0 to the {len(ids)} ids"
+    if any(b < a for a, b in zip(offsets, offsets[1:])):
+        return "offsets decrease"
+    return None

@@ -77,7 +77,7 @@ class FSDPCriticRank(FSDPTrainRank):
         old = pad_rows(self.compute_values(batch))
         advantage_inputs = AdvantageInputs(
             torch.tensor(batch.rewards, dtype=torch.float32), torch.tensor(batch.group_ids), mask,
-            values=old, gamma=cfg.gamma, lambd=cfg.lambd,
+            values=old, response_lengths=torch.tensor(batch.response_lengths), gamma=cfg.gamma, lambd=cfg.lambd,
         )
         _, returns = ppo_advantages(advantage_inputs)
         history = [self._value_step(batch, indices, mask, old, returns) for indices in step_slices(len(batch), cfg.num_steps_per_rollout)]

@@ -12,7 +12,9 @@ boundaries from the position ids as well.
 Padded (``--micro-batch-size``): one row per sample, right-padded, with a 2-D mask.
 
 Either way `MicroBatch.spans` says where each sample sits, so log-probs are read from the
-logits the same way.
+logits the same way. With top-p replay (``--rollout-top-p`` < 1) the micro-batch carries the
+nuclei the engine sampled from, and log-probs are renormalised over them (entropy stays over
+the whole vocabulary, as slime computes it).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from slime_core.algorithms import entropy_from_logits, log_probs_from_logits
+from slime_core.algorithms import entropy_from_logits, log_probs_from_logits, nucleus_keep_mask
 
 _VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3", "slime_packed")  # boundaries from position ids
 
@@ -34,24 +36,26 @@ class MicroBatch:
     position_ids: torch.Tensor  # (rows, T) restart at 0 for every sample
     attention_mask: torch.Tensor | None  # (rows, T) padding mask, (1, 1, T, T) block-causal, or None
     spans: list[tuple[int, int, int, int]]  # per sample: (row, start, length, response_length)
+    nuclei: tuple[list[list[int]], list[list[int]]] | None = None  # per sample: top-p nucleus ids, offsets
 
     def model_inputs(self) -> dict[str, torch.Tensor | None]:
         return {"input_ids": self.input_ids, "position_ids": self.position_ids, "attention_mask": self.attention_mask}
 
 
-def packed(tokens: list[list[int]], response_lengths: list[int], device, attn_implementation: str) -> MicroBatch:
-    """All samples in one row (see the module docstring)."""
+def packed(tokens: list[list[int]], response_lengths: list[int], device, attn_implementation: str,
+           nuclei=None) -> MicroBatch:
+    """All samples in one row (see the module docstring); ``nuclei``: `RolloutBatch.nuclei`."""
     lengths = [len(t) for t in tokens]
     input_ids = torch.tensor([t for seq in tokens for t in seq], device=device)[None]
     position_ids = torch.cat([torch.arange(n, device=device) for n in lengths])[None]
     starts = torch.tensor([0] + lengths[:-1], device=device).cumsum(0).tolist()
     mask = None if attn_implementation in _VARLEN_ATTENTION else _block_causal_mask(lengths, device)
     spans = [(0, start, n, r) for start, n, r in zip(starts, lengths, response_lengths)]
-    return MicroBatch(input_ids, position_ids, mask, spans)
+    return MicroBatch(input_ids, position_ids, mask, spans, nuclei)
 
 
-def padded(tokens: list[list[int]], response_lengths: list[int], device, pad_token_id: int) -> MicroBatch:
-    """One right-padded row per sample."""
+def padded(tokens: list[list[int]], response_lengths: list[int], device, pad_token_id: int, nuclei=None) -> MicroBatch:
+    """One right-padded row per sample; ``nuclei``: `RolloutBatch.nuclei`."""
     width = max(len(t) for t in tokens)
     input_ids = torch.full((len(tokens), width), pad_token_id, device=device)
     mask = torch.zeros((len(tokens), width), dtype=torch.long, device=device)
@@ -60,7 +64,7 @@ def padded(tokens: list[list[int]], response_lengths: list[int], device, pad_tok
         mask[row, : len(seq)] = 1
     position_ids = torch.arange(width, device=device).expand(len(tokens), width)
     spans = [(row, 0, len(seq), r) for row, (seq, r) in enumerate(zip(tokens, response_lengths))]
-    return MicroBatch(input_ids, position_ids, mask, spans)
+    return MicroBatch(input_ids, position_ids, mask, spans, nuclei)
 
 
 def _block_causal_mask(lengths: list[int], device) -> torch.Tensor:
@@ -98,13 +102,15 @@ def response_scores(logits: torch.Tensor, batch: MicroBatch) -> tuple[torch.Tens
 
 
 def response_log_probs(logits: torch.Tensor, batch: MicroBatch, temperature: float) -> list[torch.Tensor]:
-    """Per sample, log π(y_t) of each response token: (response_len,) float32 tensors."""
+    """Per sample, log π(y_t) of each response token: (response_len,) float32 tensors; with
+    top-p replay, π renormalised over the token's nucleus."""
     scores, targets, counts = response_scores(logits, batch)
-    return list(log_probs_from_logits(scores, targets, temperature).split(counts))
+    keep = None if batch.nuclei is None else nucleus_keep_mask(*batch.nuclei, targets, scores.shape[-1])
+    return list(log_probs_from_logits(scores, targets, temperature, keep_mask=keep).split(counts))
 
 
 def response_entropy(logits: torch.Tensor, batch: MicroBatch, temperature: float) -> list[torch.Tensor]:
-    """Per sample, the entropy of the distribution each response token was drawn from."""
+    """Per sample, the entropy of π at each response token, over the whole vocabulary."""
     scores, _, counts = response_scores(logits, batch)
     return list(entropy_from_logits(scores, temperature).split(counts))
 

@@ -177,9 +177,10 @@ class FSDPTrainRank:
         tokens = [batch.tokens[i] for i in indices]
         response_lengths = [batch.response_lengths[i] for i in indices]
         check_prompts(tokens, response_lengths)
+        nuclei = batch.nuclei(indices)
         if self.config.use_dynamic_batch_size:
-            return inputs.packed(tokens, response_lengths, self.device, self.attn_implementation)
-        return inputs.padded(tokens, response_lengths, self.device, pad)
+            return inputs.packed(tokens, response_lengths, self.device, self.attn_implementation, nuclei)
+        return inputs.padded(tokens, response_lengths, self.device, pad, nuclei)
 
     # ---------------------------------------------------------------- weights and checkpoints
 

@@ -27,6 +27,7 @@ class MicroBatch:
     position_ids: torch.Tensor  # (B, W) 0..W-1 on every row
     lengths: list[int]  # (B,) real tokens per row
     response_lengths: list[int]  # (B,) response tokens at the end of each row's real tokens
+    nuclei: tuple[list[list[int]], list[list[int]]] | None = None  # per row: top-p nucleus ids, offsets
 
     def response_positions(self) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
         """Where the response tokens are scored: ((N,) flat positions into (B·W) outputs,
@@ -40,16 +41,16 @@ class MicroBatch:
 
 
 def padded(indices: list[int], tokens: list[list[int]], response_lengths: list[int], pad_token_id: int,
-           multiple: int, device) -> MicroBatch:
+           multiple: int, device, nuclei=None) -> MicroBatch:
     """Right-padded rows of ``tokens`` (the samples ``indices`` of the share), the width
-    rounded up to a multiple of ``multiple``."""
+    rounded up to a multiple of ``multiple``; ``nuclei``: `RolloutBatch.nuclei` of the samples."""
     width = -(-max(len(t) for t in tokens) // multiple) * multiple
     input_ids = torch.full((len(tokens), width), pad_token_id, dtype=torch.long)
     for row, seq in enumerate(tokens):
         input_ids[row, : len(seq)] = torch.tensor(seq)
     position_ids = torch.arange(width).expand(len(tokens), width)
     return MicroBatch(indices, input_ids.to(device), position_ids.to(device), [len(t) for t in tokens],
-                      list(response_lengths))
+                      list(response_lengths), nuclei)
 
 
 def padding_micro_batch(pad_token_id: int, multiple: int, device) -> MicroBatch:

@@ -15,6 +15,11 @@ dH/dz_v = −p_v·(z_v − lse + H) for the rank's own slice (times 1/temperatur
 layer's backward all-reduces the hidden-state gradient. Vocabulary entries past the real
 vocabulary (Megatron pads it to a multiple of 128·tp) are excluded, so the distribution is
 the Hugging Face model's. Work is float32, as in ``slime_core.algorithms.logprobs``.
+
+Top-p replay: the log-probs take a keep mask of the rank's slice
+(``slime_core.algorithms.nucleus_keep_mask`` with the slice's first id); dropped entries are
+-inf like the padding, so the softmax statistics renormalise over the nucleus. Entropy stays
+over the whole vocabulary, as slime computes it.
 """
 
 from __future__ import annotations
@@ -25,14 +30,16 @@ from torch.autograd.function import once_differentiable
 
 
 def vocab_parallel_log_probs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, group,
-                             vocab_size: int) -> torch.Tensor:
-    """log softmax(logits / temperature)[target] over the whole vocabulary.
+                             vocab_size: int, keep: torch.Tensor | None = None) -> torch.Tensor:
+    """log softmax(logits / temperature)[target] over the whole vocabulary, or over the kept
+    tokens.
 
     Shapes: logits (N, V_local) this rank's slice (rank r holds ids [r·V_local, (r+1)·V_local)
-    of the tensor-parallel ``group``), targets (N,) int64 -> (N,) float32. ``vocab_size``: the
-    real vocabulary size (ids at or past it are padding). Differentiable in the logits.
+    of the tensor-parallel ``group``), targets (N,) int64, keep (N, V_local) bool or None ->
+    (N,) float32. ``vocab_size``: the real vocabulary size (ids at or past it are padding).
+    Differentiable in the logits.
     """
-    return _LogProbs.apply(logits, targets, temperature, group, vocab_size)
+    return _LogProbs.apply(logits, targets, temperature, group, vocab_size, keep)
 
 
 def vocab_parallel_entropy(logits: torch.Tensor, temperature: float, group, vocab_size: int) -> torch.Tensor:
@@ -41,14 +48,17 @@ def vocab_parallel_entropy(logits: torch.Tensor, temperature: float, group, voca
     return _Entropy.apply(logits, temperature, group, vocab_size)
 
 
-def _scaled(logits: torch.Tensor, temperature: float, group, vocab_size: int) -> tuple[torch.Tensor, int]:
-    """A fresh float32 (N, V_local) copy of logits / temperature with padding ids at -inf,
-    and the first vocabulary id of this rank's slice."""
+def _scaled(logits: torch.Tensor, temperature: float, group, vocab_size: int,
+            keep: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+    """A fresh float32 (N, V_local) copy of logits / temperature with padding ids (and ids
+    not kept) at -inf, and the first vocabulary id of this rank's slice."""
     width = logits.shape[-1]
     start = dist.get_rank(group) * width
     z = logits.float().div(temperature)
     if start + width > vocab_size:
         z[:, max(0, vocab_size - start):] = float("-inf")
+    if keep is not None:
+        z.masked_fill_(~keep, float("-inf"))
     return z, start
 
 
@@ -63,26 +73,26 @@ def _log_sum_exp(z: torch.Tensor, group) -> torch.Tensor:
 
 class _LogProbs(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits, targets, temperature, group, vocab_size):
-        z, start = _scaled(logits, temperature, group, vocab_size)
+    def forward(ctx, logits, targets, temperature, group, vocab_size, keep):
+        z, start = _scaled(logits, temperature, group, vocab_size, keep)
         lse = _log_sum_exp(z, group)  # (N,)
         local = targets - start
         mine = (local >= 0) & (local < z.shape[-1])  # (N,) the target is in this rank's slice
         local = local.clamp(0, z.shape[-1] - 1)
         picked = torch.where(mine, z.gather(1, local[:, None]).squeeze(1), 0.0)
         dist.all_reduce(picked, group=group)
-        ctx.save_for_backward(logits, local, mine, lse)
+        ctx.save_for_backward(logits, local, mine, lse, keep)
         ctx.temperature, ctx.group, ctx.vocab_size = temperature, group, vocab_size
         return picked - lse
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out):
-        logits, local, mine, lse = ctx.saved_tensors
-        p = _scaled(logits, ctx.temperature, ctx.group, ctx.vocab_size)[0].sub_(lse[:, None]).exp_()
+        logits, local, mine, lse, keep = ctx.saved_tensors
+        p = _scaled(logits, ctx.temperature, ctx.group, ctx.vocab_size, keep)[0].sub_(lse[:, None]).exp_()
         grad = p.mul_(-grad_out[:, None])  # −g·p_v
         grad.scatter_add_(1, local[:, None], (grad_out * mine)[:, None])  # + g·1[v = y]
-        return grad.div_(ctx.temperature).to(logits.dtype), None, None, None, None
+        return grad.div_(ctx.temperature).to(logits.dtype), None, None, None, None, None
 
 
 class _Entropy(torch.autograd.Function):

@@ -34,6 +34,7 @@ from functools import partial
 import torch
 import torch.distributed as dist
 
+from slime_core.algorithms import nucleus_keep_mask
 from slime_core.rank_step import RankStep, RolloutSteps, StepTensors, check_prompts, memory_gib, pad_rows, sum_over_ranks
 from slime_core.rollout_batch import RolloutBatch
 from slime_core.weight_bucket import WeightBucket
@@ -158,12 +159,16 @@ class MegatronTrainRank:
         return torch.zeros((), device=logits.device), [lp.float().cpu() for lp in log_probs]
 
     def _response_log_probs(self, logits: torch.Tensor, micro: inputs.MicroBatch, entropy: bool = False):
-        """Per sample, log π of each response token (and the entropy of its distribution),
-        from the (B, W, V/tp) vocabulary-parallel logits."""
+        """Per sample, log π of each response token (over its nucleus with top-p replay) and
+        the entropy of π, from the (B, W, V/tp) vocabulary-parallel logits."""
         positions, targets, counts = micro.response_positions()
         scores = logits.reshape(-1, logits.shape[-1])[positions]  # (N, V/tp)
         group, temperature, vocab = self.parallel.get_tensor_model_parallel_group(), self.config.rollout_temperature, self.hf_config.vocab_size
-        log_probs = vocab_parallel_log_probs(scores, targets, temperature, group, vocab).split(counts)
+        keep = None
+        if micro.nuclei is not None:  # the nuclei's ids in this rank's slice of the vocabulary
+            width = scores.shape[-1]
+            keep = nucleus_keep_mask(*micro.nuclei, targets, width, vocab_start=dist.get_rank(group) * width)
+        log_probs = vocab_parallel_log_probs(scores, targets, temperature, group, vocab, keep).split(counts)
         if not entropy:
             return log_probs, None
         return log_probs, vocab_parallel_entropy(scores, temperature, group, vocab).split(counts)
@@ -232,7 +237,7 @@ class MegatronTrainRank:
                 continue
             tokens, response_lengths = [batch.tokens[i] for i in micro], [batch.response_lengths[i] for i in micro]
             check_prompts(tokens, response_lengths)
-            micros.append(inputs.padded(micro, tokens, response_lengths, pad, multiple, self.device))
+            micros.append(inputs.padded(micro, tokens, response_lengths, pad, multiple, self.device, batch.nuclei(micro)))
         return micros
 
     # ---------------------------------------------------------------- weights and checkpoints

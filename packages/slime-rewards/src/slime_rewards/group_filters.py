@@ -6,6 +6,8 @@ normalisation, so it carries no learning signal (DAPO's dynamic sampling drops i
 
 from __future__ import annotations
 
+import statistics
+
 from slime_core.filters import RolloutProgress
 from slime_core.reward_hub import scalar_reward
 from slime_core.sample import Sample, SampleStatus
@@ -16,10 +18,16 @@ def _rewards(group: list[Sample], config) -> list[float]:
     return [scalar_reward(s, key) for s in group if s.status is not SampleStatus.FAILED and s.reward is not None]
 
 
+#: a group whose reward std is at most this carries no signal (THUDM slime's threshold)
+MIN_REWARD_STD = 1e-6
+
+
 def nonzero_std(group: list[Sample], config, progress: RolloutProgress) -> bool:
-    """Keep the group only if at least two of its rewards differ."""
+    """Keep the group only if the sample std of its rewards (Bessel-corrected, computed
+    exactly) exceeds ``MIN_REWARD_STD``, as THUDM slime: rewards that differ by rounding noise
+    count as equal, and a group of fewer than two rewards is dropped."""
     rewards = _rewards(group, config)
-    return len(rewards) >= 2 and max(rewards) > min(rewards)
+    return len(rewards) >= 2 and statistics.stdev(rewards) > MIN_REWARD_STD
 
 
 def nonzero_std_unless_scarce(group: list[Sample], config, progress: RolloutProgress) -> bool:

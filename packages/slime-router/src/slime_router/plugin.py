@@ -36,7 +36,20 @@ def slime_validate_config(config):
     timeout = config.get("router_middleware_timeout")
     if timeout is not None and timeout <= 0:
         errors.append(f"--router-middleware-timeout must be a positive number of seconds, got {timeout}")
+    if config.get("router") == "sglang" and config.get("rollout_top_p", 1.0) < 1 and not _forwards_custom_params():
+        errors.append("--rollout-top-p < 1 asks the engines for each token's nucleus in sampling_params.custom_params, "
+                      "which this sglang-router drops; use --router none (the engines in turn) or slime's sgl-router build")
     return errors
+
+
+def _forwards_custom_params() -> bool:
+    """Whether sglang-router passes ``sampling_params.custom_params`` on to the engines (top-p
+    replay's request). The PyPI build (0.3.2, checked) re-encodes ``/generate`` bodies through
+    its own SamplingParams, which lacks the field; the build slime ships (its version names
+    slime) is the one slime's top-p replay runs with."""
+    from sglang_router.version import __version__
+
+    return "slime" in __version__
 
 
 @hookimpl

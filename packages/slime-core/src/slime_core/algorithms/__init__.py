@@ -5,7 +5,7 @@ import it.
 Modules, one concept each: ``kl`` (KL estimators), ``advantages`` (advantage estimators and
 ``ADVANTAGE_ESTIMATORS``), ``distillation`` (on-policy distillation), ``normalization`` (whitening),
 ``policy_loss`` (per-token PPO/GSPO/CISPO and ``POLICY_LOSSES``), ``value`` (critic loss),
-``mismatch`` (TIS/ICEPOP), ``logprobs`` (chunked log-probs and entropy), ``reduce``
+``mismatch`` (TIS/ICEPOP), ``logprobs`` (chunked log-probs and entropy, top-p keep masks), ``reduce``
 (global-batch loss reduction), ``loss`` (total policy loss and SFT loss).
 """
 
@@ -23,7 +23,7 @@ from .advantages import (
 )
 from .distillation import opd_advantages
 from .kl import KL_KINDS, approx_kl
-from .logprobs import entropy_from_logits, log_probs_from_logits
+from .logprobs import entropy_from_logits, log_probs_from_logits, nucleus_keep_mask
 from .loss import PolicyLossConfig, PolicyLossInputs, compute_policy_loss, sft_loss
 from .mismatch import icepop_weights, tis_weights
 from .policy_loss import (
@@ -67,6 +67,7 @@ __all__ = [
     "log_probs_from_logits",
     "loss_denominators",
     "masked_mean",
+    "nucleus_keep_mask",
     "opd_advantages",
     "ppo_advantages",
     "ppo_policy_loss",

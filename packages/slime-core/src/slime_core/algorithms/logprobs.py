@@ -14,7 +14,9 @@ work happens on ``chunk_size`` rows at a time, in a custom autograd function:
 
 Both functions accept an optional top-p ``keep_mask`` (same shape as the logits, True for
 kept tokens): dropped logits become -inf, so the distribution renormalises over the kept
-tokens. The scored tokens must be kept ones (the sampled token always is).
+tokens. The scored tokens must be kept ones. `nucleus_keep_mask` builds the mask from the
+nuclei the rollout engine sampled from (top-p replay, ``Sample.rollout_top_p_token_ids``), for
+the whole vocabulary or one tensor-parallel slice of it.
 
 Double backward is not supported. Vocabulary-parallel logits (Megatron TP) need their own
 all-reduces and are not handled here.
@@ -58,6 +60,53 @@ def entropy_from_logits(
     """
     flat, keep = _flatten(logits, keep_mask)
     return _ChunkedEntropy.apply(flat, keep, temperature, chunk_size).view(logits.shape[:-1])
+
+
+def nucleus_keep_mask(
+    token_ids: list[list[int]],
+    offsets: list[list[int]],
+    targets: torch.Tensor,
+    vocab_width: int,
+    vocab_start: int = 0,
+) -> torch.Tensor:
+    """The (N, vocab_width) bool keep mask of N scored response tokens from their nuclei.
+
+    The rows are the response tokens of the samples one after the other, as ``targets`` (N,)
+    are; sample s's token t was drawn from ``token_ids[s][offsets[s][t]:offsets[s][t + 1]]``.
+    The columns are vocabulary ids [vocab_start, vocab_start + vocab_width): the whole
+    vocabulary, or one tensor-parallel rank's slice. A row keeps its nucleus ids in that range
+    and its target; a token with an empty nucleus (tool output) keeps every column. The target
+    is kept because an engine's sampling kernel may draw a token just outside the nucleus it
+    reports; its log-prob is then over nucleus + target, as SGLang's top-p patch computes it.
+    """
+    rows, ids, empty = _nucleus_entries(token_ids, offsets)
+    if len(empty) != len(targets):
+        raise ValueError(f"nuclei for {len(empty)} response tokens but {len(targets)} targets; "
+                         "the offsets must have one entry more than each sample's response tokens")
+    device = targets.device
+    keep = torch.zeros((len(targets), vocab_width), dtype=torch.bool, device=device)
+    column = ids - vocab_start
+    inside = (column >= 0) & (column < vocab_width)
+    keep[rows[inside].to(device), column[inside].to(device)] = True
+    keep[empty.to(device)] = True
+    target_column = targets - vocab_start
+    mine = (target_column >= 0) & (target_column < vocab_width)
+    keep[mine.nonzero().squeeze(1), target_column[mine]] = True
+    return keep
+
+
+def _nucleus_entries(token_ids: list[list[int]], offsets: list[list[int]]):
+    """Flattened nuclei: (E,) row of each id, (E,) the ids, (N,) whether a row's nucleus is empty."""
+    rows, ids, empty, base = [], [], [], 0
+    for sample_ids, sample_offsets in zip(token_ids, offsets, strict=True):
+        counts = torch.as_tensor(sample_offsets, dtype=torch.long).diff()
+        if int(counts.sum()) != len(sample_ids):
+            raise ValueError(f"nucleus offsets cover {int(counts.sum())} ids but the sample has {len(sample_ids)}")
+        rows.append(torch.arange(base, base + len(counts)).repeat_interleave(counts))
+        ids.append(torch.as_tensor(sample_ids, dtype=torch.long))
+        empty.append(counts == 0)
+        base += len(counts)
+    return torch.cat(rows), torch.cat(ids), torch.cat(empty)
 
 
 class _ChunkedLogProbs(torch.autograd.Function):

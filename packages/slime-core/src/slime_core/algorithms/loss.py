@@ -3,6 +3,11 @@
 policy loss = pg_loss - entropy_coef·entropy + kl_loss_coef·kl_loss, each term reduced to its
 global-batch contribution (``reduce.reduce_loss``), so summing the loss and the metrics over
 micro-batches and data-parallel ranks gives the global-batch values.
+
+Three policies can be in play: π (being trained), π_old (the trainer's recomputation of the
+policy that sampled) and π_rollout (the engine's log-probs of the same tokens). The PPO ratio
+ρ = π/π_old, or π/π_rollout with ``use_rollout_logprobs``; the mismatch weights (``use_tis``,
+metrics with ``get_mismatch_metrics``) are always π_old/π_rollout.
 """
 
 import difflib
@@ -13,7 +18,7 @@ import torch
 
 from .kl import KL_KINDS, approx_kl
 from .mismatch import icepop_weights, tis_weights
-from .policy_loss import POLICY_LOSSES, PolicyLossFn
+from .policy_loss import POLICY_LOSSES, PolicyLossFn, opsm_keep_mask
 from .reduce import LossDenominators, reduce_loss
 
 TIS_MODES = ("truncate", "icepop")
@@ -39,6 +44,10 @@ class PolicyLossConfig:
     tis_mode: str = "truncate"  # "truncate": clamp w to [tis_clip_low, tis_clip]; "icepop": 0 outside
     tis_clip: float = 2.0  # upper bound of the TIS weight / ICEPOP band
     tis_clip_low: float = 0.0  # lower bound (for ICEPOP set it, e.g. 0.5)
+    get_mismatch_metrics: bool = False  # report the tis_*/icepop_* metrics without reweighting
+    use_rollout_logprobs: bool = False  # ρ = π/π_rollout instead of π/π_old (excludes use_tis)
+    use_opsm: bool = False  # off-policy sequence masking (``policy_loss.opsm_keep_mask``)
+    opsm_delta: float = 1e-4  # OPSM threshold on a sample's KL(π_old‖π) estimate
     calculate_per_token_loss: bool = False  # "token_mean" reduction
     use_constant_denominator: bool = False  # "constant" reduction (Dr.GRPO)
 
@@ -66,16 +75,22 @@ class PolicyLossConfig:
             return "token_mean"
         return "constant" if self.use_constant_denominator else "sample_mean"
 
+    @property
+    def needs_rollout_log_probs(self) -> bool:
+        """Whether the loss reads the engine's log-probs (``PolicyLossInputs.rollout_log_probs``)."""
+        return self.use_tis or self.get_mismatch_metrics or self.use_rollout_logprobs
+
 
 @dataclass
 class PolicyLossInputs:
     log_probs: torch.Tensor  # (B, T) log π(y_t) of the policy being trained, with gradient
-    old_log_probs: torch.Tensor  # (B, T) log π_old(y_t), the policy ρ is measured against
+    old_log_probs: torch.Tensor  # (B, T) the trainer's log π_old(y_t): ρ's anchor (see use_rollout_logprobs)
     advantages: torch.Tensor  # (B, T)
     loss_mask: torch.Tensor  # (B, T) 1 on tokens trained on
     entropy: torch.Tensor | None = None  # (B, T) with gradient; needed when entropy_coef != 0
     ref_log_probs: torch.Tensor | None = None  # (B, T) log π_ref; needed with use_kl_loss
-    rollout_log_probs: torch.Tensor | None = None  # (B, T) the engine's log-probs; needed with use_tis
+    rollout_log_probs: torch.Tensor | None = None  # (B, T) the engine's; needed by config.needs_rollout_log_probs
+    sample_tokens: torch.Tensor | None = None  # (B,) sample-mean denominators (None: each row's own tokens)
 
 
 def compute_policy_loss(
@@ -86,28 +101,31 @@ def compute_policy_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """loss = pg_loss - entropy_coef·entropy + kl_loss_coef·kl_loss for one micro-batch.
 
-    pg_loss is ``loss_fn`` (default ``POLICY_LOSSES[config.loss_type]``), times the TIS/ICEPOP
-    weights with ``use_tis``. Returns the scalar loss and float metrics: loss, pg_loss,
-    pg_clipfrac, ppo_kl (mean of old - new log-prob), entropy (when given), kl_loss (with
-    use_kl_loss) and the tis_*/icepop_* metrics; all are global-batch contributions.
+    pg_loss is ``loss_fn`` (default ``POLICY_LOSSES[config.loss_type]``) with ρ against π_old
+    (π_rollout with use_rollout_logprobs), times the OPSM mask with use_opsm and the TIS/ICEPOP
+    weights with use_tis. Returns the scalar loss and float metrics, all global-batch
+    contributions: loss, pg_loss, pg_clipfrac, ppo_kl (mean of anchor - new log-prob), entropy
+    (when given), kl_loss (with use_kl_loss), opsm_clipfrac (with use_opsm: the share of tokens
+    OPSM dropped), the tis_*/icepop_* metrics (with use_tis or get_mismatch_metrics) and
+    train_rollout_logprob_abs_diff (whenever rollout log-probs are given).
+
+    get_mismatch_metrics only reports: it never reweights the loss. That is slime's documented
+    behaviour; slime's code does pass the loss through a TIS function whenever the flag is set,
+    but requires ``--custom-tis-function-path`` with it, and its example function reweights
+    only under its own ``use_tis``.
     """
     _check_inputs(inputs, config)
-    reduce = partial(reduce_loss, loss_mask=inputs.loss_mask, denominators=denominators, mode=config.reduction)
-    loss_fn = loss_fn or _lookup_policy_loss(config.loss_type)
-    pg, clipfrac = loss_fn(inputs.log_probs, inputs.old_log_probs, inputs.advantages, inputs.loss_mask, config)
-    ppo_kl = (inputs.old_log_probs - inputs.log_probs).detach()  # (B, T)
-    metrics = {"pg_clipfrac": reduce(clipfrac), "ppo_kl": reduce(ppo_kl)}
-    if config.use_tis:
-        weights, tis_metrics = _mismatch_weights(inputs, config, reduce)
-        pg = pg * weights
-        metrics.update(tis_metrics)
-    loss = metrics["pg_loss"] = reduce(pg)
+    reduce = partial(reduce_loss, loss_mask=inputs.loss_mask, denominators=denominators, mode=config.reduction,
+                     sample_tokens=inputs.sample_tokens)
+    loss, metrics = _pg_loss(inputs, config, loss_fn or _lookup_policy_loss(config.loss_type), reduce)
     if inputs.entropy is not None:
         metrics["entropy"] = reduce(inputs.entropy)
         loss = loss - config.entropy_coef * metrics["entropy"]
     if config.use_kl_loss:
         metrics["kl_loss"] = reduce(_kl_loss(inputs, config))
         loss = loss + config.kl_loss_coef * metrics["kl_loss"]
+    if inputs.rollout_log_probs is not None:
+        metrics["train_rollout_logprob_abs_diff"] = reduce(_rollout_gap(inputs, config))
     metrics["loss"] = loss
     return loss, _to_floats(metrics)
 
@@ -124,7 +142,37 @@ def sft_loss(
     return loss, _to_floats({"sft_loss": loss})
 
 
+def _pg_loss(inputs: PolicyLossInputs, config: PolicyLossConfig, loss_fn: PolicyLossFn, reduce):
+    """The reduced policy-gradient term, and its metrics (pg_*, ppo_kl, OPSM, mismatch)."""
+    anchor = _ratio_anchor(inputs, config)
+    pg, clipfrac = loss_fn(inputs.log_probs, anchor, inputs.advantages, inputs.loss_mask, config)
+    metrics = {"pg_clipfrac": reduce(clipfrac), "ppo_kl": reduce((anchor - inputs.log_probs).detach())}
+    if config.use_opsm:
+        keep = opsm_keep_mask(inputs.log_probs, anchor, inputs.advantages, inputs.loss_mask, config.opsm_delta)
+        pg = pg * keep
+        metrics["opsm_clipfrac"] = reduce(1.0 - keep)
+    if config.use_tis or config.get_mismatch_metrics:
+        weights, mismatch_metrics = _mismatch_weights(inputs, config, reduce)
+        pg = pg * weights if config.use_tis else pg
+        metrics.update(mismatch_metrics)
+    metrics["pg_loss"] = reduce(pg)
+    return metrics["pg_loss"], metrics
+
+
+def _ratio_anchor(inputs: PolicyLossInputs, config: PolicyLossConfig) -> torch.Tensor:
+    """The log-probs ρ is measured against: π_rollout with use_rollout_logprobs, else π_old."""
+    return inputs.rollout_log_probs if config.use_rollout_logprobs else inputs.old_log_probs
+
+
+def _rollout_gap(inputs: PolicyLossInputs, config: PolicyLossConfig) -> torch.Tensor:
+    """|log π_train - log π_rollout| per token, π_train the trainer's π_old, or (as in slime)
+    the current π with use_rollout_logprobs, where π_old is not the ratio's anchor."""
+    train = inputs.log_probs if config.use_rollout_logprobs else inputs.old_log_probs
+    return (train.detach() - inputs.rollout_log_probs).abs()
+
+
 def _mismatch_weights(inputs: PolicyLossInputs, config: PolicyLossConfig, reduce):
+    """π_old/π_rollout weights and metrics; always the trainer's π_old, whatever ρ's anchor."""
     args = (inputs.old_log_probs, inputs.rollout_log_probs, inputs.loss_mask)
     if config.tis_mode == "icepop":
         return icepop_weights(*args, low=config.tis_clip_low, high=config.tis_clip, reduce=reduce)
@@ -132,7 +180,8 @@ def _mismatch_weights(inputs: PolicyLossInputs, config: PolicyLossConfig, reduce
 
 
 def _kl_loss(inputs: PolicyLossInputs, config: PolicyLossConfig) -> torch.Tensor:
-    ratio = torch.exp(inputs.log_probs - inputs.old_log_probs) if config.use_unbiased_kl else None
+    anchor = _ratio_anchor(inputs, config)
+    ratio = torch.exp(inputs.log_probs - anchor) if config.use_unbiased_kl else None
     return approx_kl(inputs.log_probs, inputs.ref_log_probs, config.kl_loss_type, importance_ratio=ratio)
 
 
@@ -148,7 +197,7 @@ def _check_inputs(inputs: PolicyLossInputs, config: PolicyLossConfig) -> None:
     needs = [
         ("entropy", config.entropy_coef != 0, "entropy_coef != 0"),
         ("ref_log_probs", config.use_kl_loss, "use_kl_loss"),
-        ("rollout_log_probs", config.use_tis, "use_tis"),
+        ("rollout_log_probs", config.needs_rollout_log_probs, "use_tis, get_mismatch_metrics or use_rollout_logprobs"),
     ]
     missing = [
         f"{reason} needs PolicyLossInputs.{name}"
@@ -170,6 +219,10 @@ def _config_errors(config: PolicyLossConfig) -> list[str]:
         errors.append(f"tis_mode {config.tis_mode!r} is not one of {', '.join(TIS_MODES)}")
     if config.tis_clip_low > config.tis_clip:
         errors.append(f"tis_clip_low ({config.tis_clip_low}) must not exceed tis_clip ({config.tis_clip})")
+    if config.use_rollout_logprobs and config.use_tis:
+        errors.append("use_rollout_logprobs and use_tis exclude each other (as in slime): with ρ = π/π_rollout "
+                      "there is no rollout/train gap left to reweight; drop one "
+                      "(get_mismatch_metrics still reports the gap)")
     if config.calculate_per_token_loss and config.use_constant_denominator:
         errors.append("calculate_per_token_loss and use_constant_denominator exclude each other; pick one")
     return errors

@@ -1,4 +1,5 @@
-"""Per-token policy-gradient losses: PPO clip (with dual clip), GSPO, CISPO, and SFT.
+"""Per-token policy-gradient losses: PPO clip (with dual clip), GSPO, CISPO, and SFT; and
+OPSM, a per-token mask to multiply into them.
 
 Every loss here is per token, shape (B, T); reduce it with ``reduce.reduce_loss``.
 ``POLICY_LOSSES`` maps ``--loss-type`` names to the uniform form::
@@ -7,6 +8,8 @@ Every loss here is per token, shape (B, T); reduce it with ``reduce.reduce_loss`
 
 with all tensors (B, T), ``config`` any object with ``eps_clip``, ``eps_clip_high`` and
 ``eps_clip_c`` (a ``PolicyLossConfig``), and both outputs 0 where ``loss_mask`` is 0.
+``old_log_probs`` is what ρ is measured against: π_old, or the engine's log-probs with
+``--use-rollout-logprobs``.
 
 ``policy_loss`` (slime's default name) is the PPO clip loss; ``PolicyLossConfig.from_config``
 turns it into ``gspo`` or ``cispo`` when ``--advantage-estimator`` names one of them, as in
@@ -41,12 +44,16 @@ def clipped_policy_loss(
     ρ = exp(log_ratio);  loss = max(-ρ·A, -clip(ρ, 1-ε, 1+ε_high)·A);
     dual clip: where A < 0, loss = min(loss, -ε_c·A).
 
-    The log-ratio is clamped to ±20 before exp, so the loss and its gradient stay finite for
-    extreme ratios (such a token is clipped by any sane band; without dual clip a negative-
-    advantage token there gets ρ = e^20 and no gradient).
+    The log-ratio is clamped to ±20 before exp (slime does not clamp: there a log-ratio above
+    ~88 overflows ρ to inf in float32 and the loss to inf or NaN). Inside ±20 the two agree
+    exactly; beyond it, where any sane clip band has long decided the token, ours stays finite
+    with a finite gradient (without dual clip a negative-advantage token there gets ρ = e^20
+    and no gradient).
 
-    Shapes: log_ratio, advantages (B, T) -> loss (B, T), clipfrac (B, T) float, 1 where a
-    clip bound (ε, ε_high or ε_c) decided the loss.
+    clipfrac is slime's: 1 where the ε / ε_high clip decided the max, measured before the dual
+    clip, so a token that only the ε_c cap decided is not counted.
+
+    Shapes: log_ratio, advantages (B, T) -> loss (B, T), clipfrac (B, T) float.
     """
     _check_dual_clip(eps_clip_c)
     high = eps_clip if eps_clip_high is None else eps_clip_high
@@ -54,13 +61,11 @@ def clipped_policy_loss(
     unclipped = -ratio * advantages
     clipped = -ratio.clamp(1 - eps_clip, 1 + high) * advantages
     loss = torch.maximum(unclipped, clipped)
-    clip_won = clipped > unclipped  # (B, T) bool
+    clipfrac = (clipped > unclipped).float()  # (B, T)
     if eps_clip_c is not None:
         dual = -eps_clip_c * advantages
-        dual_won = (advantages < 0) & (dual < loss)
-        loss = torch.where(dual_won, dual, loss)
-        clip_won = clip_won | dual_won
-    return loss, clip_won.float()
+        loss = torch.where((advantages < 0) & (dual < loss), dual, loss)
+    return loss, clipfrac
 
 
 def ppo_policy_loss(
@@ -128,6 +133,30 @@ def cispo_policy_loss(
         ratio = torch.exp(log_probs - old_log_probs)  # (B, T); inf clamps to 1 + high
         weight = ratio.clamp(1 - eps_clip, 1 + high)
     return -weight * advantages * log_probs, (weight != ratio).float()
+
+
+def opsm_keep_mask(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    delta: float,
+) -> torch.Tensor:
+    """Off-policy sequence masking (OPSM, DeepSeek-V3.2; slime's ``--use-opsm``): stop learning
+    from the negative-advantage tokens of a sample the policy has drifted too far from, where
+    the ratio of a bad action is least trustworthy.
+
+    d_i = Σ_t m_it·(log π_old(y_it) - log π(y_it)) / max(Σ_t m_it, 1)   (sample i's KL estimate)
+    keep_it = 0 where A_it < 0 and d_i > delta, else 1
+
+    Multiply it into the per-token policy loss. Shapes: all (B, T) -> keep (B, T) float, with
+    no gradient.
+    """
+    mask = loss_mask.bool()
+    zero = torch.zeros((), dtype=log_probs.dtype, device=log_probs.device)
+    gap = torch.where(mask, old_log_probs - log_probs.detach(), zero)  # (B, T)
+    drift = gap.sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)  # (B, 1)
+    return 1.0 - ((advantages < 0) & (drift > delta)).to(log_probs.dtype)
 
 
 def _check_dual_clip(eps_clip_c: float | None) -> None:

@@ -11,9 +11,9 @@ def value_loss(
     V_clip = V_old + clamp(V - V_old, -c, c);  loss = max((V_clip - R)², (V - R)²)
 
     Shapes: values, old_values, returns (B, T) -> loss (B, T), clipfrac (B, T) float, 1 where
-    the clipped term was the larger one. Reduce with the loss mask (``reduce.reduce_loss``).
+    |V - V_old| > c, i.e. where the clip moved the value, whichever term won (THUDM slime's
+    ``value_clipfrac``). Reduce with the loss mask (``reduce.reduce_loss``).
     """
     clipped_values = old_values + (values - old_values).clamp(-value_clip, value_clip)  # (B, T)
-    unclipped_loss = (values - returns).square()
-    clipped_loss = (clipped_values - returns).square()
-    return torch.maximum(unclipped_loss, clipped_loss), (clipped_loss > unclipped_loss).float()
+    loss = torch.maximum((values - returns).square(), (clipped_values - returns).square())
+    return loss, ((values - old_values).abs() > value_clip).float()

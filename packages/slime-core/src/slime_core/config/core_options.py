@@ -57,7 +57,9 @@ def _rollout(o: OptionSet) -> None:
     o.add("--n-samples-per-prompt", type=int, default=1, help="responses generated per prompt (group size)", group=g)
     o.add("--rollout-max-response-len", type=int, default=1024, help="maximum new tokens per response", group=g)
     o.add("--rollout-temperature", type=float, default=1.0, help="sampling temperature", group=g)
-    o.add("--rollout-top-p", type=float, default=1.0, help="nucleus sampling threshold", group=g)
+    o.add("--rollout-top-p", type=float, default=1.0, group=g,
+          help="nucleus sampling threshold; below 1, training scores each token over the nucleus the engine drew it "
+          "from, which the engine must return (the CPU engine does; SGLang needs slime's top-p patch)")
     o.add("--rollout-top-k", type=int, default=-1, help="top-k sampling (-1: off)", group=g)
     o.add("--rollout-stop", nargs="+", default=None, help="stop strings", group=g)
     o.add("--over-sampling-batch-size", type=int, default=None, help="prompt groups submitted at once (>= rollout batch)", group=g)
@@ -106,6 +108,8 @@ def _algorithm(o: OptionSet) -> None:
     o.add("--gamma", type=float, default=1.0, help="discount factor", group=g)
     o.add("--lambd", type=float, default=1.0, help="GAE lambda", group=g)
     o.add("--normalize-advantages", type=bool, default=False, help="whiten advantages over the batch", group=g)
+    o.add("--disable-rewards-normalization", type=bool, default=False, help="group estimators (grpo, gspo, cispo, dr_grpo, reinforce_plus_plus_baseline) use the raw rewards, not centred per group", group=g)
+    o.add("--disable-grpo-std-normalization", type=bool, default=False, help="Dr.GRPO: grpo, gspo and cispo subtract the group mean but do not divide by the group std", group=g)
     o.add("--calculate-per-token-loss", type=bool, default=False, help="token-mean loss over the global batch", group=g)
     o.add("--use-constant-denominator", type=bool, default=False, help="Dr.GRPO: divide by samples x max response length", group=g)
     o.add("--use-unbiased-kl", type=bool, default=False, help="weight the KL loss by the importance ratio", group=g)
@@ -113,6 +117,20 @@ def _algorithm(o: OptionSet) -> None:
     o.add("--tis-mode", default="truncate", choices=["truncate", "icepop"], help="truncate (TIS) or zero outside the band (ICEPOP)", group=g)
     o.add("--tis-clip", type=float, default=2.0, help="upper bound of the mismatch weight", group=g)
     o.add("--tis-clip-low", type=float, default=0.0, help="lower bound of the mismatch weight (ICEPOP: e.g. 0.5)", group=g)
+    o.add("--get-mismatch-metrics", type=bool, default=False, group=g,
+          help="report the rollout/train mismatch metrics (tis_* or icepop_* by --tis-mode) without reweighting the "
+          "loss (slime's documented behaviour; --use-tis reweights)")
+    o.add("--use-rollout-logprobs", type=bool, default=False, group=g,
+          help="measure the PPO ratio against the engine's log-probs (π/π_rollout) instead of the trainer's π_old; "
+          "excludes --use-tis (mismatch metrics still use π_old)")
+    o.add("--use-opsm", type=bool, default=False, group=g,
+          help="off-policy sequence masking: drop the negative-advantage tokens of samples whose mean "
+          "log π_old - log π exceeds --opsm-delta")
+    o.add("--opsm-delta", type=float, default=1e-4, help="OPSM threshold on a sample's mean log π_old - log π", group=g)
+    o.add("--rollout-id-key", default=None, group=g,
+          help="Sample metadata key naming the rollout a sample comes from (slime's Sample.rollout_id): samples of "
+          "one prompt group with equal values are one rollout, which counts once in the per-sample loss mean and "
+          "divides by its samples' tokens together (default: every sample is its own rollout)")
     o.add("--opd-kl-coef", type=float, default=0.0, help="on-policy distillation: weight of the teacher's reverse KL", group=g)
     o.add("--value-clip", type=float, default=0.2, help="PPO critic: clip range of the value update", group=g)
     o.add("--critic-load", default=None, help="PPO critic: Hugging Face directory of its body (default: --hf-checkpoint)", group=g)

@@ -13,6 +13,10 @@ from typing import Callable
 
 from slime_core.config.options import key_to_flag
 
+_MISMATCH_OFF = ("the rollout/train mismatch weights are computed with --use-tis "
+                 "(or reported with --get-mismatch-metrics)")
+_SFT_NO_RATIO = "supervised training (--loss-type sft_loss) has no ratio"
+
 #: option -> (whether it acts in this config, why not / what makes it act)
 RULES: dict[str, tuple[Callable, str]] = {
     "max_staleness": (lambda c: c.train_mode == "async",
@@ -27,9 +31,25 @@ RULES: dict[str, tuple[Callable, str]] = {
                                     "it bounds the groups a --dynamic-sampling-filter may reject"),
     "kl_loss_coef": (lambda c: c.use_kl_loss, "the KL loss is added with --use-kl-loss"),
     "use_unbiased_kl": (lambda c: c.use_kl_loss, "it weights the KL loss, which needs --use-kl-loss"),
-    "tis_mode": (lambda c: c.use_tis, "the rollout/train mismatch correction is on with --use-tis"),
-    "tis_clip": (lambda c: c.use_tis, "the rollout/train mismatch correction is on with --use-tis"),
-    "tis_clip_low": (lambda c: c.use_tis, "the rollout/train mismatch correction is on with --use-tis"),
+    "tis_mode": (lambda c: c.use_tis or c.get_mismatch_metrics, _MISMATCH_OFF),
+    "tis_clip": (lambda c: c.use_tis or c.get_mismatch_metrics, _MISMATCH_OFF),
+    "tis_clip_low": (lambda c: c.use_tis or c.get_mismatch_metrics, _MISMATCH_OFF),
+    "get_mismatch_metrics": (lambda c: not c.use_tis and c.loss_type != "sft_loss",
+                             "--use-tis reports the mismatch metrics already, and supervised training "
+                             "(--loss-type sft_loss) has no rollout log-probs to compare"),
+    "use_rollout_logprobs": (lambda c: c.loss_type != "sft_loss", _SFT_NO_RATIO),
+    "use_opsm": (lambda c: c.loss_type != "sft_loss", _SFT_NO_RATIO),
+    "opsm_delta": (lambda c: c.use_opsm and c.loss_type != "sft_loss", "it is the threshold of --use-opsm"),
+    "rollout_id_key": (lambda c: not c.calculate_per_token_loss,
+                       "--calculate-per-token-loss divides by the batch's tokens, not per sample or rollout"),
+    "disable_rewards_normalization": (lambda c: c.advantage_estimator not in ("ppo", "reinforce_plus_plus"),
+                                      "only group estimators (grpo, gspo, cispo, dr_grpo, reinforce_plus_plus_baseline) "
+                                      "normalise the rewards per group"),
+    "disable_grpo_std_normalization": (lambda c: c.advantage_estimator not in ("dr_grpo", "reinforce_plus_plus",
+                                                                               "reinforce_plus_plus_baseline", "ppo")
+                                       and not c.disable_rewards_normalization,
+                                       "only grpo, gspo and cispo divide by the group std, and not with "
+                                       "--disable-rewards-normalization"),
     "value_clip": (lambda c: c.advantage_estimator == "ppo", "only PPO's critic (--advantage-estimator ppo) has a value loss"),
     "critic_lr": (lambda c: c.advantage_estimator == "ppo", "only PPO (--advantage-estimator ppo) trains a critic"),
     "critic_load": (lambda c: c.advantage_estimator == "ppo", "only PPO (--advantage-estimator ppo) trains a critic"),

@@ -21,7 +21,14 @@ def validate(config: Config, options: OptionSet) -> list[str]:
     errors += _check_batching(config)
     errors += _check_debug(config)
     errors += _check_fault_tolerance(config)
+    errors += _check_top_p(config)
     return errors
+
+
+def _check_top_p(config: Config) -> list[str]:
+    """Nucleus thresholds are probabilities."""
+    return [f"{key_to_flag(key)} must be in (0, 1] (1: no nucleus), got {config.get(key)}"
+            for key in ("rollout_top_p", "eval_top_p") if config.get(key) is not None and not 0 < config.get(key) <= 1]
 
 
 def _check_debug(config: Config) -> list[str]:

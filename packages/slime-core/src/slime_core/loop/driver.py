@@ -118,7 +118,9 @@ class Run:
                    **self.sample_filters.apply(groups),
                    "rollout/stale_groups_dropped": float(dropped),
                    "rollout/staleness_max": float(max((staleness(g, self.version) for g in groups), default=0))}
-        batch = RolloutBatch.from_samples(in_prompt_order(groups), self.config.reward_key)
+        batch = RolloutBatch.from_samples(in_prompt_order(groups), self.config.reward_key,
+                                          top_p_replay=self.config.rollout_top_p < 1,
+                                          rollout_id_key=self.config.rollout_id_key)
         trainer, critic, weights = self.parts.trainer, self.parts.critic, self.parts.weights
         if len(batch) == 0 or trainer is None:  # nothing to train on, or --debug-rollout-only
             return metrics

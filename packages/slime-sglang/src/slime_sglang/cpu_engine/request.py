@@ -6,7 +6,12 @@ the fields sglang-router adds with their default values are accepted too):
     {"input_ids": [int], "sampling_params": {...}, "return_logprob": bool, "rid": str,
      "return_text_in_logprobs": bool}
     -> {"text": str, "output_ids": [int], "meta_info": {"id", "finish_reason", "prompt_tokens",
-        "completion_tokens", "weight_version", "output_token_logprobs" (with return_logprob)}}
+        "completion_tokens", "weight_version", "output_token_logprobs" (with return_logprob),
+        "top_p_token_ids", "top_p_token_offsets" (with custom_params.return_top_p_token_ids)}}
+
+Top-p replay answers as SGLang with slime's top-p patch does: the output tokens' nuclei
+concatenated, and completion_tokens + 1 offsets into them, each base64 of int32
+(``slime_core.engine.encode_int32s``; `sampling` says what a nucleus holds).
 
 With ``sampling_params.n`` > 1 (SGLang's parallel sampling) the answer is a list of n such
 objects, one per sample of the prompt (a GRPO group in one request).
@@ -20,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from slime_core.engine import parallel_sample_seed
+from slime_core.engine import TOP_P_REPLAY_PARAM, encode_int32s, parallel_sample_seed
 from slime_sglang.cpu_engine.sampling import SamplingParams
 
 TOP_LEVEL_KEYS = ("input_ids", "sampling_params", "return_logprob", "return_text_in_logprobs", "rid")
@@ -28,6 +33,10 @@ TOP_LEVEL_KEYS = ("input_ids", "sampling_params", "return_logprob", "return_text
 IGNORED_KEYS = ("model", "log_metrics", "no_logs")
 #: ... and these ask for features the CPU engine lacks, so they must be false.
 UNSUPPORTED_FLAGS = ("stream", "return_hidden_states", "return_entropy", "return_bytes", "background")
+#: ``sampling_params`` keys: SGLang's names of `SamplingParams`' fields, and custom_params ...
+SAMPLING_KEYS = tuple(f.name for f in fields(SamplingParams) if f.name != "return_top_p_token_ids") + ("custom_params",)
+#: ... whose only key the CPU engine knows asks for top-p replay.
+CUSTOM_PARAMS = (TOP_P_REPLAY_PARAM,)
 
 
 class BadRequest(ValueError):
@@ -46,6 +55,7 @@ class GenerateRequest:
     generator: torch.Generator | None = None  # set for requests with a sampling_seed
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)  # one per output token
+    output_nuclei: list[list[int]] = field(default_factory=list)  # one per output token, with top-p replay
     finish_reason: dict | None = None  # set when the request is done
     on_done: Callable[[dict | Exception], None] | None = None  # receives the answer (or the failure)
 
@@ -104,7 +114,11 @@ def parse_sampling_params(raw, vocab_size: int) -> SamplingParams:
     """``SamplingParams`` from the ``sampling_params`` object (null means the default), or ``BadRequest``."""
     if not isinstance(raw, dict):
         raise BadRequest("sampling_params must be a JSON object")
-    refuse_unknown(raw, [f.name for f in fields(SamplingParams)], "sampling param")
+    refuse_unknown(raw, SAMPLING_KEYS, "sampling param")
+    custom = raw.get("custom_params") or {}
+    if not isinstance(custom, dict):
+        raise BadRequest("custom_params must be a JSON object (or null)")
+    refuse_unknown(custom, CUSTOM_PARAMS, "custom param")
     defaults = SamplingParams()
     temperature = _number(raw, "temperature", defaults.temperature)
     top_p = _number(raw, "top_p", defaults.top_p)
@@ -129,6 +143,7 @@ def parse_sampling_params(raw, vocab_size: int) -> SamplingParams:
         ignore_eos=_boolean(raw, "ignore_eos", defaults.ignore_eos),
         skip_special_tokens=_boolean(raw, "skip_special_tokens", defaults.skip_special_tokens),
         no_stop_trim=_boolean(raw, "no_stop_trim", defaults.no_stop_trim),
+        return_top_p_token_ids=_boolean(custom, TOP_P_REPLAY_PARAM, defaults.return_top_p_token_ids),
     )
 
 
@@ -145,6 +160,12 @@ def answer(request: GenerateRequest, text: str, weight_version: str, token_texts
     if request.return_logprob:
         texts = token_texts or [None] * len(request.output_ids)
         meta["output_token_logprobs"] = [list(entry) for entry in zip(request.output_logprobs, request.output_ids, texts)]
+    if request.params.return_top_p_token_ids:
+        offsets = [0]
+        for nucleus in request.output_nuclei:
+            offsets.append(offsets[-1] + len(nucleus))
+        meta["top_p_token_ids"] = encode_int32s([token for nucleus in request.output_nuclei for token in nucleus])
+        meta["top_p_token_offsets"] = encode_int32s(offsets)
     return {"text": text, "output_ids": list(request.output_ids), "meta_info": meta}
 
 

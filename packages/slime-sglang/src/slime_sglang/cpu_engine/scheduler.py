@@ -141,10 +141,12 @@ class Scheduler:
         return [self._waiting.popleft() for _ in range(room)]
 
     def _append_tokens(self, requests: list[GenerateRequest], logits: torch.Tensor) -> None:
-        tokens, log_probs = sample_tokens(logits, [r.params for r in requests], [r.generator for r in requests])
-        for request, token, log_prob in zip(requests, tokens.tolist(), log_probs.tolist()):
+        tokens, log_probs, nuclei = sample_tokens(logits, [r.params for r in requests], [r.generator for r in requests])
+        for request, token, log_prob, nucleus in zip(requests, tokens.tolist(), log_probs.tolist(), nuclei):
             request.output_ids.append(token)
             request.output_logprobs.append(log_prob)
+            if nucleus is not None:
+                request.output_nuclei.append(nucleus)
             request.finish_reason = self.stop_checker.finish_reason(request)
         self.generated_tokens += len(requests)
 

@@ -112,12 +112,16 @@ def test_bad_configs_fail_before_any_process_starts_with_every_error(tmp_path, t
     assert not (tmp_path / "run").exists()  # nothing was started or written
 
 
-def test_a_rerun_and_a_resume_give_bit_identical_metrics(slime_run, tmp_path):
+@pytest.mark.parametrize("backend", [
+    ("--train-backend", "fsdp", "--actor-num-gpus-per-node", "2"),  # two data-parallel ranks
+    ("--train-backend", "megatron", "--actor-num-gpus-per-node", "2", "--tensor-model-parallel-size", "2"),
+], ids=["fsdp-dp2", "megatron-tp2"])
+def test_a_rerun_and_a_resume_give_bit_identical_metrics(slime_run, tmp_path, backend):
     """Same prompts in the same order (the data source's state), same weights and optimizer,
     same sampling (per-sample seeds), and the batch in prompt order whatever order the groups
-    finished in, so each of the two optimizer steps per rollout takes the same samples; weights
-    reach the engines through a directory here."""
-    flags = ("--update-weight-transport", "disk", "--num-steps-per-rollout", "2")
+    finished in, so each of the two optimizer steps per rollout takes the same samples on every
+    rank; weights reach the engines through a directory here."""
+    flags = ("--update-weight-transport", "disk", "--num-steps-per-rollout", "2", *backend)
     whole = slime_run("--num-rollout", "2", *flags, output="whole")
     first = slime_run("--num-rollout", "1", "--save-interval", "1", "--save", str(tmp_path / "ckpt"), *flags, output="first")
     resumed = slime_run("--num-rollout", "2", "--load", str(tmp_path / "ckpt"), *flags, output="second")

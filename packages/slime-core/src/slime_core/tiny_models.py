@@ -43,27 +43,71 @@ def build_char_tokenizer(save_dir: str | Path | None = None):
     return tokenizer
 
 
-def build_tiny_qwen3(save_dir: str | Path, hidden_size: int = 64, num_layers: int = 2, seed: int = 0,
-                     max_positions: int = 128) -> Path:
-    """Save a randomly initialised Qwen3-architecture causal LM with the character tokenizer
-    to ``save_dir`` (a Hugging Face directory that ``from_pretrained`` loads offline).
+#: The shape every tiny family shares: 4 query / 2 key-value heads, a 3x MLP, an untied output
+#: layer, unless the family's entry says otherwise.
+_SHAPE = dict(num_attention_heads=4, num_key_value_heads=2, head_dim="h/4", rms_norm_eps=1e-6,
+              tie_word_embeddings=False)
 
-    The defaults give about 0.1 M parameters (4 query / 2 key-value heads, tied embeddings):
-    enough to exercise every code path of a backend in seconds on a CPU.
+#: Per family, the transformers ``model_type`` and what makes a tiny config of it exercise the
+#: family's own parts (``h``: the hidden size): MoE with shared experts and dense first layers,
+#: MLA, partial rotary, QK norm, linear attention mixed with full attention.
+TINY_FAMILIES: dict[str, dict] = {
+    "qwen3": dict(tie_word_embeddings=True),
+    "qwen2": dict(),
+    "llama": dict(),
+    "qwen3_moe": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size="h/2", norm_topk_prob=True,
+                      mlp_only_layers=[1]),
+    "glm4": dict(partial_rotary_factor=0.5),
+    "glm4_moe": dict(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size="h/2", n_shared_experts=1,
+                     first_k_dense_replace=1, partial_rotary_factor=0.5, use_qk_norm=True, n_group=1, topk_group=1),
+    "deepseek_v3": dict(num_key_value_heads=4, head_dim="h/8", n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size="h/2",
+                        n_shared_experts=1, first_k_dense_replace=1, q_lora_rank="h/2", kv_lora_rank="h/2",
+                        qk_rope_head_dim="h/8", qk_nope_head_dim="h/4", v_head_dim="h/4", n_group=2, topk_group=1),
+    "qwen3_next": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size="h/2",
+                       shared_expert_intermediate_size="h/2", linear_num_value_heads=4, linear_num_key_heads=2,
+                       linear_key_head_dim="h/4", linear_value_head_dim="h/4", linear_conv_kernel_dim=4,
+                       full_attention_interval=2),
+}
+
+
+def tiny_config(family: str, hidden_size: int = 64, num_layers: int = 2, max_positions: int = 128):
+    """A transformers config of ``family`` (a key of `TINY_FAMILIES`) for the character
+    tokenizer's vocabulary; sizes written ``"h/k"`` in the table are ``hidden_size // k``."""
+    from transformers import AutoConfig
+
+    if family not in TINY_FAMILIES:
+        raise ValueError(f"unknown model family {family!r}; tiny models exist for: {', '.join(TINY_FAMILIES)}")
+    tokenizer = build_char_tokenizer()
+    sizes = {**_SHAPE, **TINY_FAMILIES[family]}
+    sizes = {key: hidden_size // int(value[2:]) if isinstance(value, str) else value for key, value in sizes.items()}
+    return AutoConfig.for_model(
+        family, vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=3 * hidden_size,
+        num_hidden_layers=num_layers, max_position_embeddings=max_positions,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None, **sizes,
+    )
+
+
+def build_tiny_model(save_dir: str | Path, family: str = "qwen3", hidden_size: int = 64, num_layers: int = 2,
+                     seed: int = 0, max_positions: int = 128) -> Path:
+    """Save a randomly initialised causal LM of ``family`` with the character tokenizer to
+    ``save_dir`` (a Hugging Face directory that ``from_pretrained`` loads offline).
+
+    The defaults give about 0.1 M parameters: enough to exercise every code path of a backend
+    and the CPU engine in seconds on a CPU.
     """
     import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    tokenizer = build_char_tokenizer()
-    config = Qwen3Config(
-        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=3 * hidden_size,
-        num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=hidden_size // 4, max_position_embeddings=max_positions, tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
-    )
+    config = tiny_config(family, hidden_size, num_layers, max_positions)
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(config)
+    model = AutoModelForCausalLM.from_config(config)
     save_dir = Path(save_dir)
     model.save_pretrained(save_dir)
-    tokenizer.save_pretrained(save_dir)
+    build_char_tokenizer(save_dir)
     return save_dir
+
+
+def build_tiny_qwen3(save_dir: str | Path, hidden_size: int = 64, num_layers: int = 2, seed: int = 0,
+                     max_positions: int = 128) -> Path:
+    """`build_tiny_model` of the ``qwen3`` family (4 query / 2 key-value heads, tied embeddings)."""
+    return build_tiny_model(save_dir, "qwen3", hidden_size, num_layers, seed, max_positions)

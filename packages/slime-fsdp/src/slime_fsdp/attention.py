@@ -49,13 +49,14 @@ def _no_mask(*args, **kwargs) -> None:
 
 def packed_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
                      position_ids: torch.Tensor | None = None, **kwargs) -> tuple[torch.Tensor, None]:
-    """query (B, Hq, T, D), key/value (B, Hkv, T, D) → ((B, T, Hq, D), None), causal within each
-    sample; samples start where ``position_ids`` is 0."""
+    """query/key (B, Hq|Hkv, T, D), value (B, Hkv, T, Dv) → ((B, T, Hq, Dv), None), causal within
+    each sample; samples start where ``position_ids`` is 0. (Dv differs from D with MLA.)"""
     if position_ids is None:
         raise ValueError(f"{NAME} attention needs position_ids (restarting at 0 per sample) in the model's forward call")
-    batch, heads, length, dim = query.shape
+    batch, heads, length, _ = query.shape
+    dim = value.shape[-1]
     starts = _sample_starts(position_ids.reshape(-1))
-    q, k, v = (x.transpose(1, 2).reshape(batch * length, x.shape[1], dim) for x in (query, key, value))
+    q, k, v = (x.transpose(1, 2).reshape(batch * length, x.shape[1], x.shape[-1]) for x in (query, key, value))
     dropout = dropout if module.training else 0.0
     if _use_varlen(q, dropout):
         out = _varlen(q, k, v, starts, scaling)

@@ -127,8 +127,12 @@ class Scheduler:
     def _step(self) -> None:
         admitted = self._admit()
         if admitted:
-            joining, logits = batching.prefill(self.model, admitted)
-            self._append_tokens(admitted, logits)
+            try:
+                joining, logits = batching.prefill(self.model, admitted)
+                self._append_tokens(admitted, logits)
+            except Exception:
+                self._waiting.extend(admitted)  # neither waiting nor batched now: make the failure reach them
+                raise
             self._batch = joining if self._batch is None else batching.merge(self._batch, joining)
         elif self._batch is not None:
             logits = batching.decode(self.model, self._batch)

@@ -34,9 +34,14 @@ def load_model(model_path: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
-    if "sliding_attention" in (getattr(model.config, "layer_types", None) or []):
+    layer_types = set(getattr(model.config, "layer_types", None) or [])
+    if "sliding_attention" in layer_types:
         raise ValueError(f"{model_path} uses sliding-window attention, which the CPU engine does not support; "
                          "serve it with SGLang, or turn sliding windows off in its config.json")
+    if layer_types - {"full_attention"}:
+        raise ValueError(f"{model_path} ({model.config.model_type}) has {', '.join(sorted(layer_types - {'full_attention'}))} "
+                         "layers, whose recurrent state the CPU engine's batched KV cache does not hold yet; "
+                         "serve it with SGLang (training it needs no engine: --debug-train-only with replayed rollouts)")
     return model, AutoTokenizer.from_pretrained(model_path)
 
 

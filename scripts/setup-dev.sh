@@ -48,7 +48,8 @@ uv pip install --quiet -p "$VENV_PY" "torch==$torch_pin" \
     -e packages/slime-router \
     -e "packages/slime-sglang$extras_sglang" \
     -e packages/slime-fsdp \
-    -e packages/slime-megatron
+    -e packages/slime-megatron \
+    -e packages/slime-compat
 
 if [ "$mode" = cpu ] && uv pip list -p "$VENV_PY" 2>/dev/null | grep -qiE '^(nvidia|cuda)-'; then
     echo "setup-dev: CUDA packages were installed into a CPU setup:" >&2

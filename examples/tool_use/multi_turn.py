@@ -9,7 +9,7 @@ calls (truncated). Tokens, loss mask, rollout log-probs, weight versions and sta
 consistent through ``Sample.append_response``, exactly as the default generate function
 leaves them, so the train side consumes these samples like any other.
 
-Select it with ``--custom-generate-function-path examples.tool_use.multi_turn:generate``
+Select it with ``--generate-function examples.tool_use.multi_turn:generate``
 (the repository root on ``PYTHONPATH``).
 """
 

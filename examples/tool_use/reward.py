@@ -1,6 +1,6 @@
 """The tool-use example's reward: 1 when the final answer (the text after the last tool
 result) equals the label, else 0. Select it with
-``--custom-rm-path examples.tool_use.reward:final_answer_reward``."""
+``--rm-type examples.tool_use.reward:final_answer_reward``."""
 
 from __future__ import annotations
 

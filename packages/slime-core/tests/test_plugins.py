@@ -143,7 +143,7 @@ def test_custom_path_registers_a_one_off_function(options, write_jsonl, local_mo
     local_module("my_rewards", "def score(sample, config):\n    return 0.5\n")
     plugins = Plugins()
     argv = ["--prompt-data", str(write_jsonl([{"prompt": "x", "label": "y"}])), "--hf-checkpoint", "m",
-            "--rollout-batch-size", "1", "--rm-type", "math", "--custom-rm-path", "my_rewards.score"]
+            "--rollout-batch-size", "1", "--rm-type", "my_rewards.score"]
     config = load_config(argv, options, plugins)
     apply_custom_paths(config, plugins)
     assert config.rm_type == "my_rewards.score"

@@ -59,6 +59,17 @@ def tiny_hf():
     return SimpleNamespace(config=tiny_hf_config, model=tiny_hf_model)
 
 
+@pytest.fixture(scope="session")
+def tiny_moe_model_dir(tmp_path_factory):
+    """The tiny Qwen3-MoE of `TINY_CONFIGS` with the character tokenizer, saved once."""
+    from slime_core.tiny_models import build_char_tokenizer
+
+    model_dir = tmp_path_factory.mktemp("tiny-qwen3-moe")
+    tiny_hf_model("qwen3_moe").save_pretrained(model_dir)
+    build_char_tokenizer(model_dir)
+    return model_dir
+
+
 def parallel_sizes(tp: int = 1, ep: int = 1, etp: int | None = None, pp: int = 1, **options) -> SimpleNamespace:
     """The Megatron options ``init_parallel`` and ``build_model`` read (other options by key)."""
     return SimpleNamespace(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=1,

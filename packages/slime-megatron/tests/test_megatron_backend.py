@@ -10,7 +10,7 @@ import torch
 from slime_core.testing import make_config
 from slime_core.testing import synthetic_rollout_batch as rollout_batch
 from slime_core.train_backend import TrainGroup
-from slime_megatron.rank import MegatronTrainRank, _check_supported
+from slime_megatron.rank import MegatronTrainRank, _check_moe_tensor_parallel, _check_supported
 
 pytestmark = pytest.mark.integration
 
@@ -20,17 +20,19 @@ SETTINGS = dict(rollout_batch_size=4, n_samples_per_prompt=4, num_steps_per_roll
                 rollout_max_response_len=8, micro_batch_size=3, use_kl_loss=True, kl_loss_coef=0.1,
                 entropy_coef=0.01, lr_warmup_iters=1, lr_decay_style="cosine", lr_decay_iters=4, weight_decay=0.01)
 ROLLOUTS = 3
+MOE_ROLLOUTS = 2  # the Qwen3-MoE runs
 COMPARED_METRICS = ("loss", "pg_loss", "kl_loss", "entropy", "grad_norm", "lr")
 
 
 @pytest.fixture(scope="session")
 def megatron_config(tmp_path_factory, tiny_model_dir):
-    """``megatron_config(**overrides)``: a resolved config for the tiny model and `SETTINGS`."""
+    """``megatron_config(model_dir=tiny_model_dir, **overrides)``: a resolved config for a
+    tiny model and `SETTINGS`."""
     prompts = tmp_path_factory.mktemp("megatron-data") / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
 
-    def build(**overrides):
-        return make_config(prompts, tiny_model_dir, **{**SETTINGS, "train_backend": "megatron", **overrides})
+    def build(model_dir=tiny_model_dir, **overrides):
+        return make_config(prompts, model_dir, **{**SETTINGS, "train_backend": "megatron", **overrides})
 
     return build
 
@@ -76,23 +78,51 @@ def one_rank(ray_cluster, megatron_config, tmp_path_factory, tiny_model_dir):
     return run
 
 
-@pytest.mark.parametrize("layout", [dict(tensor_model_parallel_size=2), dict(tensor_model_parallel_size=1)],
-                         ids=["tp2", "dp2"])
-def test_two_ranks_in_either_layout_train_like_one_rank(one_rank, megatron_config, layout):
-    """Same loss curve and weights as one rank; with DP 2 this fails if the model-grads
-    finalisation (the data-parallel gradient all-reduce) is not wired into the schedule."""
-    group = start(megatron_config(actor_num_gpus_per_node=2, **layout), num_ranks=2)
+def trained_run(config, num_ranks: int, rollouts: int = ROLLOUTS) -> SimpleNamespace:
+    """``rollouts`` rollouts on ``num_ranks`` ranks: each rollout's metrics and the final weights."""
+    group = start(config, num_ranks)
     try:
-        metrics = train_rollouts(group, range(ROLLOUTS))
-        weights = all_weights(group)
+        return SimpleNamespace(metrics=train_rollouts(group, range(rollouts)), weights=all_weights(group))
     finally:
         group.shutdown()
-    for step, (got, want) in enumerate(zip(metrics, one_rank.metrics)):
+
+
+def assert_trains_like(got, want) -> None:
+    """``got`` and ``want`` (``metrics``, ``weights``) have the same loss curve and weights,
+    to float tolerance."""
+    assert len(got.metrics) == len(want.metrics)
+    for step, (mine, theirs) in enumerate(zip(got.metrics, want.metrics)):
         for key in COMPARED_METRICS:
-            assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), (step, key)
-    assert weights.keys() == one_rank.weights.keys()
-    for name in weights:
-        torch.testing.assert_close(weights[name], one_rank.weights[name], rtol=1e-4, atol=1e-5)
+            assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), (step, key)
+    assert got.weights.keys() == want.weights.keys()
+    for name in got.weights:
+        torch.testing.assert_close(got.weights[name], want.weights[name], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", [dict(tensor_model_parallel_size=2), dict(tensor_model_parallel_size=1),
+                                    dict(tensor_model_parallel_size=2, sequence_parallel=True)],
+                         ids=["tp2", "dp2", "tp2-sp"])
+def test_two_ranks_in_either_layout_train_like_one_rank(one_rank, megatron_config, layout):
+    """Same loss curve and weights as one rank; with DP 2 this fails if the model-grads
+    finalisation (the data-parallel gradient all-reduce) is not wired into the schedule, with
+    sequence parallelism if the norms' gradients are not summed over the tensor-parallel ranks."""
+    assert_trains_like(trained_run(megatron_config(actor_num_gpus_per_node=2, **layout), num_ranks=2), one_rank)
+
+
+@pytest.fixture(scope="session")
+def moe_one_rank(ray_cluster, megatron_config, tiny_moe_model_dir):
+    """The tiny Qwen3-MoE trained for `MOE_ROLLOUTS` rollouts on one rank."""
+    return trained_run(megatron_config(tiny_moe_model_dir), num_ranks=1, rollouts=MOE_ROLLOUTS)
+
+
+@pytest.mark.parametrize("layout", [dict(expert_model_parallel_size=2),
+                                    dict(tensor_model_parallel_size=2, sequence_parallel=True)], ids=["ep2", "tp2-sp"])
+def test_a_moe_model_on_two_ranks_trains_like_one_rank(moe_one_rank, megatron_config, tiny_moe_model_dir, layout):
+    """Experts split over two ranks (EP 2, the dense layers data-parallel), or every layer
+    over two tensor-parallel ranks (which megatron allows for MoE only with sequence
+    parallelism): the one-rank loss curve and weights, experts included."""
+    config = megatron_config(tiny_moe_model_dir, actor_num_gpus_per_node=2, **layout)
+    assert_trains_like(trained_run(config, num_ranks=2, rollouts=MOE_ROLLOUTS), moe_one_rank)
 
 
 def test_exported_weights_are_the_hf_checkpoint_and_offload_keeps_them(one_rank, tiny_model_dir):
@@ -155,9 +185,13 @@ def test_the_cpu_example_loop_runs_with_the_megatron_backend(ray_cluster, tiny_m
     assert last["weight_update/max_logprob_diff"] < 1e-3  # the engine holds exactly the trainer's weights
 
 
-def test_context_parallelism_is_refused_with_the_fix():
+def test_context_parallelism_and_moe_tensor_parallelism_without_sequence_parallelism_are_refused_with_the_fix():
     with pytest.raises(ValueError, match="use --context-parallel-size 1"):
         _check_supported(SimpleNamespace(context_parallel_size=2))
+    moe_tp2 = dict(num_moe_experts=4, tensor_model_parallel_size=2)
+    with pytest.raises(ValueError, match="add --sequence-parallel"):
+        _check_moe_tensor_parallel(SimpleNamespace(**moe_tp2, sequence_parallel=False))
+    _check_moe_tensor_parallel(SimpleNamespace(**moe_tp2, sequence_parallel=True))
 
 
 # ---------------------------------------------------------------- vocabulary-parallel log-probs
@@ -231,21 +265,17 @@ def test_vocab_parallel_log_probs_and_entropy_equal_the_full_vocabulary_ones():
 
 
 @pytest.mark.parametrize("backend", ["megatron", "fsdp"])
-def test_a_qwen3_moe_run_pushes_its_experts_into_the_cpu_engine(ray_cluster, tiny_hf, tmp_path, backend):
+def test_a_qwen3_moe_run_pushes_its_experts_into_the_cpu_engine(ray_cluster, tiny_moe_model_dir, tmp_path, backend):
     """Megatron exports a MoE layer's experts one by one (per-expert HF names), FSDP as the
     HF model holds them (fused); the CPU engine takes either, and after every push its
     log-probs equal the trainer's."""
     from slime_core.cli.run import run_command
     from slime_core.loop.run_dir import read_metrics
     from slime_core.plugins import Plugins
-    from slime_core.tiny_models import build_char_tokenizer
 
-    model_dir = tmp_path / "tiny-qwen3-moe"
-    tiny_hf.model("qwen3_moe").save_pretrained(model_dir)
-    build_char_tokenizer(model_dir)
     data = tmp_path / "addition.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n" for a in range(4) for b in range(4)))
-    flags = ["--prompt-data", str(data), "--hf-checkpoint", str(model_dir), "--train-backend", backend,
+    flags = ["--prompt-data", str(data), "--hf-checkpoint", str(tiny_moe_model_dir), "--train-backend", backend,
              "--rollout-engine", "cpu", "--rm-type", "exact_match", "--num-rollout", "2", "--rollout-batch-size", "2",
              "--n-samples-per-prompt", "4", "--rollout-max-response-len", "4", "--lr", "1e-3",
              "--check-weight-update-equal", "--output-dir", str(tmp_path / "run")]

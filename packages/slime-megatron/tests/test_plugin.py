@@ -63,11 +63,12 @@ def test_megatron_config_is_checked_against_transformer_config(megatron_run):
         "attention_softmax_in_fp32": False, "moe_router_topk": 4, "init_method_std": 0.01}
 
 
-def test_full_recomputation_needs_a_method_and_a_layer_count_and_sequence_parallel_is_refused(megatron_run):
+def test_full_recomputation_needs_a_method_and_a_layer_count_and_sequence_parallel_is_accepted(megatron_run):
     with pytest.raises(ConfigError) as error:
-        megatron_run(recompute_granularity="full", sequence_parallel=True)
+        megatron_run(recompute_granularity="full")
     assert "--recompute-granularity full needs --recompute-method" in str(error.value)
-    assert "--sequence-parallel is not supported yet" in str(error.value)
+    config = megatron_run(actor_num_gpus_per_node=2, tensor_model_parallel_size=2, sequence_parallel=True)
+    assert config.sequence_parallel
 
 
 def test_ppo_on_megatron_is_refused_at_config_time(tmp_path, tiny_model_dir, capsys):

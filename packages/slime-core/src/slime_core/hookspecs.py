@@ -297,8 +297,8 @@ def slime_register_generate_functions(register):
 
 @hookspec
 def slime_register_eval_functions(register):
-    """Register evaluation functions, selected with ``--eval-function NAME`` (slime's
-    ``--eval-function-path`` registers a dotted path).
+    """Register evaluation functions, selected with ``--eval-function NAME`` (or a one-off
+    ``--eval-function module:function``; slime's ``--eval-function-path`` is slime-compat's).
 
     Called the first time an eval function is looked up (only with ``--eval-prompt-data``).
 

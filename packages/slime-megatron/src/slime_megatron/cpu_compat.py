@@ -18,9 +18,11 @@ narrowly as it can, only where megatron needs it:
    calls in :data:`CUDA_TYPE_CHECKS` run inside :func:`cuda_type_names`.
 
 Code outside those modules and calls sees no change, and nothing changes on a machine with
-CUDA (``enable_cpu_mode`` refuses to run there). Not covered: sequence parallelism (the
-local RMSNorm refuses it on any device) and the all-to-all MoE token dispatcher (CUDA
-streams; the families pick the all-gather one on CPU).
+CUDA (``enable_cpu_mode`` refuses to run there). Not covered: the all-to-all MoE token
+dispatcher (CUDA streams; the families pick the all-gather one on CPU, and the rank gives
+its expert-parallel ranks micro-batches of one shape, see ``slime_megatron.inputs``).
+Sequence parallelism runs here with the norms of ``slime_megatron.models.norms`` (megatron's
+local one refuses it on any device).
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ CPU_TORCH_MODULES = {
         "GlobalMemoryBuffer.get_tensor (DotProductAttention's score buffer): torch.empty(device=current_device())",
     "megatron.core.tensor_parallel.mappings":
         "the tensor-parallel all-gathers and reduce-scatters: torch.empty(device=current_device())",
+    "megatron.core.tensor_parallel.layers":
+        "sequence parallelism: the linear layers' backward all-gathers its input into torch.empty(device=current_device())",
     "megatron.core.transformer.moe.router":
         "TopKRouter.gating: weight.data.to(device=torch.cuda.current_device())",
     "megatron.core.distributed.param_and_grad_buffer":

@@ -9,13 +9,19 @@ plans micro-batches by token budget (`slime_core.rank_step.RankStep.plan`); thei
 padded the same way.
 
 The width is a multiple of the tensor-parallel size, which sequence parallelism needs.
+
+With expert parallelism on megatron's all-gather token dispatcher (the one that runs on CPU)
+every rank of an expert-parallel group all-gathers the others' tokens into one tensor, so
+their micro-batches must have the same shape: :func:`same_shapes` pads each micro-batch with
+columns and empty rows to the largest shape any rank has at its position.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
+import torch.distributed as dist
 
 
 @dataclass
@@ -23,10 +29,10 @@ class MicroBatch:
     """The rows of one micro-batch and which samples of the rank's share they hold."""
 
     indices: list[int]  # the samples' indices in the share; [] for a padding micro-batch
-    input_ids: torch.Tensor  # (B, W) token ids, right-padded
+    input_ids: torch.Tensor  # (B, W) token ids, right-padded; B ≥ len(lengths): padding rows last
     position_ids: torch.Tensor  # (B, W) 0..W-1 on every row
-    lengths: list[int]  # (B,) real tokens per row
-    response_lengths: list[int]  # (B,) response tokens at the end of each row's real tokens
+    lengths: list[int]  # real tokens of each sample's row (the first len(lengths) rows)
+    response_lengths: list[int]  # response tokens at the end of each sample's real tokens
     nuclei: tuple[list[list[int]], list[list[int]]] | None = None  # per row: top-p nucleus ids, offsets
 
     def response_positions(self) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
@@ -51,6 +57,32 @@ def padded(indices: list[int], tokens: list[list[int]], response_lengths: list[i
     position_ids = torch.arange(width).expand(len(tokens), width)
     return MicroBatch(indices, input_ids.to(device), position_ids.to(device), [len(t) for t in tokens],
                       list(response_lengths), nuclei)
+
+
+def tokens_gathered_across_replicas(model_config) -> bool:
+    """Whether the MoE layers of a model with megatron config ``model_config`` all-gather
+    tokens from ranks that hold other samples (then see :func:`same_shapes`): the all-gather
+    dispatcher over an expert-parallel group, or over an expert-tensor-parallel group that is
+    not the tensor-parallel one."""
+    c = model_config
+    return bool(c.num_moe_experts) and c.moe_token_dispatcher_type == "allgather" and (
+        c.expert_model_parallel_size > 1 or c.expert_tensor_parallel_size != c.tensor_model_parallel_size)
+
+
+def same_shapes(micros: list[MicroBatch], group, pad_token_id: int) -> list[MicroBatch]:
+    """``micros`` padded so that the micro-batch at each position has the same (B, W) on every
+    rank of ``group`` (all have as many micro-batches: `slime_core.rank_step.RankStep.plan`)."""
+    shapes = torch.tensor([list(m.input_ids.shape) for m in micros])  # (M, 2) rows, width
+    dist.all_reduce(shapes, op=dist.ReduceOp.MAX, group=group)
+    return [_widened(m, rows, width, pad_token_id) for m, (rows, width) in zip(micros, shapes.tolist())]
+
+
+def _widened(micro: MicroBatch, rows: int, width: int, pad_token_id: int) -> MicroBatch:
+    """``micro`` right-padded to ``width`` columns, with padding rows up to ``rows``."""
+    missing_rows, missing_columns = rows - micro.input_ids.shape[0], width - micro.input_ids.shape[1]
+    input_ids = torch.nn.functional.pad(micro.input_ids, (0, missing_columns, 0, missing_rows), value=pad_token_id)
+    position_ids = torch.arange(width, device=input_ids.device).expand(rows, width)
+    return replace(micro, input_ids=input_ids, position_ids=position_ids)
 
 
 def padding_micro_batch(pad_token_id: int, multiple: int, device) -> MicroBatch:

@@ -18,6 +18,13 @@ PARALLEL_SIZES = (
 )
 
 
+#: Every option this plugin declares (a run that sets one without --train-backend uses Megatron).
+OPTION_KEYS = PARALLEL_SIZES + (
+    "expert_tensor_parallel_size", "sequence_parallel", "recompute_granularity", "recompute_method",
+    "recompute_num_layers", "use_distributed_optimizer", "megatron_config",
+)
+
+
 @hookimpl
 def slime_add_options(options):
     add = options.add
@@ -36,8 +43,9 @@ def slime_add_options(options):
 
 @hookimpl
 def slime_validate_config(config):
+    _pick_megatron_when_its_options_are_given(config)
     if config.get("train_backend") != "megatron":
-        return []
+        return _check_other_backend(config)
     errors = _check_parallel_sizes(config) + _check_layer_options(config)
     if config.get("megatron_config"):
         from slime_megatron.models.transformer_config import MegatronConfigError, parse_megatron_config
@@ -70,13 +78,34 @@ def _check_parallel_sizes(config) -> list[str]:
     return errors
 
 
+def _model_parallel_flags(config) -> list[str]:
+    """The Megatron model-parallel sizes above 1, as ``--flag N``."""
+    return [f"--{key.replace('_', '-')} {config.get(key)}"
+            for key in PARALLEL_SIZES + ("expert_tensor_parallel_size",) if (config.get(key) or 1) > 1]
+
+
+def _pick_megatron_when_its_options_are_given(config) -> None:
+    """A run that sets this backend's options without choosing a backend (a launch script
+    written for slime, whose default backend is Megatron) trains with Megatron; an explicit
+    ``--train-backend fsdp`` with model-parallel sizes is refused by `_check_other_backend`."""
+    given = [key for key in OPTION_KEYS if config.sources.get(key, "default") != "default"]
+    if config.sources.get("train_backend", "default") == "default" and given:
+        config.train_backend = "megatron"
+        config.sources["train_backend"] = f"chosen by --{given[0].replace('_', '-')} (slime's default backend)"
+
+
+def _check_other_backend(config) -> list[str]:
+    """Megatron's model-parallel sizes mean nothing to another backend: refuse them rather than
+    train unsplit (slime's launch scripts set them, and slime trains with Megatron)."""
+    backend = config.get("train_backend")
+    return [f"{flag} splits the model with Megatron, which --train-backend {backend} does not do; "
+            "use --train-backend megatron, or drop the flag" for flag in _model_parallel_flags(config)]
+
+
 def _check_layer_options(config) -> list[str]:
     errors = []
     if config.get("recompute_granularity") == "full" and not (config.get("recompute_method") and config.get("recompute_num_layers")):
         errors.append("--recompute-granularity full needs --recompute-method (uniform or block) and --recompute-num-layers N")
-    if config.get("sequence_parallel"):
-        errors.append("--sequence-parallel is not supported yet: the backend builds megatron-core's local layers "
-                      "(no Transformer Engine), whose RMSNorm cannot split the sequence; drop --sequence-parallel")
     return errors
 
 

@@ -10,7 +10,9 @@ the passes run:
   slice (`slime_megatron.logprobs`);
 - ranks of one model replica (tensor/pipeline parallel) gather their shares and train on
   the union (`slime_megatron.shares`); metrics and denominators are summed over the
-  data-parallel group.
+  data-parallel group;
+- MoE layers whose token dispatcher all-gathers over ranks with other samples (expert
+  parallelism on CPU) get micro-batches of one shape on every rank (`inputs.same_shapes`).
 
 Beside it: `slime_megatron.schedule` (the forward-backward schedule), `.optimizer` (DDP and
 the optimizer), `.inputs` (padded micro-batches), `.swap` (the reference weights),
@@ -74,11 +76,13 @@ class MegatronTrainRank:
         self.hf_config = AutoConfig.from_pretrained(cfg.hf_checkpoint)
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.hf_checkpoint)
         module = build_model(self.hf_config, cfg)
+        _check_moe_tensor_parallel(module.config)
         load_hf_weights(module, cfg.hf_checkpoint, self.hf_config)
         self.model = wrap(module, cfg)
         self.optimizer = build_optimizer(self.model, cfg)
         self.reference = self._reference_weights()
         self.teacher = self._teacher()
+        self.same_shapes = any(inputs.tokens_gathered_across_replicas(net.config) for net in (module, self.teacher) if net)
         return {"rollout_id": self._resume() if cfg.load else 0, "weight_version": self.version}
 
     def _reference_weights(self) -> dict[str, torch.Tensor] | None:
@@ -238,7 +242,7 @@ class MegatronTrainRank:
             tokens, response_lengths = [batch.tokens[i] for i in micro], [batch.response_lengths[i] for i in micro]
             check_prompts(tokens, response_lengths)
             micros.append(inputs.padded(micro, tokens, response_lengths, pad, multiple, self.device, batch.nuclei(micro)))
-        return micros
+        return inputs.same_shapes(micros, dist.group.WORLD, pad) if self.same_shapes else micros
 
     # ---------------------------------------------------------------- weights and checkpoints
 
@@ -294,3 +298,12 @@ def _check_supported(config) -> None:
             "over context-parallel ranks yet (it needs packed THD batches); use --context-parallel-size 1"
         )
 
+
+def _check_moe_tensor_parallel(model_config) -> None:
+    """megatron-core trains MoE layers over tensor-parallel ranks only with sequence
+    parallelism (it refuses in the first forward pass, with a message about performance);
+    say so when the model is built, with the fix."""
+    if model_config.num_moe_experts and model_config.tensor_model_parallel_size > 1 and not model_config.sequence_parallel:
+        raise ValueError(f"--tensor-model-parallel-size {model_config.tensor_model_parallel_size} with a MoE model: "
+                         "megatron-core trains MoE layers over tensor-parallel ranks only with sequence parallelism; "
+                         "add --sequence-parallel")

@@ -6,6 +6,7 @@ import sys
 
 from slime_core.components import resolve_components
 from slime_core.config import ConfigError, OptionSet, load_config
+from slime_core.config.accepted_flags import no_effect_notes
 from slime_core.config.no_effect import no_effect_warnings
 from slime_core.loop.trackers import TrackerError, tracker_problems
 from slime_core.plugins.custom_paths import apply_custom_paths
@@ -24,7 +25,7 @@ def run_command(argv: list[str], plugins) -> int:
     except ConfigError as exc:
         print(f"slime run: {exc}", file=sys.stderr)
         return 2
-    for warning in no_effect_warnings(config):
+    for warning in no_effect_warnings(config) + no_effect_notes(config):
         print(f"slime run: warning: {warning}", file=sys.stderr)
     if config.dry_run:
         print(describe_run(config, plugins, *resolve_components(config, plugins)))
@@ -42,10 +43,32 @@ def run_problems(config, plugins) -> list[str]:
     """Components that are not installed and settings the loop cannot run with; a dry run
     reports the components instead of failing on them."""
     apply_custom_paths(config, plugins)
+    problems = epoch_problems(config)
     if config.dry_run:
+        return problems
+    return (problems + resolve_components(config, plugins)[1] + loop_problems(config, plugins)
+            + tracker_problems(config) + preflight_problems(config, trains=not config.debug_rollout_only))
+
+
+def epoch_problems(config) -> list[str]:
+    """slime's ``--num-epoch``: without ``--num-rollout``, run num_epoch × (prompts //
+    rollout_batch_size) rollouts; the prompts are counted in --prompt-data (its slice)."""
+    if config.num_rollout or not config.get("num_epoch"):
         return []
-    return (resolve_components(config, plugins)[1] + loop_problems(config, plugins) + tracker_problems(config)
-            + preflight_problems(config, trains=not config.debug_rollout_only))
+    from slime_core.data.records import DataError, read_records
+    from slime_core.data.slicing import split_path_slice
+
+    path, part = split_path_slice(config.prompt_data)
+    try:
+        prompts = len(range(*part.indices(sum(1 for _ in read_records(path)))))
+    except DataError:
+        return []  # a missing or unreadable file is reported by the data checks
+    config.num_rollout = config.num_epoch * (prompts // config.rollout_batch_size)
+    config.sources["num_rollout"] = f"--num-epoch {config.num_epoch} × ({prompts} prompts // --rollout-batch-size)"
+    if not config.num_rollout:
+        return [f"--num-epoch {config.num_epoch}: {path} holds {prompts} prompts, fewer than one rollout batch "
+                f"(--rollout-batch-size {config.rollout_batch_size}); lower the batch size or give --num-rollout"]
+    return []
 
 
 def loop_problems(config, plugins) -> list[str]:
@@ -85,6 +108,10 @@ def describe_run(config, plugins, components: list[dict], missing: list[str]) ->
     for row in components:
         provider = f"plugin '{row['plugin']}' ({row['distribution']})" if row["plugin"] else "NOT INSTALLED"
         lines.append(f"- {row['option']}: {row['name']} -> {provider}")
+    notes = no_effect_notes(config)
+    if notes:
+        lines += ["", "# accepted, no effect here (flags of slime's and Megatron-LM's launch scripts)"]
+        lines += [f"- {note}" for note in notes]
     if missing:
         lines += ["", "# a real run would stop here:"] + [f"- {error}" for error in missing]
     return "\n".join(lines)

@@ -9,7 +9,7 @@ from slime_core.config.options import OptionSet
 
 def add_core_options(options: OptionSet) -> None:
     """Declare every core option, grouped as `slime run --help` shows them."""
-    for add in (_run, _cluster, _data, _rollout, _reward, _algorithm, _training, _weights, _checkpoint, _fault_tolerance, _debug, _custom_paths, _observability):
+    for add in (_run, _cluster, _data, _rollout, _reward, _algorithm, _training, _weights, _checkpoint, _fault_tolerance, _debug, _observability, _compatibility):
         add(options)
 
 
@@ -19,6 +19,7 @@ def _run(o: OptionSet) -> None:
     o.add("--train-mode", default="sync", choices=["sync", "async"], help="overlap generation with training (async)", group=g)
     o.add("--dry-run", type=bool, default=False, help="print the resolved config and the plugins that would run, then exit", group=g)
     o.add("--num-rollout", type=int, default=None, help="number of rollouts (generate + train iterations)", group=g)
+    o.add("--num-epoch", type=int, default=None, help="without --num-rollout: run num_epoch × (prompts // --rollout-batch-size) rollouts (slime's rule)", group=g)
     o.add("--seed", type=int, default=1234, help="random seed for training", group=g)
     o.add("--max-staleness", type=int, default=None, help="async: drop groups generated more than this many weight versions ago (counted in rollout/stale_groups_dropped)", group=g)
     o.add("--dump-rollouts", type=bool, default=False, help="write every rollout's samples (tokens, response, reward, loss mask, log-probs) to <output-dir>/rollouts/rollout_NNNNNN.jsonl", group=g)
@@ -194,15 +195,6 @@ def _debug(o: OptionSet) -> None:
     o.add("--load-debug-rollout-data", default=None, help="replay rollouts saved by --save-debug-rollout-data into training instead of generating (implies --debug-train-only)", group=g)
 
 
-def _custom_paths(o: OptionSet) -> None:
-    """slime's ``--custom-*-path`` flags: a dotted path to a one-off function (see custom_paths.py)."""
-    g = "custom functions (dotted paths)"
-    from slime_core.plugins.custom_paths import CUSTOM_PATHS
-
-    for path_key, (kind, _selector) in CUSTOM_PATHS.items():
-        o.add("--" + path_key.replace("_", "-"), default=None, help=f"module.function used as the {kind.rstrip('s').replace('_', ' ')}", group=g)
-
-
 def _observability(o: OptionSet) -> None:
     """Trackers that receive every metrics.jsonl record (see slime_core.loop.trackers)."""
     g = "observability"
@@ -213,3 +205,13 @@ def _observability(o: OptionSet) -> None:
     o.add("--wandb-run-name", default=None, help="W&B run name (default: the output directory's name)", group=g)
     o.add("--wandb-mode", default=None, choices=["online", "offline"], help="online (needs `wandb login` or WANDB_API_KEY) or offline (files only; `wandb sync` uploads them later); default: W&B's own, online unless WANDB_MODE says otherwise", group=g)
     o.add("--wandb-dir", default=None, help="folder W&B writes its files into (default: the output directory, so they land in <output-dir>/wandb)", group=g)
+
+
+def _compatibility(o: OptionSet) -> None:
+    """Flags of slime's and Megatron-LM's launch scripts that have no option of that name here."""
+    from slime_core.config.accepted_flags import declare
+    from slime_core.config.megatron_lm_flags import MEGATRON_LM_FLAGS
+    from slime_core.config.slime_flags import SLIME_FLAGS
+
+    declare(o, SLIME_FLAGS, "accepted from slime's train.py (see docs/coming-from-slime.md)")
+    declare(o, MEGATRON_LM_FLAGS, "accepted Megatron-LM flags (see docs/coming-from-slime.md)")

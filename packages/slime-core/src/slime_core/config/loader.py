@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from slime_core.config.accepted_flags import apply_aliases
 from slime_core.config.config import Config, ConfigError
 from slime_core.config.options import Option, OptionSet, flag_to_key, key_to_flag
 from slime_core.config.validate import validate
@@ -46,6 +47,7 @@ def load_config(argv: list[str], options: OptionSet, plugins=None, checks=None) 
     values = {**options.defaults(), **got.values}
     sources = {key: got.sources.get(key, "default") for key in values}
     config = Config(values, sources, **got.passthrough)
+    apply_aliases(config)
     errors = got.errors + validate(config, options)
     if plugins is not None and not errors:
         errors += plugins.validate_config(config)
@@ -92,16 +94,22 @@ def _scan_argv(argv: list[str], options: OptionSet, got: _Collected) -> tuple[st
         while i < len(argv) and not argv[i].startswith("--") and not _is_declared_flag_value_end(flag, options, values):
             values.append(argv[i])
             i += 1
+        if len(values) > 1 and values[-1].endswith((".yaml", ".yml")) and flag_to_key(flag) not in options:
+            values.pop()  # the config file after a pass-through flag's values
+            i -= 1
         _take_flag(flag, values, options, cli, got)
     return config_path, cli
 
 
 def _is_declared_flag_value_end(flag: str, options: OptionSet, values: list[str]) -> bool:
-    """True when ``flag`` has all the values it takes, so the next token is the config path."""
+    """True when ``flag`` has all the values it takes, so the next token is the config path.
+
+    A pass-through flag takes every value up to the next flag (``--sglang-cuda-graph-bs 1 2 4``),
+    except a last ``.yaml``/``.yml`` one after the first, which is the config file."""
     key = flag_to_key(flag)
     option = options.options.get(key) or options.options.get(key.removeprefix("no_"))
     if option is None:
-        return len(values) >= 1  # an undeclared flag takes at most one value
+        return len(values) >= 1 and not _passthrough_tool(key)  # another undeclared flag takes at most one value
     if option.type is bool:
         return True
     return option.nargs is None and len(values) >= 1
@@ -120,19 +128,28 @@ def _take_flag(flag: str, values: list[str], options: OptionSet, cli: dict, got:
             cli[key] = (True if option.type is bool else values if option.nargs else values[0], where)
     elif key.startswith("no_") and key[3:] in options and options[key[3:]].type is bool:
         cli[key[3:]] = (False, where)
-    elif _passthrough(key, values[0] if values else True, got):
+    elif _passthrough(key, _passthrough_value(values), got):
         pass
     else:
         got.errors.append(f"unknown option {flag}{_did_you_mean(key, options, flag=True)}")
 
 
+def _passthrough_tool(key: str) -> str | None:
+    """The tool an undeclared option is passed to (``sglang_*`` / ``router_*``), or None."""
+    return next((tool for tool in PASSTHROUGH if key.startswith(tool + "_")), None)
+
+
+def _passthrough_value(values: list[str]) -> Any:
+    """A pass-through flag's value: True for a switch, its value, or the list of its values."""
+    return True if not values else values[0] if len(values) == 1 else values
+
+
 def _passthrough(key: str, value: Any, got: _Collected) -> bool:
     """Keep an undeclared ``sglang_*`` / ``router_*`` option for its tool; True if it was one."""
-    for tool in PASSTHROUGH:
-        if key.startswith(tool + "_"):
-            got.passthrough[tool][key[len(tool) + 1 :]] = value
-            return True
-    return False
+    tool = _passthrough_tool(key)
+    if tool:
+        got.passthrough[tool][key[len(tool) + 1 :]] = value
+    return tool is not None
 
 
 def _did_you_mean(key: str, options: OptionSet, flag: bool) -> str:

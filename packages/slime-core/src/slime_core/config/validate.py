@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from slime_core.config.accepted_flags import architecture_problems
 from slime_core.config.config import Config
 from slime_core.config.options import OptionSet, key_to_flag
 from slime_core.data.slicing import split_path_slice
@@ -22,6 +23,7 @@ def validate(config: Config, options: OptionSet) -> list[str]:
     errors += _check_debug(config)
     errors += _check_fault_tolerance(config)
     errors += _check_top_p(config)
+    errors += architecture_problems(config)
     return errors
 
 
@@ -41,9 +43,11 @@ def _check_debug(config: Config) -> list[str]:
                           "e.g. dbg/rollout_{rollout_id}.json")
     if config.get("load_debug_rollout_data"):
         config.debug_train_only = True
-    if config.get("debug_train_only") and not config.get("load_debug_rollout_data"):
-        errors.append("--debug-train-only trains on saved rollouts: give --load-debug-rollout-data PATH_{rollout_id} "
-                      "(written by a run with --save-debug-rollout-data)")
+    if config.get("debug_train_only") and not config.get("load_debug_rollout_data") \
+            and config.get("rollout_function") == "default" and not config.get("rollout_function_path"):
+        errors.append("--debug-train-only starts no engines, and the default rollout function needs them: replay "
+                      "saved rollouts with --load-debug-rollout-data PATH_{rollout_id} (written by a run with "
+                      "--save-debug-rollout-data), or use a rollout function that needs none (--rollout-function sft)")
     if config.get("debug_train_only") and config.get("debug_rollout_only"):
         errors.append("--debug-rollout-only and --debug-train-only (or --load-debug-rollout-data) exclude each other")
     return errors

@@ -1,39 +1,45 @@
-"""slime's ``--custom-*-path`` flags, kept working as one-off plugins.
+"""One-off functions named by import path where a component name is expected.
 
-``--custom-rm-path my_pkg.rewards.score`` registers ``my_pkg.rewards.score`` as a reward
-function named by its own dotted path and selects it, exactly as if a plugin had
-registered it and the user had passed ``--rm-type my_pkg.rewards.score``.
+``--rm-type my_pkg.rewards:score`` (or ``my_pkg.rewards.score``) registers that function as a
+reward function named by its own path, exactly as if a plugin had registered it under that
+name: the function has the native signature of its kind (``slime_core.hookspecs``). slime's
+``--custom-*-path`` flags, whose functions have slime's signatures, are slime-compat's.
 """
 
 from __future__ import annotations
 
 from slime_core import hookimpl
 
-#: path option -> (registry kind, the option that selects a component of that kind)
-CUSTOM_PATHS: dict[str, tuple[str, str]] = {
-    "custom_rm_path": ("reward_functions", "rm_type"),
-    "custom_generate_function_path": ("generate_functions", "generate_function"),
-    "rollout_function_path": ("rollout_functions", "rollout_function"),
-    "eval_function_path": ("eval_functions", "eval_function"),
-    "dynamic_sampling_filter_path": ("group_filters", "dynamic_sampling_filter"),
-    "buffer_filter_path": ("buffer_filters", "buffer_filter"),
-    "data_source_path": ("data_sources", "data_source"),
-    "custom_loss_function_path": ("policy_losses", "loss_type"),
+#: option whose value may be an import path -> the registry kind it selects from
+CUSTOM_PATHS: dict[str, str] = {
+    "rm_type": "reward_functions",
+    "generate_function": "generate_functions",
+    "rollout_function": "rollout_functions",
+    "eval_function": "eval_functions",
+    "dynamic_sampling_filter": "group_filters",
+    "buffer_filter": "buffer_filters",
+    "data_source": "data_sources",
+    "loss_type": "policy_losses",
 }
 
 PLUGIN_NAME = "custom-paths"
 
 
+def is_import_path(value) -> bool:
+    """Whether a component name is an import path (``module:attr`` or ``package.module.attr``)."""
+    return isinstance(value, str) and (":" in value or "." in value)
+
+
 class CustomPathsPlugin:
-    """Registers each given dotted path in its registry, under the path itself."""
+    """Registers each given import path in its registry, under the path itself."""
 
     def __init__(self, paths: dict[str, str]):
-        self.paths = paths  # path option -> dotted path
+        self.paths = paths  # option -> import path
 
     def _register(self, kind: str, register) -> None:
         for option, path in self.paths.items():
-            if CUSTOM_PATHS[option][0] == kind:
-                register(path, path)
+            if CUSTOM_PATHS[option] == kind:
+                register(path, path)  # the registry imports "module:attr" / "module.attr" on first use
 
 
 def _registration_hook(kind: str):
@@ -44,15 +50,15 @@ def _registration_hook(kind: str):
     return hookimpl(hook)
 
 
-for _kind in {kind for kind, _ in CUSTOM_PATHS.values()}:
+for _kind in set(CUSTOM_PATHS.values()):
     setattr(CustomPathsPlugin, f"slime_register_{_kind}", _registration_hook(_kind))
 
 
 def apply_custom_paths(config, plugins) -> None:
-    """Register the config's ``--custom-*-path`` functions and select them."""
-    given = {option: config.get(option) for option in CUSTOM_PATHS if config.get(option)}
-    if not given:
+    """Register the import paths the config gives instead of registered names."""
+    if PLUGIN_NAME in plugins.info:
         return
-    plugins.register_object(PLUGIN_NAME, CustomPathsPlugin(given))
-    for option, path in given.items():
-        setattr(config, CUSTOM_PATHS[option][1], path)
+    given = {option: config.get(option) for option in CUSTOM_PATHS
+             if is_import_path(config.get(option)) and config.get(option) not in plugins.registry(CUSTOM_PATHS[option])}
+    if given:
+        plugins.register_object(PLUGIN_NAME, CustomPathsPlugin(given))

@@ -8,8 +8,9 @@ import torch
 def build_model(hf_config, config):
     """This rank's part of the model (its tensor/expert shards and pipeline stage).
 
-    Uses megatron's local (non-Transformer-Engine) layers, float32 weights, or bf16 with
-    ``config.bf16``; the weights are randomly initialised: load them with
+    Uses megatron's local (non-Transformer-Engine) layers (with ``--sequence-parallel``, the
+    norms of `slime_megatron.models.norms`), float32 weights, or bf16 with ``config.bf16``;
+    the weights are randomly initialised: load them with
     :func:`slime_megatron.models.load_hf_weights`. Megatron's parallel groups must exist
     (:func:`slime_megatron.parallel.init_parallel`).
     """
@@ -18,15 +19,17 @@ def build_model(hf_config, config):
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
     from slime_megatron.models.family import model_family
+    from slime_megatron.models.norms import with_sequence_parallel_norms
     from slime_megatron.models.transformer_config import transformer_config
 
     _without_transformer_engine()
     family = model_family(hf_config)
     tc = transformer_config(hf_config, config)
     _check_vocab(hf_config.vocab_size, tc.tensor_model_parallel_size)
+    spec = get_gpt_decoder_block_spec(tc, use_transformer_engine=False, normalization="RMSNorm")
     model = GPTModel(
         tc,
-        get_gpt_decoder_block_spec(tc, use_transformer_engine=False, normalization="RMSNorm"),
+        with_sequence_parallel_norms(spec) if tc.sequence_parallel else spec,
         vocab_size=hf_config.vocab_size,
         max_sequence_length=hf_config.max_position_embeddings,
         pre_process=parallel_state.is_pipeline_first_stage(),

@@ -1,0 +1,1 @@
+"""slime.rollout: the rollout building blocks slime's user code imports."""

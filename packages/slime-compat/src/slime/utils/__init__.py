@@ -1,0 +1,1 @@
+"""slime.utils: the helpers slime's user code imports."""

@@ -1,0 +1,70 @@
+"""`SlimeArgs`: the ``args`` namespace slime passes first to every user function.
+
+slime hands its functions the global ``argparse.Namespace``; our run has a `Config` whose
+keys follow slime's flag names. `SlimeArgs` reads through to the config and keeps what a
+function writes (``args.my_counter = ...``) in its own dict, so the writes are seen by later
+calls in the same process without changing the run's config. Runtime fields slime fills in
+(``sglang_router_ip`` / ``sglang_router_port``) come from the engine address of the call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+_BY_CONFIG: dict[int, SlimeArgs] = {}
+_RUN: list = []  # the config of the run this process drives (set by slime_before_run)
+
+
+class SlimeArgs:
+    """A writable view of a `Config` under slime's attribute names."""
+
+    def __init__(self, config):
+        self.__dict__["_config"] = config
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return getattr(self.__dict__["_config"], name)
+        except AttributeError as exc:
+            raise AttributeError(f"slime args: {exc}; slime-compat passes the run's options and what your "
+                                 "functions set on args, and this run has no such option") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.__dict__[name] = value
+
+    def set_router(self, url: str | None) -> None:
+        """Fill ``sglang_router_ip`` / ``sglang_router_port`` from the address generation goes to."""
+        if url:
+            parts = urlsplit(url)
+            self.__dict__["sglang_router_ip"], self.__dict__["sglang_router_port"] = parts.hostname, parts.port
+
+
+def config_of(args) -> object:
+    """The `Config` behind ``args`` (``args`` itself when it is one)."""
+    return args.__dict__["_config"] if isinstance(args, SlimeArgs) else args
+
+
+def slime_args(config, engine=None) -> SlimeArgs:
+    """The one `SlimeArgs` of ``config`` in this process (so writes persist across calls),
+    with the router address of ``engine`` (anything with a ``url``), if given."""
+    if isinstance(config, SlimeArgs):
+        return config
+    args = _BY_CONFIG.get(id(config))
+    if args is None or args.__dict__["_config"] is not config:
+        args = _BY_CONFIG[id(config)] = SlimeArgs(config)
+    args.set_router(getattr(engine, "url", None))
+    return args
+
+
+def remember_run(config) -> None:
+    """Record the run's config, for the adapters whose contract passes none (buffer filters)."""
+    _RUN[:] = [config]
+
+
+def run_args() -> SlimeArgs:
+    """`slime_args` of the run recorded by `remember_run`."""
+    if not _RUN:
+        raise RuntimeError("slime-compat: no run recorded; slime_before_run records it before the loop starts")
+    return slime_args(_RUN[0])

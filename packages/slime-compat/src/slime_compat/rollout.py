@@ -1,0 +1,84 @@
+"""``--rollout-function-path`` / ``--eval-function-path``: slime's whole-rollout functions
+behind ours.
+
+slime calls ``fn(args, rollout_id, data_source, evaluation=...)`` and takes a
+``RolloutFnTrainOutput`` / ``RolloutFnEvalOutput`` or, from older functions, the bare
+groups / eval dict. A sync function (slime's are, and often run their own event loop) runs
+in a worker thread, an async one on our rollout loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from statistics import mean
+
+from slime_core.rollout_result import RolloutResult
+
+from slime_compat.args import slime_args
+from slime_compat.functions import load_function
+from slime_compat.sample import promote_all
+from slime_compat.outputs import RolloutFnEvalOutput, RolloutFnTrainOutput
+
+
+class DataSourceView:
+    """Our data source as slime's functions use it: ``get_samples(n)`` / ``add_samples(groups)``
+    with slime `Sample`s."""
+
+    def __init__(self, data_source):
+        self._source = data_source
+
+    def get_samples(self, num_samples: int):
+        return promote_all(self._source.get_samples(num_samples))
+
+    def add_samples(self, samples) -> None:
+        self._source.add_samples(samples)
+
+    def __getattr__(self, name: str):
+        return getattr(self._source, name)
+
+
+async def _call_rollout(path: str, config, parts, rollout_id, evaluation: bool):
+    fn = load_function(path)
+    args = slime_args(config, parts.ctx.engine)
+    call_args = (args, rollout_id, DataSourceView(parts.data_source))
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*call_args, evaluation=evaluation)
+    return await asyncio.to_thread(fn, *call_args, evaluation=evaluation)
+
+
+async def rollout_function(rollout_id, config, parts) -> RolloutResult:
+    """Our rollout-function contract calling slime's; its groups go to training as they are."""
+    output = await _call_rollout(config.rollout_function_path, config, parts, rollout_id, evaluation=False)
+    if isinstance(output, tuple):  # slime's default rollout also returns the aborted groups
+        output = output[0]
+    if not isinstance(output, RolloutFnTrainOutput):
+        output = RolloutFnTrainOutput(samples=output)
+    return RolloutResult(groups=_groups(output.samples), metrics=dict(output.metrics or {}))
+
+
+def _groups(samples) -> list[list]:
+    """slime's samples as groups: already grouped, or a flat list split by ``group_index``."""
+    if samples and not isinstance(samples[0], list):
+        by_group: dict = {}
+        for sample in samples:
+            by_group.setdefault(sample.group_index, []).append(sample)
+        samples = list(by_group.values())
+    return promote_all([list(group) for group in samples])
+
+
+async def eval_function(config, parts, datasets) -> dict[str, float]:
+    """Our eval-function contract calling slime's: slime's eval function reads its datasets
+    from ``args`` itself; its per-dataset rewards become ``eval/<name>`` (their mean, as slime
+    logs them) and ``eval/<name>-truncated_ratio``, its metrics are added as they are."""
+    output = await _call_rollout(config.eval_function_path, config, parts, None, evaluation=True)
+    if isinstance(output, tuple):
+        output = output[0]
+    if not isinstance(output, RolloutFnEvalOutput):
+        output = RolloutFnEvalOutput(data=output)
+    metrics = dict(output.metrics or {})
+    for name, result in output.data.items():
+        metrics[f"eval/{name}"] = mean(result["rewards"])
+        if result.get("truncated"):
+            metrics[f"eval/{name}-truncated_ratio"] = mean(map(float, result["truncated"]))
+    return metrics

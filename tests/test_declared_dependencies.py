@@ -61,17 +61,19 @@ def read_pyproject(package: Path) -> dict:
     return tomllib.loads((package / "pyproject.toml").read_text())
 
 
-def import_name(package: Path) -> str:
-    """The top-level module ``package`` ships (the one folder under its src/)."""
-    (name,) = [path.name for path in (package / "src").iterdir() if (path / "__init__.py").is_file()]
-    return name
+def shipped_modules(package: Path) -> list[str]:
+    """The top-level modules ``package`` ships: the folders under its src/ (regular packages,
+    and namespace packages such as slime-compat's ``slime``)."""
+    return sorted(path.name for path in (package / "src").iterdir()
+                  if path.is_dir() and path.name.isidentifier() and any(path.rglob("*.py")))
 
 
 @cache
 def module_distributions() -> dict[str, list[str]]:
     """Top-level module -> the distributions providing it: what is installed in this
     environment, plus the workspace packages (editable installs are not listed there)."""
-    workspace = {import_name(package): [read_pyproject(package)["project"]["name"]] for package in PACKAGES}
+    workspace = {module: [read_pyproject(package)["project"]["name"]] for package in PACKAGES
+                 for module in shipped_modules(package)}
     return {**packages_distributions(), **workspace}
 
 
@@ -102,14 +104,14 @@ def top_level_modules(statement: ast.Import | ast.ImportFrom) -> list[str]:
 
 def third_party_imports(package: Path) -> dict[str, list[str]]:
     """Module -> the places (``file:line``) under src/ that import it, for every module that
-    is neither in the standard library nor ``package`` itself."""
-    own = import_name(package)
+    is neither in the standard library nor shipped by ``package`` itself."""
+    own = shipped_modules(package)
     places: dict[str, list[str]] = {}
     for path in sorted((package / "src").rglob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
         for statement in import_statements([tree]):
             for module in top_level_modules(statement):
-                if module not in sys.stdlib_module_names and module != own:
+                if module not in sys.stdlib_module_names and module not in own:
                     places.setdefault(module, []).append(f"{path.relative_to(ROOT)}:{statement.lineno}")
     return places
 

@@ -56,7 +56,17 @@ def test_async_run_learns_with_one_version_of_staleness(slime_run):
     assert all(r["rollout/stale_groups_dropped"] == 0 for r in records)
     assert all("time/wait_rollout" in r for r in records)
     assert records[-1]["weight_version"] == 6 and records[-1]["weight_update/bytes"] > 0
-    assert "placement: 2 bundles (1 training ranks, engines one bundle per engine)" in (slime_run.tmp_path / "run" / "slime.log").read_text()
+    log = (slime_run.tmp_path / "run" / "slime.log").read_text()
+    assert "placement: 2 bundles (1 training ranks, engines one bundle per engine)" in log
+    # The start-up timeline: each part once, in the order it became ready (ranks and engines
+    # load side by side, so those two may come in either order).
+    events = [line.split("s  ", 1)[1] for line in log.splitlines() if line.startswith("start-up ")]
+    assert events[:2] == ["Ray up", "placement reserved"]
+    assert sorted(events[2:5]) == ["engines healthy", "router ready", "train ranks loaded"]
+    assert events.index("engines healthy") < events.index("router ready")
+    assert events[5:] == ["first rollout submitted", "first rollout generated"]
+    seconds = [float(line.split()[1].rstrip("s")) for line in log.splitlines() if line.startswith("start-up ")]
+    assert seconds == sorted(seconds)
 
 
 def test_over_sampling_with_a_filter_and_partial_rollout_abort_every_engine_behind_the_router(slime_run):

@@ -34,16 +34,16 @@ def test_naming_slime_own_functions_selects_ours(make_config):
                             "--dynamic-sampling-filter-path",
                             "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std")
     assert (config.rollout_function, config.buffer_filter, config.data_source, config.dynamic_sampling_filter) \
-        == ("sft", "fifo", "prompt", "nonzero_std")
+        == ("slime.rollout_function_without_engines", "fifo", "prompt", "nonzero_std")
 
 
 def test_flags_without_an_equivalent_are_refused_together_with_the_reason(make_config):
     with pytest.raises(ConfigError) as error:
-        make_config("--custom-tis-function-path", P + "x", "--custom-megatron-init-path", P + "x",
-                    "--rollout-function-path", "slime.rollout.fully_async_rollout.generate_rollout_fully_async")
+        make_config("--custom-loss-function-path", P + "x", "--train-backend", "fsdp", "--custom-megatron-init-path",
+                    P + "x", "--rollout-function-path", "slime.rollout.fully_async_rollout.generate_rollout_fully_async")
     message = str(error.value)
-    assert "--custom-tis-function-path" in message and "--custom-megatron-init-path" in message
-    assert "cannot run this function yet" in message and "slime-megatron has no equivalent" in message
+    assert "--custom-loss-function-path" in message and "cannot run this function yet" in message
+    assert "--custom-megatron-init-path: slime calls it in its Megatron actor, and only the Megatron backend" in message
     assert "--train-mode async" in message  # slime's own function with a native equivalent says which
 
 

@@ -95,3 +95,13 @@ def test_every_accepted_flag_says_what_it_does(options):
         assert key in options
         assert entry.alias or entry.hf_keys or entry.reason, entry.flag
         assert entry.alias is None or entry.alias in options, entry.flag
+
+
+def test_context_len_bounds_the_prompt_len_as_in_slime(options, base):
+    config = load_config([*base, "--rollout-max-context-len", "512"], options)
+    assert config.rollout_max_prompt_len == 511
+    assert config.sources["rollout_max_prompt_len"] == "--rollout-max-context-len 512 minus 1"
+    assert load_config([*base, "--rollout-max-context-len", "512", "--rollout-max-prompt-len", "100"],
+                       options).rollout_max_prompt_len == 100
+    with pytest.raises(ConfigError, match="at most 511"):
+        load_config([*base, "--rollout-max-context-len", "512", "--rollout-max-prompt-len", "512"], options)

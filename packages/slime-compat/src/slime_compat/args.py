@@ -4,7 +4,8 @@ slime hands its functions the global ``argparse.Namespace``; our run has a `Conf
 keys follow slime's flag names. `SlimeArgs` reads through to the config and keeps what a
 function writes (``args.my_counter = ...``) in its own dict, so the writes are seen by later
 calls in the same process without changing the run's config. Runtime fields slime fills in
-(``sglang_router_ip`` / ``sglang_router_port``) come from the engine address of the call.
+(``sglang_router_ip`` / ``sglang_router_port``) come from the engine address of the call, and
+the settings of ``--custom-config-path`` are set on it as it is made, in whichever process.
 """
 
 from __future__ import annotations
@@ -41,6 +42,16 @@ class SlimeArgs:
             self.__dict__["sglang_router_ip"], self.__dict__["sglang_router_port"] = parts.hostname, parts.port
 
 
+def _set_custom_config(args: SlimeArgs) -> None:
+    """The settings of ``--custom-config-path``, on the args of any process of the run (the
+    driver's rollout functions and the train ranks' hooks alike), as slime sets them."""
+    path = args.__dict__["_config"].get("custom_config_path")
+    if path:
+        from slime_compat.custom_config import custom_settings
+
+        args.__dict__.update(custom_settings(path))
+
+
 def config_of(args) -> object:
     """The `Config` behind ``args`` (``args`` itself when it is one)."""
     return args.__dict__["_config"] if isinstance(args, SlimeArgs) else args
@@ -54,6 +65,7 @@ def slime_args(config, engine=None) -> SlimeArgs:
     args = _BY_CONFIG.get(id(config))
     if args is None or args.__dict__["_config"] is not config:
         args = _BY_CONFIG[id(config)] = SlimeArgs(config)
+        _set_custom_config(args)
     args.set_router(getattr(engine, "url", None))
     return args
 

@@ -3,7 +3,11 @@
 slime awaits ``fn(args, sample, sampling_params)`` (plus ``evaluation=`` when the function
 names it) and the function talks to the router at ``args.sglang_router_ip/port`` itself;
 ``sampling_params`` is the dict SGLang takes. A sample's own ``generate_function_path``
-(slime's field, or ``metadata``) takes priority over the flag.
+(slime's field, or ``metadata``) takes priority over the flag. A function may return a list
+of samples (one trajectory split into several training samples): they take the sample's
+place in its group. As in slime, a returned sample whose loss mask was left None (or empty)
+is trained on over its whole response, and one marked ``remove_sample`` stays in its group's
+reward statistics and is not trained on (its loss mask becomes zeros).
 """
 
 from __future__ import annotations
@@ -12,7 +16,11 @@ from slime_core.sample import Sample
 
 from slime_compat.args import slime_args
 from slime_compat.functions import accepts, load_function
-from slime_compat.sample import promote
+from slime_compat.sample import fill_loss_mask, promote
+
+#: what slime's ``sampling_params`` carry besides the rollout options: the text keeps special
+#: tokens and stop strings, as the token ids do
+SLIME_TEXT_OPTIONS = {"skip_special_tokens": False, "no_stop_trim": True, "spaces_between_special_tokens": False}
 
 
 async def custom_generate(sample, sampling, ctx):
@@ -23,8 +31,12 @@ async def custom_generate(sample, sampling, ctx):
         or ctx.config.custom_generate_function_path
     fn = load_function(path)
     extra = {"evaluation": False} if accepts(fn, "evaluation") else {}
-    result = await fn(args, sample, sampling.to_json(), **extra)
-    if not isinstance(result, Sample):
-        raise TypeError(f"{path} returned {type(result).__name__}; slime-compat trains one Sample per generate call "
-                        "(a list of samples per prompt is not supported yet): return the sample")
+    result = await fn(args, sample, {**sampling.to_json(), **SLIME_TEXT_OPTIONS}, **extra)
+    samples = result if isinstance(result, list) else [result]
+    if not samples or not all(isinstance(one, Sample) for one in samples):
+        raise TypeError(f"{path} returned {type(result).__name__}; return the Sample, or a non-empty list of "
+                        "Samples (one per training sample, as slime's multi-agent example does)")
+    for one in fill_loss_mask(samples):
+        if getattr(one, "remove_sample", False):  # slime: in the group's statistics, not in the loss
+            one.loss_mask = [0] * len(one.loss_mask)
     return result

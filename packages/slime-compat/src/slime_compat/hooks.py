@@ -9,6 +9,9 @@ fails before anything starts instead of silently ignoring a function.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
+
+from slime_compat.megatron_hooks import megatron_problems, post_write_problems
 
 
 @dataclass(frozen=True)
@@ -17,16 +20,19 @@ class PathHook:
 
     key: str  # option key (--custom-rm-path -> custom_rm_path)
     help: str
-    selects: tuple[str, str] | None = None  # (our option, the adapter's registered name) it sets
+    selects: tuple[str, str] | None = None  # (our option, the adapter's registered name or import path) it sets
+    # neither selects nor refused: slime-compat's own hook implementations use it (plugin.py)
     refused: str | None = None  # why slime-compat cannot run it yet
+    check: Callable | None = None  # (config, hook) -> why it cannot run in this run (errors), else it selects
+    nargs: str | None = None  # "+": the flag takes several paths
+    adds: bool = False  # the option is a list: the adapter is added to the names already there
 
     @property
     def flag(self) -> str:
         return "--" + self.key.replace("_", "-")
 
 
-_NO_TRAIN_HOOK = "our train backends compute {what} in slime_core.algorithms, which has no per-run function hook yet"
-_MEGATRON = "it runs inside slime's Megatron actor, and slime-megatron has no equivalent extension point yet"
+_ADAPTER = "slime_compat.megatron_hooks:"  # the Megatron flags select an import path: slime-megatron's options take one
 
 HOOKS: tuple[PathHook, ...] = (
     PathHook("custom_rm_path", "async fn(args, sample) -> reward (with --group-rm: fn(args, samples) -> rewards)",
@@ -41,51 +47,64 @@ HOOKS: tuple[PathHook, ...] = (
              selects=("dynamic_sampling_filter", "slime.dynamic_sampling_filter")),
     PathHook("buffer_filter_path", "fn(args, rollout_id, buffer, num_samples) -> list[list[Sample]]",
              selects=("buffer_filter", "slime.buffer_filter")),
-    PathHook("data_source_path", "a class DataSource(args) with get_samples(n) / add_samples(groups)",
+    PathHook("data_source_path", "a class DataSource(args) with get_samples(n) / add_samples(groups); save(rollout_id) "
+             "when a checkpoint is written, load(rollout_id) when the run resumes from it",
              selects=("data_source", "slime.data_source")),
-    PathHook("custom_rollout_log_function_path", "fn(rollout_id, args, samples, metrics, rollout_time) -> bool",
-             refused="our rollout metrics are computed by the loop; use a slime_after_rollout hook (it gets the groups and may add metrics)"),
+    PathHook("custom_rollout_log_function_path", "fn(rollout_id, args, samples, metrics, rollout_time) -> bool (True: skip the default rollout metrics)"),
     PathHook("custom_eval_rollout_log_function_path", "fn(rollout_id, args, data, metrics) -> bool",
-             refused="our eval metrics are computed by the eval function; use a slime_after_eval hook (it may add metrics)"),
-    PathHook("rollout_sample_hook_path", "fn(args, sample[, evaluation]) -> Sample, after each generation",
-             refused="our rollout has no per-sample post-generation hook yet; wrap it into --custom-generate-function-path"),
-    PathHook("rollout_sample_filter_path", "fn(args, data) marking samples of the rollout",
-             refused="slime's default rollout calls it; ours takes native sample filters (--sample-filter NAME)"),
-    PathHook("rollout_all_samples_process_path", "fn(args, all_samples, data_source)",
-             refused="slime's default rollout calls it with the dropped groups too; ours does not expose them yet"),
-    PathHook("custom_reward_post_process_path", "fn(args, samples) -> (raw_rewards, rewards)",
-             refused=_NO_TRAIN_HOOK.format(what="reward normalisation")),
+             refused="our eval functions return metrics, not the per-dataset rewards and samples slime's log function "
+                     "reads; use a slime_after_eval hook (it gets the eval metrics and may add some)"),
+    PathHook("rollout_sample_hook_path", "hook(args, sample, *, rollout_id, evaluation) -> Sample | None, after each "
+             "generation of a training rollout, before the reward (give several paths after one flag)",
+             selects=("sample_hook", "slime.rollout_sample_hooks"), nargs="+", adds=True),
+    PathHook("rollout_sample_filter_path", "fn(args, groups) setting sample.remove_sample on the accepted groups",
+             selects=("sample_filter", "slime.rollout_sample_filter"), adds=True),
+    PathHook("rollout_all_samples_process_path", "fn(args, all_groups, data_source) with every group generated, "
+             "filtered-out ones included", selects=("all_groups_hook", "slime.rollout_all_samples_process"), adds=True),
+    PathHook("custom_reward_post_process_path", "fn(args, samples) -> (raw_rewards, rewards), instead of the group normalisation",
+             selects=("reward_post_process", "slime.reward_post_process")),
     PathHook("custom_convert_samples_to_train_data_path", "fn(args, samples) -> train data dict",
-             refused="our samples go to training as slime_core.rollout_batch.RolloutBatch, which has no conversion hook yet"),
-    PathHook("rollout_data_postprocess_path", "fn(args, rollout_data) on each train rank",
-             refused=_MEGATRON),
-    PathHook("custom_advantage_function_path", "fn(args, ...) -> advantages",
-             refused="register an advantage estimator instead (slime_register_advantage_estimators, --advantage-estimator NAME)"),
+             selects=("train_data_converter", "slime.convert_samples_to_train_data")),
+    PathHook("rollout_data_postprocess_path", "fn(args, rollout_id, rollout_data) on each train rank after the advantages "
+             "(Megatron backend)", selects=("megatron_train_data_hook", _ADAPTER + "rollout_data_postprocess"),
+             check=megatron_problems),
+    PathHook("custom_advantage_function_path", "fn(args, rollout_data) setting rollout_data['advantages'] and ['returns']",
+             selects=("advantage_estimator", "slime.custom_advantage")),
     PathHook("custom_loss_function_path", "fn(args, batch, logits, sum_of_sample_mean) -> (loss, metrics)",
              refused="register a policy loss instead (slime_register_policy_losses, --loss-type NAME); slime's takes Megatron logits"),
-    PathHook("custom_tis_function_path", "fn(args, ...) -> importance weights",
-             refused=_NO_TRAIN_HOOK.format(what="truncated importance sampling")),
-    PathHook("custom_pg_loss_reducer_function_path", "fn(...) -> reducer of the per-token loss",
-             refused=_NO_TRAIN_HOOK.format(what="the loss reduction")),
-    PathHook("custom_megatron_init_path", "fn(args) after Megatron is initialised", refused=_MEGATRON),
-    PathHook("custom_megatron_before_log_prob_hook_path", "fn(args, model, store_prefix) before each log-prob pass",
-             refused=_MEGATRON),
-    PathHook("custom_megatron_before_train_step_hook_path", "fn(args, rollout_id, step_id, model, optimizer, opt_param_scheduler)",
-             refused=_MEGATRON),
-    PathHook("custom_model_provider_path", "fn(pre_process, post_process, vp_stage) -> Megatron model", refused=_MEGATRON),
-    PathHook("custom_update_weight_post_write_path", "fn(args, path) after weights are written to disk", refused=_MEGATRON),
-    PathHook("custom_config_path", "a YAML of extra settings for the custom functions",
-             refused="pass the settings as slime options or in the run's YAML config (slime run CONFIG.yaml)"),
+    PathHook("custom_tis_function_path", "fn(args, *, pg_loss, train_log_probs, rollout_log_probs, loss_masks, "
+             "total_lengths, response_lengths) -> (pg_loss, loss_masks, metrics), with --use-tis",
+             selects=("tis_mode", "slime.custom_tis")),
+    PathHook("custom_pg_loss_reducer_function_path", "fn(total_lengths, response_lengths, loss_masks, "
+             "calculate_per_token_loss) -> reducer of the per-token pg loss",
+             selects=("pg_loss_reducer", "slime.custom_pg_loss_reducer")),
+    PathHook("custom_megatron_init_path", "fn(args) on each train rank once Megatron's parallel groups exist "
+             "(Megatron backend)", selects=("megatron_init_hook", _ADAPTER + "megatron_init"), check=megatron_problems),
+    PathHook("custom_megatron_before_log_prob_hook_path", "fn(args, model, store_prefix) before each log-prob pass "
+             "(Megatron backend)", selects=("megatron_before_log_probs_hook", _ADAPTER + "before_log_probs"),
+             check=megatron_problems),
+    PathHook("custom_megatron_before_train_step_hook_path", "fn(args, rollout_id, step_id, model, optimizer, "
+             "opt_param_scheduler=None) before each optimizer step (Megatron backend)",
+             selects=("megatron_before_train_step_hook", _ADAPTER + "before_train_step"), check=megatron_problems),
+    PathHook("custom_model_provider_path", "fn(pre_process, post_process[, vp_stage]) -> GPTModel (Megatron backend)",
+             selects=("megatron_model_provider", _ADAPTER + "model_provider"), check=megatron_problems),
+    PathHook("custom_update_weight_post_write_path", "fn(args, version_dir, rollout_engines) after a disk weight update "
+             "is written (Megatron backend, --update-weight-transport disk)",
+             selects=("megatron_weights_written_hook", _ADAPTER + "weights_written"), check=post_write_problems),
+    PathHook("custom_config_path", "a YAML of extra settings set on args for the custom functions (not options of this run)"),
 )
 
 #: slime's own functions, named in many launch scripts: (flag key, path) -> our equivalent,
 #: selected directly.
 _ROLLOUT = "slime.rollout.sglang_rollout.generate_rollout"
 _FILTERS = "slime.rollout.filter_hub.dynamic_sampling_filters"
+_DEEPGEMM = "slime.backends.megatron_utils.alignment.deepgemm_forward"
+SFT_ROLLOUT = "slime.rollout.sft_rollout.generate_rollout"
 NATIVE_EQUIVALENTS: dict[tuple[str, str], str] = {
     ("rollout_function_path", _ROLLOUT): "default",
     ("eval_function_path", _ROLLOUT): "default",
-    ("rollout_function_path", "slime.rollout.sft_rollout.generate_rollout"): "sft",
+    # slime's SFT rollout (chat messages, the multi-turn loss mask) calls no engine
+    ("rollout_function_path", SFT_ROLLOUT): "slime.rollout_function_without_engines",
     ("buffer_filter_path", "slime.rollout.data_source.pop_first"): "fifo",
     ("data_source_path", "slime.rollout.data_source.RolloutDataSourceWithBuffer"): "prompt",
     ("dynamic_sampling_filter_path", f"{_FILTERS}.check_reward_nonzero_std"): "nonzero_std",
@@ -100,7 +119,19 @@ NATIVE_INSTEAD: dict[tuple[str, str], str] = {
         "on-policy distillation is native: --opd-teacher-load TEACHER_DIR --opd-kl-coef C",
     ("rollout_function_path", "slime.rollout.fully_async_rollout.generate_rollout_fully_async"):
         "asynchronous training is native: --train-mode async (generation overlaps training, bounded staleness)",
+    **{(key, f"{_DEEPGEMM}.{name}"): "it switches slime's Megatron layers to DeepGEMM kernels; the backends here choose "
+       "their own kernels: drop the flag"
+       for key, name in (("custom_megatron_before_log_prob_hook_path", "enable_deepgemm_all_forward"),
+                         ("custom_megatron_before_train_step_hook_path", "enable_deepgemm_all_forward_before_train_step"))},
 }
+
+
+def sft_without_labels(config) -> None:
+    """slime's SFT rollout trains on chat messages, which have no label (slime's
+    ``--label-key`` defaults to none, ours to ``label``): unless a label key is given, read none."""
+    if config.get("rollout_function_path") == SFT_ROLLOUT and config.sources.get("label_key", "default") == "default":
+        config.label_key = ""
+        config.sources["label_key"] = f"--rollout-function-path {SFT_ROLLOUT} (chat messages have no label)"
 
 
 def apply_hooks(config) -> list[str]:
@@ -110,13 +141,26 @@ def apply_hooks(config) -> list[str]:
         path = config.get(hook.key)
         if not path:
             continue
+        if isinstance(path, list):  # a flag of several paths (nargs): slime's own functions are single paths
+            path = " ".join(path)
         if (hook.key, path) in NATIVE_INSTEAD:
             errors.append(f"{hook.flag} {path}: slime-compat does not run slime's own function here; "
                           f"{NATIVE_INSTEAD[hook.key, path]}")
         elif hook.refused:
             errors.append(f"{hook.flag} {path}: slime-compat cannot run this function yet: {hook.refused}")
+        elif hook.check and (problems := hook.check(config, hook)):
+            errors += problems
         elif (hook.key, path) in NATIVE_EQUIVALENTS:
             setattr(config, hook.selects[0], NATIVE_EQUIVALENTS[hook.key, path])
-        else:
-            setattr(config, *hook.selects)
+        elif hook.selects:
+            _select(config, hook)
     return errors
+
+
+def _select(config, hook: PathHook) -> None:
+    """Set the hook's option to its adapter, or add the adapter to a list option's names."""
+    option, name = hook.selects
+    if not hook.adds:
+        setattr(config, option, name)
+    elif name not in (config.get(option) or []):
+        setattr(config, option, [*(config.get(option) or []), name])

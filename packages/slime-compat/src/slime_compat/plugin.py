@@ -16,12 +16,26 @@ GROUP = "slime functions (slime-compat): module.function, called as THUDM slime 
 def slime_add_options(options):
     for hook in HOOKS:
         note = f" [not supported yet: {hook.refused}]" if hook.refused else ""
-        options.add(hook.flag, default=None, help=hook.help + note, group=GROUP)
+        options.add(hook.flag, default=None, nargs=hook.nargs, help=hook.help + note, group=GROUP)
+
+
+@hookimpl
+def slime_resolve_config(config):
+    from slime_compat.hooks import sft_without_labels
+    from slime_compat.megatron_hooks import pick_megatron
+
+    pick_megatron(config, HOOKS)
+    sft_without_labels(config)
 
 
 @hookimpl
 def slime_validate_config(config):
-    return apply_hooks(config)
+    from slime_compat.custom_config import custom_config_problems
+    from slime_compat.train_data import train_data_problems
+    from slime_compat.train_options import prepare_train_math
+
+    # prepare_train_math reads --advantage-estimator before apply_hooks replaces it
+    return prepare_train_math(config) + apply_hooks(config) + custom_config_problems(config) + train_data_problems(config)
 
 
 @hookimpl
@@ -29,6 +43,20 @@ def slime_before_run(config):
     from slime_compat.args import remember_run
 
     remember_run(config)
+
+
+@hookimpl
+def slime_before_rollout(rollout_id, config):
+    from slime_compat.data_source import before_rollout
+
+    before_rollout(rollout_id, config)
+
+
+@hookimpl
+def slime_before_save(rollout_id, path):
+    from slime_compat.data_source import before_save
+
+    before_save(rollout_id)
 
 
 @hookimpl
@@ -44,6 +72,7 @@ def slime_register_generate_functions(register):
 @hookimpl
 def slime_register_rollout_functions(register):
     register("slime.rollout_function", "slime_compat.rollout:rollout_function")
+    register("slime.rollout_function_without_engines", "slime_compat.rollout:rollout_function_without_engines")
 
 
 @hookimpl
@@ -57,6 +86,21 @@ def slime_register_group_filters(register):
 
 
 @hookimpl
+def slime_register_sample_hooks(register):
+    register("slime.rollout_sample_hooks", "slime_compat.rollout_hooks:rollout_sample_hooks")
+
+
+@hookimpl
+def slime_register_sample_filters(register):
+    register("slime.rollout_sample_filter", "slime_compat.rollout_hooks:rollout_sample_filter")
+
+
+@hookimpl
+def slime_register_all_groups_hooks(register):
+    register("slime.rollout_all_samples_process", "slime_compat.rollout_hooks:rollout_all_samples_process")
+
+
+@hookimpl
 def slime_register_buffer_filters(register):
     register("slime.buffer_filter", "slime_compat.filters:buffer_filter")
 
@@ -64,3 +108,36 @@ def slime_register_buffer_filters(register):
 @hookimpl
 def slime_register_data_sources(register):
     register("slime.data_source", "slime_compat.data_source:SlimeDataSource")
+
+
+@hookimpl
+def slime_register_advantage_estimators(register):
+    register("slime.custom_advantage", "slime_compat.train_math:custom_advantage")
+
+
+@hookimpl
+def slime_register_tis_functions(register):
+    register("slime.custom_tis", "slime_compat.train_math:custom_tis")
+
+
+@hookimpl
+def slime_register_pg_loss_reducers(register):
+    register("slime.custom_pg_loss_reducer", "slime_compat.train_math:custom_pg_loss_reducer")
+
+
+@hookimpl
+def slime_register_reward_post_processors(register):
+    register("slime.reward_post_process", "slime_compat.train_data:reward_post_process")
+
+
+@hookimpl
+def slime_register_train_data_converters(register):
+    register("slime.convert_samples_to_train_data", "slime_compat.train_data:convert_samples_to_train_data")
+
+
+@hookimpl
+def slime_log_rollout(rollout_id, config, groups, metrics, seconds):
+    if config.get("custom_rollout_log_function_path"):
+        from slime_compat.rollout_log import log_rollout
+
+        return log_rollout(rollout_id, config, groups, metrics, seconds)

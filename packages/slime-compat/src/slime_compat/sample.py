@@ -7,8 +7,12 @@ writes only the core's fields and keeps slime's non-default extras under
 ``metadata["slime"]``, so checkpoints and saved rollouts load with the core's
 ``Sample.from_dict`` and the extras come back on the next promotion.
 
-One meaning differs: ``index`` is the sample's position in its group (ours), not slime's
-global index; ``group_index`` is the group's, as in slime.
+``index`` is slime's: unique over the run (our data source counts the samples it hands out,
+`slime_core.Sample.global_index`), while a core sample's ``index`` is its position in its
+group. A slime `Sample` reads ``global_index`` (its position when it has none) and setting
+``index`` sets both; ``to_dict`` writes each under its own key. ``group_index`` is the
+group's, as in slime. slime's default loss mask (all ones over the response, for a sample
+whose function left it None or empty) is filled by `fill_loss_mask`.
 """
 
 from __future__ import annotations
@@ -44,6 +48,16 @@ class Sample(CoreSample):
     train_metadata: dict | None = None
     session_id: str | None = None
 
+    @property
+    def index(self) -> int | None:
+        """slime's index: unique over the run (``global_index``), else the position in the group."""
+        return self.__dict__["index"] if self.global_index is None else self.global_index
+
+    @index.setter
+    def index(self, value: int | None) -> None:
+        # both: the dataclass __init__ sets index before global_index, and core code reads either
+        self.__dict__["index"] = self.__dict__["global_index"] = value
+
     def get_reward_value(self, args) -> float:
         """The reward to train on: the reward, or ``reward[args.reward_key]`` for a dict reward."""
         key = getattr(args, "reward_key", None)
@@ -76,6 +90,7 @@ class Sample(CoreSample):
     def to_dict(self) -> dict[str, Any]:
         """The core's dict, slime's non-default extras under ``metadata["slime"]``."""
         data = CoreSample.to_dict(self)
+        data["index"] = self.__dict__["index"]  # the core's position (asdict read the property)
         extras = {name: data.pop(name) for name in list(data) if name not in _CORE_FIELDS}
         changed = {name: value for name, value in extras.items() if value != _default(name)}
         if changed:
@@ -120,4 +135,16 @@ def promote_all(samples):
     """`promote` every sample of a list, or of a list of groups; returns its argument."""
     for item in samples:
         promote_all(item) if isinstance(item, list) else promote(item)
+    return samples
+
+
+def fill_loss_mask(samples):
+    """slime's default for samples a user function built: a loss mask left None (slime's
+    default) or empty becomes all ones over the response, as slime's train-data conversion
+    does. Takes a sample, a list or a list of groups; returns its argument."""
+    for sample in samples if isinstance(samples, list) else [samples]:
+        if isinstance(sample, list):
+            fill_loss_mask(sample)
+        elif not sample.loss_mask:  # None (slime's default) or never grown (ours)
+            sample.loss_mask = [1] * sample.response_length
     return samples

@@ -1,5 +1,5 @@
 """The core's own plugin: core options, the built-in data source and buffer filter, and the
-advantage estimators and policy losses of ``slime_core.algorithms``.
+advantage estimators, policy losses and TIS functions of ``slime_core.algorithms``.
 
 Built-ins are registered exactly like third-party plugins; references are strings so that
 importing this module stays cheap.
@@ -73,3 +73,9 @@ def slime_register_advantage_estimators(register):
 def slime_register_policy_losses(register):
     for name, function in POLICY_LOSSES.items():
         register(name, f"slime_core.algorithms.policy_loss:{function}")
+
+
+@hookimpl
+def slime_register_tis_functions(register):
+    register("truncate", "slime_core.algorithms.mismatch:truncate_tis")
+    register("icepop", "slime_core.algorithms.mismatch:icepop_tis")

@@ -7,6 +7,10 @@ A checkpoint is written into ``iter_0000003.tmp`` (`staging`), renamed once ever
 finished, and only then does the ``latest`` file name it (`publish`), so a crash mid-save
 never leaves a checkpoint that looks complete: `latest_checkpoint` follows the ``latest``
 file only. The backends add the barriers around these steps (they need torch.distributed).
+
+The same layout written by Megatron-LM (slime's ``--ref-load``, from its
+tools/convert_hf_to_torch_dist.py, may point at ``release`` instead of an iteration) is read
+by `megatron_checkpoint`.
 """
 
 from __future__ import annotations
@@ -59,3 +63,39 @@ def write_atomically(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def is_megatron_checkpoint(path) -> bool:
+    """Whether ``path`` is laid out as a Megatron checkpoint: a ``latest_checkpointed_iteration.txt``
+    beside the checkpoints it points into (ours, Megatron-LM's, slime's ``--ref-load``)."""
+    return bool(path) and (Path(path) / LATEST).is_file()
+
+
+def starts_from_ref_load(config) -> bool:
+    """Whether the policy starts from ``--ref-load``'s weights, as in slime: when it is a
+    Megatron checkpoint and ``--load`` holds none yet (slime then loads ``--ref-load`` as
+    ``--load``, at rollout 0 with a fresh optimizer; its launch scripts give the same model
+    as ``--hf-checkpoint``, which the engines start from). Both backends follow it."""
+    load = config.get("load")
+    return is_megatron_checkpoint(config.get("ref_load")) and not (load and latest_checkpoint(load))
+
+
+def megatron_checkpoint(root) -> Path:
+    """The checkpoint directory a Megatron checkpoint ``root`` points to: ``iter_0000003`` for
+    the iteration ``3`` in its ``latest_checkpointed_iteration.txt``, ``release`` for
+    ``release`` (what slime's tools/convert_hf_to_torch_dist.py writes). Shared with the
+    backends, which load it; raises what is wrong with it."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: the directory does not exist")
+    if not (root / LATEST).is_file():
+        raise FileNotFoundError(f"{root} has no {LATEST}: not a Megatron checkpoint directory")
+    pointer = (root / LATEST).read_text().strip()
+    if pointer != "release" and not pointer.isdigit():
+        raise ValueError(f"{root / LATEST} holds {pointer!r}, neither an iteration number nor 'release'; "
+                         "write the iteration of the checkpoint to load into it")
+    path = root / ("release" if pointer == "release" else f"iter_{int(pointer):07d}")
+    if not (path / ".metadata").is_file():
+        raise FileNotFoundError(f"{root / LATEST} names {path.name}, which holds no torch_dist checkpoint "
+                                "(.metadata); the checkpoint was not written completely, or was moved")
+    return path

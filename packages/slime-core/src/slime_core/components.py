@@ -21,17 +21,23 @@ COMPONENTS: dict[str, str] = {
     "rollout_backend": "rollout_backends",
     "router": "routers",
     "generate_function": "generate_functions",
+    "sample_hook": "sample_hooks",
+    "all_groups_hook": "all_groups_hooks",
     "eval_function": "eval_functions",
     "rm_type": "reward_functions",
     "dynamic_sampling_filter": "group_filters",
     "sample_filter": "sample_filters",
     "advantage_estimator": "advantage_estimators",
     "loss_type": "policy_losses",
+    "tis_mode": "tis_functions",
+    "pg_loss_reducer": "pg_loss_reducers",
     "router_middleware": "router_middlewares",
+    "reward_post_process": "reward_post_processors",
+    "train_data_converter": "train_data_converters",
 }
 #: Options that name parts only a run that generates (with engines) uses.
 ENGINE_SIDE = {"rollout_backend", "router", "generate_function", "eval_function", "router_middleware",
-               "dynamic_sampling_filter"}
+               "dynamic_sampling_filter", "sample_hook", "all_groups_hook"}
 
 
 def selected_components(config, generates: bool = True) -> list[tuple[str, str, str]]:

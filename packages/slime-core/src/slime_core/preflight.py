@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from slime_core.checkpoint_dir import is_megatron_checkpoint, megatron_checkpoint
 from slime_core.config.options import key_to_flag
 
-#: options naming a Hugging Face model directory
-MODEL_DIRS = ("hf_checkpoint", "ref_load", "opd_teacher_load", "critic_load")
+#: options naming a Hugging Face model directory (``--ref-load`` may also be a Megatron checkpoint)
+MODEL_DIRS = ("hf_checkpoint", "opd_teacher_load", "critic_load")
 #: built-in advantage estimators whose advantages carry no per-token reward (so no --kl-coef)
 REWARD_KL_FREE = ("grpo", "gspo", "cispo", "dr_grpo")
 
@@ -25,15 +26,35 @@ def preflight_problems(config, trains: bool) -> list[str]:
 
 
 def model_dir_problems(config) -> list[str]:
-    """Each model option names a directory whose config.json is a JSON object with a model_type."""
+    """Each model option names a directory whose config.json is a JSON object with a model_type;
+    ``--ref-load`` may instead be a Megatron checkpoint (`megatron_checkpoint`)."""
+    checks = [(key, _model_dir_problem) for key in MODEL_DIRS] + [("ref_load", _reference_problem)]
     problems = []
-    for key in MODEL_DIRS:
+    for key, check in checks:
         path = config.get(key)
         if path:
-            problem = _model_dir_problem(Path(path))
+            problem = check(Path(path))
             if problem:
                 problems.append(f"{key_to_flag(key)} {path}: {problem}")
     return problems
+
+
+def _reference_problem(path: Path) -> str | None:
+    """``--ref-load``: a Hugging Face model directory, or a Megatron checkpoint (slime's launch
+    scripts give the latter: its weights, from tools/convert_hf_to_torch_dist.py)."""
+    layouts = ("a Hugging Face model directory (config.json, weights) or a Megatron checkpoint directory "
+               "(latest_checkpointed_iteration.txt naming its iter_XXXXXXX or release directory)")
+    if not path.is_dir():
+        return f"no such directory; give {layouts}"
+    if is_megatron_checkpoint(path):
+        try:
+            megatron_checkpoint(path)
+        except (FileNotFoundError, ValueError) as exc:
+            return str(exc)
+        return None
+    if not (path / "config.json").is_file():
+        return f"has no config.json and no latest_checkpointed_iteration.txt; give {layouts}"
+    return _model_dir_problem(path)
 
 
 def _model_dir_problem(path: Path) -> str | None:

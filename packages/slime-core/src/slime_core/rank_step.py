@@ -7,8 +7,8 @@ numbers for the same data:
 1. `RankStep.tensors`: (N, R) tensors of the share: loss mask, old / reference / rollout
    log-probs, and advantages from the ``--advantage-estimator`` plugin (plus on-policy
    distillation and ``--normalize-advantages`` whitening over the data-parallel group).
-   With one optimizer step per rollout (and no teacher or KL penalty in the reward, which
-   need π_old up front) π_old is the policy being trained, so the old log-probs are not
+   With one optimizer step per rollout (and no teacher, KL penalty in the reward or estimator
+   marked ``needs_old_log_probs``, which need π_old up front) π_old is the policy being trained, so the old log-probs are not
    recomputed by a forward of their own: each micro-batch's forward supplies them, detached
    (`StepTensors.old_from_forward`), as TRL does with one iteration per generation;
 2. per optimizer step, `RankStep.denominators` (samples and tokens of the global batch,
@@ -19,7 +19,8 @@ numbers for the same data:
    `RolloutSteps` holds a rollout's steps between the rank's ``start_train`` and
    ``finish_train``, so the driver can run (and hook into) one optimizer step at a time;
 3. per micro-batch, `RankStep.loss`: the ``--loss-type`` plugin's loss through
-   ``compute_policy_loss``, a global-batch contribution;
+   ``compute_policy_loss`` (with the ``--tis-mode`` and ``--pg-loss-reducer`` plugins), a
+   global-batch contribution;
 4. `sum_over_ranks` adds up the micro-batches' metrics of every data-parallel rank, and
    `RankStep.rollout_metrics` averages the steps;
 5. `lr_factor`: the learning-rate schedule, one value per optimizer step.
@@ -60,6 +61,8 @@ class StepTensors:
     old_from_forward: bool = False  # ``old`` is filled by `loss_inputs` from the step's own forward
     rollout_ids: list[tuple] | None = None  # (N,) with --rollout-id-key: samples of one rollout share an id
     sample_tokens: torch.Tensor | None = None  # (N,) their sample-mean denominators (`share_rollout_denominators`)
+    response_lengths: torch.Tensor | None = None  # (N,) int, response tokens of each sample
+    total_lengths: torch.Tensor | None = None  # (N,) int, prompt + response tokens of each sample
 
     def loss_inputs(self, indices: list[int], log_probs: torch.Tensor, entropy: torch.Tensor | None) -> PolicyLossInputs:
         """The loss inputs of the micro-batch ``indices``, given its (B, W) log-probs (with
@@ -69,9 +72,10 @@ class StepTensors:
         if self.old_from_forward:
             self.old[indices, :width] = log_probs.detach().to(self.old.device, self.old.dtype)
         rows = lambda t: None if t is None else t[indices, :width].to(device)  # noqa: E731
-        sample_tokens = None if self.sample_tokens is None else self.sample_tokens[indices].to(device)
+        per_sample = lambda t: None if t is None else t[indices].to(device)  # noqa: E731
         return PolicyLossInputs(log_probs, rows(self.old), rows(self.advantages), rows(self.mask), entropy,
-                                rows(self.ref), rows(self.rollout), sample_tokens)
+                                rows(self.ref), rows(self.rollout), per_sample(self.sample_tokens),
+                                per_sample(self.response_lengths), per_sample(self.total_lengths))
 
     def share_rollout_denominators(self, slices: list[list[int]]) -> None:
         """With ``rollout_ids``, set each sample's sample-mean denominator to the trained tokens
@@ -126,6 +130,9 @@ class RankStep:
         self.estimator = plugins.registry("advantage_estimators").get(config.advantage_estimator)
         self.loss_config = PolicyLossConfig.from_config(config)
         self.loss_fn = plugins.registry("policy_losses").get(self.loss_config.loss_type)
+        self.tis_fn = plugins.registry("tis_functions").get(self.loss_config.tis_mode)
+        reducer = config.get("pg_loss_reducer")
+        self.pg_loss_reducer = plugins.registry("pg_loss_reducers").get(reducer) if reducer else None
 
     @property
     def sft(self) -> bool:
@@ -144,8 +151,8 @@ class RankStep:
             torch.tensor(batch.rewards, dtype=torch.float32), torch.tensor(batch.group_ids), mask,
             log_probs=None if old_from_forward else old, ref_log_probs=ref, kl_coef=cfg.kl_coef, kl_type=cfg.kl_loss_type,
             values=None if batch.values is None else pad_rows(batch.values), gamma=cfg.gamma, lambd=cfg.lambd,
-            response_lengths=torch.tensor(batch.response_lengths), normalize_rewards=not cfg.disable_rewards_normalization,
-            std_normalize=not cfg.disable_grpo_std_normalization,
+            response_lengths=torch.tensor(batch.response_lengths), normalize_rewards=batch.raw_rewards is None and not cfg.disable_rewards_normalization,
+            std_normalize=not cfg.disable_grpo_std_normalization, run_config=cfg, batch=batch,
         )
         advantages, _ = self.estimator(advantage_inputs)
         if teacher:
@@ -154,14 +161,17 @@ class RankStep:
             advantages = whiten(advantages, mask, group=self.group)
         reads_rollout = not self.sft or self.loss_config.needs_rollout_log_probs
         rollout = pad_rows(batch.rollout_log_probs) if reads_rollout else None
-        return StepTensors(mask, old, ref, rollout, advantages, old_from_forward, batch.rollout_ids)
+        lengths = torch.tensor(batch.response_lengths), torch.tensor([len(t) for t in batch.tokens])
+        return StepTensors(mask, old, ref, rollout, advantages, old_from_forward, batch.rollout_ids, None, *lengths)
 
     def on_policy(self, teacher: bool) -> bool:
         """Whether the step's own forward may stand for π_old: one optimizer step per rollout
         (the weights do not move before every sample has been through the forward once), and
         nothing needs π_old before the forward (on-policy distillation's advantages, a KL
-        penalty in the reward)."""
-        return self.config.num_steps_per_rollout == 1 and not teacher and not self.config.kl_coef
+        penalty in the reward, an estimator marked ``needs_old_log_probs``)."""
+        cfg = self.config
+        needed = teacher or cfg.kl_coef or getattr(self.estimator, "needs_old_log_probs", False)
+        return cfg.num_steps_per_rollout == 1 and not needed
 
     def plan(self, indices: list[int], batch: RolloutBatch) -> list[list[int]]:
         """Micro-batches of ``indices`` (``--use-dynamic-batch-size``: by token budget, else
@@ -187,7 +197,7 @@ class RankStep:
 
     def loss(self, inputs: PolicyLossInputs, denominators: LossDenominators) -> tuple[torch.Tensor, dict[str, float]]:
         """The micro-batch's contribution to the global-batch loss, and its metrics."""
-        return compute_policy_loss(inputs, self.loss_config, denominators, self.loss_fn)
+        return compute_policy_loss(inputs, self.loss_config, denominators, self.loss_fn, self.tis_fn, self.pg_loss_reducer)
 
     def rollout_metrics(self, history: list[dict[str, float]]) -> dict[str, float]:
         """The steps' metrics averaged (``train_rollout_logprob_abs_diff`` among them: each

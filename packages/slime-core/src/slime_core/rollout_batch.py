@@ -4,6 +4,10 @@ The driver turns the scored samples of a rollout into one `RolloutBatch` (plain 
 to send to Ray actors), splits it per data-parallel rank, and every train rank of any
 backend receives its share. Groups stay whole on one rank, so group-relative advantages
 (GRPO and friends) are computed on the rank with every member of the group at hand.
+
+`train_batch` is that conversion as the loop runs it: a ``--train-data-converter`` plugin
+may replace `RolloutBatch.from_samples`, and a ``--reward-post-process`` plugin may replace
+the ranks' group normalisation of the rewards (then ``raw_rewards`` keeps what was scored).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ class RolloutBatch:
     tokens: list[list[int]] = field(default_factory=list)  # (N,) prompt + response token ids
     response_lengths: list[int] = field(default_factory=list)  # (N,) response tokens at the end of `tokens`
     loss_masks: list[list[int]] = field(default_factory=list)  # (N,) (response_len,) 1 = trained on
-    rewards: list[float] = field(default_factory=list)  # (N,) scalar reward (after --reward-key)
+    rewards: list[float] = field(default_factory=list)  # (N,) scalar reward (after --reward-key), or post-processed
     group_ids: list[int] = field(default_factory=list)  # (N,) samples of one prompt share an id
     rollout_log_probs: list[list[float]] = field(default_factory=list)  # (N,) (response_len,) engine log-probs
     values: list[list[float]] | None = None  # (N,) (response_len,) critic values V_old (PPO), else None
@@ -30,26 +34,28 @@ class RolloutBatch:
     top_p_token_ids: list[list[int]] | None = None  # (N,) (nuclei ids,)
     top_p_token_offsets: list[list[int]] | None = None  # (N,) (response_len + 1,)
     rollout_ids: list[tuple] | None = None  # (N,) with --rollout-id-key: one rollout's samples share it (`rollout_id`)
+    # (N,) the rewards as scored when `rewards` are post-processed (--reward-post-process, a converter): the ranks
+    # then train on `rewards` as they are, without group normalisation; None: `rewards` are the scored ones.
+    raw_rewards: list[float] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     @classmethod
     def from_samples(cls, samples: list[Sample], reward_key: str | None = None, top_p_replay: bool = False,
-                     rollout_id_key: str | None = None) -> RolloutBatch:
-        """The trainable samples (not failed, not aborted) of a rollout, in order; with
-        ``top_p_replay`` (``--rollout-top-p`` < 1) their nuclei too, which every trained token needs;
-        with ``rollout_id_key`` (``--rollout-id-key``) the rollout each comes from (`rollout_id`)."""
+                     rollout_id_key: str | None = None, rewards: list[float] | None = None) -> RolloutBatch:
+        """The `trainable` samples of a rollout, in order; with ``top_p_replay``
+        (``--rollout-top-p`` < 1) their nuclei too, which every trained token needs; with
+        ``rollout_id_key`` (``--rollout-id-key``) the rollout each comes from (`rollout_id`);
+        ``rewards``: one per trainable sample, instead of their scored rewards."""
         batch = cls(top_p_token_ids=[] if top_p_replay else None, top_p_token_offsets=[] if top_p_replay else None)
         batch.rollout_ids = [] if rollout_id_key else None
-        for sample in samples:
-            if sample.status in (SampleStatus.FAILED, SampleStatus.ABORTED):
-                continue
+        for i, sample in enumerate(trainable(samples)):
             sample.check()
             batch.tokens.append(list(sample.tokens))
             batch.response_lengths.append(sample.response_length)
             batch.loss_masks.append(list(sample.loss_mask))
-            batch.rewards.append(scalar_reward(sample, reward_key))
+            batch.rewards.append(scalar_reward(sample, reward_key) if rewards is None else rewards[i])
             batch.group_ids.append(sample.group_index)
             batch.rollout_log_probs.append(list(sample.rollout_log_probs))
             if rollout_id_key:
@@ -77,6 +83,58 @@ class RolloutBatch:
 
     def num_tokens(self, index: int) -> int:
         return len(self.tokens[index])
+
+
+def trainable(samples: list[Sample]) -> list[Sample]:
+    """The samples that go to training: all but the failed and aborted ones, in order."""
+    return [sample for sample in samples if sample.status not in (SampleStatus.FAILED, SampleStatus.ABORTED)]
+
+
+def train_batch(samples: list[Sample], config, plugins) -> RolloutBatch:
+    """The train data of a rollout's samples (in prompt order): ``--train-data-converter``'s
+    batch, or `RolloutBatch.from_samples`; with ``--reward-post-process``, the post-processor's
+    rewards (trained on as they are) and raw rewards (logged) replace the scored ones."""
+    samples = trainable(samples)
+    processed = _post_processed(samples, config, plugins)
+    converter = config.get("train_data_converter")
+    if converter:
+        batch = _converted(samples, config, plugins, converter)
+        if processed and len(batch) != len(samples):
+            raise ValueError(f"train-data converter '{converter}' made {len(batch)} entries of {len(samples)} samples, "
+                             f"so --reward-post-process's one reward per sample cannot be placed; drop "
+                             "--reward-post-process and post-process the rewards in the converter")
+    else:  # post-processed rewards given: a dict reward without --reward-key is the post-processor's to read
+        batch = RolloutBatch.from_samples(samples, config.reward_key, top_p_replay=config.rollout_top_p < 1,
+                                          rollout_id_key=config.rollout_id_key, rewards=processed[1] if processed else None)
+    if processed:
+        batch.raw_rewards, batch.rewards = processed
+    return batch
+
+
+def _post_processed(samples: list[Sample], config, plugins) -> tuple[list[float], list[float]] | None:
+    """``(raw_rewards, rewards)`` of ``--reward-post-process``, one per sample; None without it."""
+    name = config.get("reward_post_process")
+    if not name:
+        return None
+    what = f"reward post-processor '{name}'"
+    returned = plugins.registry("reward_post_processors").get(name)(samples, config)
+    try:
+        raw, rewards = ([float(r) for r in part] for part in returned)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what} must return (raw_rewards, rewards), two lists of numbers ({exc})") from None
+    if len(raw) != len(samples) or len(rewards) != len(samples):
+        raise ValueError(f"{what} returned {len(raw)} raw rewards and {len(rewards)} rewards for {len(samples)} "
+                         "samples; it must return one of each per sample, in the order it got them")
+    return raw, rewards
+
+
+def _converted(samples: list[Sample], config, plugins, name: str) -> RolloutBatch:
+    """The batch of ``--train-data-converter NAME``."""
+    batch = plugins.registry("train_data_converters").get(name)(samples, config)
+    if not isinstance(batch, RolloutBatch):
+        raise TypeError(f"train-data converter '{name}' returned a {type(batch).__name__}; it must return a "
+                        "slime_core.rollout_batch.RolloutBatch")
+    return batch
 
 
 def check_nuclei(sample: Sample) -> None:

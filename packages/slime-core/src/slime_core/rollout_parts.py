@@ -2,7 +2,8 @@
 
 A rollout function is ``async fn(rollout_id, config, parts: RolloutParts) -> RolloutResult``
 (``slime_register_rollout_functions``); a generate function is ``async fn(sample, sampling,
-ctx: GenerateContext) -> Sample`` (``slime_register_generate_functions``). The loop builds
+ctx: GenerateContext) -> Sample`` (or a list of samples that take its place in the group;
+``slime_register_generate_functions``). The loop builds
 both once per run (`slime_core.loop.rollouts.RolloutManager`).
 
 A rollout function that generates nothing (``sft``, which completes samples with their
@@ -11,7 +12,7 @@ labels) is marked with `without_engines`, and a run of it starts no engine or ro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from slime_core.engine import RolloutEngine
@@ -36,6 +37,8 @@ class RolloutParts:
     group_filter: Any | None  # fn(group, config, progress) -> bool, or None to keep every group
     ctx: GenerateContext
     engines: Any | None = None  # slime_core.rollout_backend.Engines: abort / pause every engine; None without engines
+    sample_hooks: list = field(default_factory=list)  # fn(sample, config, rollout_id) -> Sample | None (--sample-hook)
+    all_groups_hooks: list = field(default_factory=list)  # fn(rollout_id, groups, config, data_source) (--all-groups-hook)
 
 
 def without_engines(rollout_fn: Callable) -> Callable:

@@ -35,6 +35,7 @@ class Sample:
 
     group_index: int | None = None  # which prompt group this sample belongs to
     index: int | None = None  # position within its group (0..n_samples_per_prompt-1)
+    global_index: int | None = None  # unique over the run, counted by the data source (slime's Sample.index)
     prompt: str | list[dict[str, Any]] = ""  # text, or chat messages [{"role", "content"}]
     tokens: list[int] = field(default_factory=list)  # (prompt_len + response_len,) token ids
     response: str = ""  # decoded response text (model output and tool/env text)

@@ -17,6 +17,19 @@ def slime_add_options(options):
 
 
 @hookimpl
+def slime_validate_config(config):
+    """A Megatron checkpoint as --ref-load needs slime-megatron's conversion (`slime_fsdp.megatron_weights`)."""
+    from slime_core.checkpoint_dir import is_megatron_checkpoint
+
+    if config.get("train_backend") != "fsdp" or not is_megatron_checkpoint(config.get("ref_load")):
+        return []
+    from slime_fsdp.megatron_weights import missing_converter
+
+    problem = missing_converter(config)
+    return [problem] if problem else []
+
+
+@hookimpl
 def slime_register_train_backends(register):
     register("fsdp", "slime_fsdp.rank:FSDPTrainRank")
 

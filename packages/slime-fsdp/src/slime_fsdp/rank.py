@@ -14,6 +14,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 import torch.distributed as dist
 
+from slime_core.checkpoint_dir import is_megatron_checkpoint, starts_from_ref_load
 from slime_core.rank_step import RankStep, RolloutSteps, StepTensors, check_prompts, memory_gib, pad_rows, sum_over_ranks
 from slime_core.rollout_batch import RolloutBatch
 from slime_core.weight_bucket import WeightBucket
@@ -53,6 +54,8 @@ class FSDPTrainRank:
         self.tokenizer = load_tokenizer(cfg.hf_checkpoint, model)
         self.attn_implementation = model.config._attn_implementation
         self.model = shard(model.to(self.device), self.mesh, cfg.bf16, cfg.fsdp_cpu_offload)
+        if starts_from_ref_load(cfg):
+            self._set_weights(cfg.ref_load)
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg)
         self.reference = self._reference_shards()
         self.teacher = load_model(cfg.opd_teacher_load).eval() if cfg.opd_teacher_load else None
@@ -63,14 +66,26 @@ class FSDPTrainRank:
         cfg = self.config
         if not (cfg.use_kl_loss or cfg.kl_coef):
             return None
-        if not cfg.ref_load:
+        if not cfg.ref_load or starts_from_ref_load(cfg):
             return weights.snapshot_local_shards(self.model)
+        with weights.swapped_weights(self.model, weights.snapshot_local_shards(self.model)):
+            self._set_weights(cfg.ref_load)
+            return weights.snapshot_local_shards(self.model)
+
+    def _set_weights(self, directory: str) -> None:
+        """The sharded model's weights from ``directory``: a Hugging Face model, read by every
+        rank, or a Megatron checkpoint, converted on rank 0 (`slime_fsdp.megatron_weights`)
+        and sent to the others."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-        full = load_model(cfg.ref_load).state_dict()
-        with weights.swapped_weights(self.model, weights.snapshot_local_shards(self.model)):
+        if not is_megatron_checkpoint(directory):
+            full = load_model(directory).state_dict()
             set_model_state_dict(self.model, full, options=StateDictOptions(full_state_dict=True))
-            return weights.snapshot_local_shards(self.model)
+            return
+        from slime_fsdp.megatron_weights import hf_state_dict
+
+        full = hf_state_dict(directory, self.config.hf_checkpoint, self.config) if self.rank == 0 else {}
+        set_model_state_dict(self.model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
 
     def _resume(self) -> int:
         """Restore from ``--load`` if it holds a checkpoint; the next rollout id."""

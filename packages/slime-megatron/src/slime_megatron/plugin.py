@@ -7,6 +7,8 @@ is named by a string, the rest is imported when used), so ``slime --help`` stays
 
 from slime_core import hookimpl
 
+from slime_megatron.hooks import HOOK_OPTIONS, PROVIDER_HELP
+
 GROUP = "Megatron backend (slime-megatron)"
 
 #: The parallel sizes, each of which must divide the number of training ranks.
@@ -18,11 +20,14 @@ PARALLEL_SIZES = (
 )
 
 
+#: The user functions the train ranks call (`slime_megatron.hooks`, `slime_megatron.models.provider`).
+FUNCTION_KEYS = (*HOOK_OPTIONS, "megatron_model_provider")
+
 #: Every option this plugin declares (a run that sets one without --train-backend uses Megatron).
 OPTION_KEYS = PARALLEL_SIZES + (
     "expert_tensor_parallel_size", "sequence_parallel", "recompute_granularity", "recompute_method",
     "recompute_num_layers", "use_distributed_optimizer", "megatron_config",
-)
+) + FUNCTION_KEYS
 
 
 @hookimpl
@@ -39,14 +44,22 @@ def slime_add_options(options):
     add("--recompute-num-layers", type=int, default=None, help="layers per recomputation group (uniform) or recomputed layers per stage (block)", group=GROUP)
     add("--use-distributed-optimizer", type=bool, default=False, help="shard the optimizer state over data-parallel ranks (ZeRO-1)", group=GROUP)
     add("--megatron-config", nargs="+", default=None, help="KEY=VALUE overrides of any other megatron TransformerConfig field (e.g. attention_softmax_in_fp32=true)", group=GROUP)
+    for key, help in HOOK_OPTIONS.items():
+        add("--" + key.replace("_", "-"), default=None, help=help, group=GROUP)
+    add("--megatron-model-provider", default=None, help=PROVIDER_HELP, group=GROUP)
+
+
+@hookimpl
+def slime_resolve_config(config):
+    _pick_megatron_when_its_options_are_given(config)
 
 
 @hookimpl
 def slime_validate_config(config):
-    _pick_megatron_when_its_options_are_given(config)
     if config.get("train_backend") != "megatron":
         return _check_other_backend(config)
-    errors = _check_parallel_sizes(config) + _check_layer_options(config)
+    errors = (_check_parallel_sizes(config) + _check_layer_options(config) + _check_weights_written_hook(config)
+              + _check_model_family(config))
     if config.get("megatron_config"):
         from slime_megatron.models.transformer_config import MegatronConfigError, parse_megatron_config
 
@@ -96,10 +109,14 @@ def _pick_megatron_when_its_options_are_given(config) -> None:
 
 def _check_other_backend(config) -> list[str]:
     """Megatron's model-parallel sizes mean nothing to another backend: refuse them rather than
-    train unsplit (slime's launch scripts set them, and slime trains with Megatron)."""
+    train unsplit (slime's launch scripts set them, and slime trains with Megatron); so are the
+    functions only Megatron's train ranks call."""
     backend = config.get("train_backend")
-    return [f"{flag} splits the model with Megatron, which --train-backend {backend} does not do; "
-            "use --train-backend megatron, or drop the flag" for flag in _model_parallel_flags(config)]
+    errors = [f"{flag} splits the model with Megatron, which --train-backend {backend} does not do; "
+              "use --train-backend megatron, or drop the flag" for flag in _model_parallel_flags(config)]
+    given = [key for key in FUNCTION_KEYS if config.sources.get(key, "default") != "default"]
+    return errors + [f"--{key.replace('_', '-')} is called by the Megatron backend's train ranks, and --train-backend "
+                     f"{backend} never calls it; use --train-backend megatron, or drop the flag" for key in given]
 
 
 def _check_layer_options(config) -> list[str]:
@@ -107,6 +124,36 @@ def _check_layer_options(config) -> list[str]:
     if config.get("recompute_granularity") == "full" and not (config.get("recompute_method") and config.get("recompute_num_layers")):
         errors.append("--recompute-granularity full needs --recompute-method (uniform or block) and --recompute-num-layers N")
     return errors
+
+
+def _check_model_family(config) -> list[str]:
+    """The checkpoint's architecture (config.json's model_type) is one Megatron can build: said
+    now, not when every rank fails building the model."""
+    import json
+    from pathlib import Path
+
+    from slime_megatron.models.family import unsupported_reason
+
+    checkpoint = config.get("hf_checkpoint")
+    config_json = Path(checkpoint) / "config.json" if checkpoint else None
+    if config_json is None or not config_json.is_file():
+        return []
+    reason = unsupported_reason(json.loads(config_json.read_text()).get("model_type"))
+    return [f"--hf-checkpoint {checkpoint}: {reason}"] if reason else []
+
+
+def _check_weights_written_hook(config) -> list[str]:
+    """Only disk weight updates write files: with another transport the hook would never run."""
+    if config.sources.get("megatron_weights_written_hook", "default") == "default" or config.update_weight_transport == "disk":
+        return []
+    return [f"--megatron-weights-written-hook runs after a disk weight update, and this run's weights reach the engines "
+            f"by {config.update_weight_transport or 'the default transport (tensor or broadcast)'}; "
+            "add --update-weight-transport disk, or drop the hook"]
+
+
+@hookimpl
+def slime_register_checkpoint_readers(register):
+    register("megatron", "slime_megatron.convert.run:write_hf")
 
 
 @hookimpl

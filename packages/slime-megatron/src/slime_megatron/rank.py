@@ -16,7 +16,10 @@ the passes run:
 
 Beside it: `slime_megatron.schedule` (the forward-backward schedule), `.optimizer` (DDP and
 the optimizer), `.inputs` (padded micro-batches), `.swap` (the reference weights),
-`.export` (HF weights for the engines and ``--save-hf``), `.offload` (colocated mode).
+`.export` (HF weights for the engines and ``--save-hf``), `.offload` (colocated mode),
+`.hooks` (the user's functions called at fixed points here: after the parallel groups are
+built, before each log-prob pass, on the rollout's train data, before each optimizer step,
+after a disk weight update is written).
 
 The loss each micro-batch returns is its global-batch contribution (``compute_policy_loss``),
 so its gradient is scaled by the micro-batch count and the data-parallel size, which the
@@ -37,10 +40,12 @@ import torch
 import torch.distributed as dist
 
 from slime_core.algorithms import nucleus_keep_mask
+from slime_core.checkpoint_dir import is_megatron_checkpoint, megatron_checkpoint, starts_from_ref_load
 from slime_core.rank_step import RankStep, RolloutSteps, StepTensors, check_prompts, memory_gib, pad_rows, sum_over_ranks
 from slime_core.rollout_batch import RolloutBatch
 from slime_core.weight_bucket import WeightBucket
 from slime_megatron import export, inputs, offload, schedule, swap
+from slime_megatron.hooks import RankHooks
 from slime_megatron.logprobs import vocab_parallel_entropy, vocab_parallel_log_probs
 from slime_megatron.optimizer import build_optimizer, set_lr, wrap
 from slime_megatron.parallel import init_parallel
@@ -56,11 +61,14 @@ class MegatronTrainRank:
         _check_supported(config)
         self.config, self.rank, self.world_size = config, rank, world_size
         init_parallel(config, rank, world_size, master_addr, master_port)
+        self.hooks = RankHooks(config, rank)
+        self.hooks.fire("megatron_init_hook")
         cuda = torch.cuda.is_available()
         self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
         self.parallel = parallel_state
         self.step = RankStep(config, group=parallel_state.get_data_parallel_group())
         self.version = 0  # rollouts trained (the weight version the engines see)
+        self.rollout_id = 0  # the rollout being trained on (set by start_train)
         self.updates = 0  # optimizer steps taken (the learning-rate schedule's step)
         self._offloaded: offload.Offloaded | None = None
         self._buckets: list[list[tuple[str, torch.Tensor]]] = []
@@ -70,14 +78,18 @@ class MegatronTrainRank:
     def init(self) -> dict:
         from transformers import AutoConfig, AutoTokenizer
 
-        from slime_megatron.models import build_model, load_hf_weights
+        from slime_megatron.models import load_hf_weights, provide_model
+        from slime_megatron.torch_dist import load_weights
 
         cfg = self.config
         self.hf_config = AutoConfig.from_pretrained(cfg.hf_checkpoint)
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.hf_checkpoint)
-        module = build_model(self.hf_config, cfg)
+        module = provide_model(self.hf_config, cfg)
         _check_moe_tensor_parallel(module.config)
-        load_hf_weights(module, cfg.hf_checkpoint, self.hf_config)
+        if starts_from_ref_load(cfg):
+            load_weights(megatron_checkpoint(cfg.ref_load), module)
+        else:
+            load_hf_weights(module, cfg.hf_checkpoint, self.hf_config)
         self.model = wrap(module, cfg)
         self.optimizer = build_optimizer(self.model, cfg)
         self.reference = self._reference_weights()
@@ -86,23 +98,28 @@ class MegatronTrainRank:
         return {"rollout_id": self._resume() if cfg.load else 0, "weight_version": self.version}
 
     def _reference_weights(self) -> dict[str, torch.Tensor] | None:
-        """The reference policy's parameter shards on CPU: the starting weights, or ``--ref-load``."""
+        """The reference policy's parameter shards on CPU: the starting weights, or ``--ref-load``
+        (a Hugging Face directory, or a Megatron checkpoint: `slime_megatron.torch_dist`)."""
         from slime_megatron.models import load_hf_weights
+        from slime_megatron.torch_dist import load_weights
 
         cfg = self.config
         if not (cfg.use_kl_loss or cfg.kl_coef):
             return None
-        if not cfg.ref_load:
+        if not cfg.ref_load or starts_from_ref_load(cfg):
             return swap.snapshot(self.model.module)
         with swap.swapped(self.model.module, swap.snapshot(self.model.module)):
-            load_hf_weights(self.model.module, cfg.ref_load, self.hf_config)
+            if is_megatron_checkpoint(cfg.ref_load):
+                load_weights(megatron_checkpoint(cfg.ref_load), self.model.module)
+            else:
+                load_hf_weights(self.model.module, cfg.ref_load, self.hf_config)
             return swap.snapshot(self.model.module)
 
     def _teacher(self):
         """The on-policy distillation teacher (``--opd-teacher-load``), or None."""
         from transformers import AutoConfig
 
-        from slime_megatron.models import build_model, load_hf_weights
+        from slime_megatron.models import load_hf_weights, provide_model
 
         if not self.config.opd_teacher_load:
             return None
@@ -111,7 +128,7 @@ class MegatronTrainRank:
             raise ValueError(f"--opd-teacher-load {self.config.opd_teacher_load} has a vocabulary of "
                              f"{teacher_config.vocab_size}, the policy {self.hf_config.vocab_size}: distillation "
                              "compares token log-probs, so use a teacher with the policy's tokenizer")
-        teacher = build_model(teacher_config, self.config)
+        teacher = provide_model(teacher_config, self.config)
         load_hf_weights(teacher, self.config.opd_teacher_load, teacher_config)
         teacher.config.variable_seq_lengths = True
         return teacher.eval()
@@ -150,6 +167,7 @@ class MegatronTrainRank:
         micros = self._micro_batches(batch, list(range(len(batch))))
         reference = swap.swapped(self.model.module, self.reference) if model == "ref" else nullcontext()
         with torch.no_grad(), reference:
+            self.hooks.fire("megatron_before_log_probs_hook", [net], model)
             results = schedule.run(net, micros, self._collect_log_probs, forward_only=True)
         out: list[torch.Tensor | None] = [None] * len(batch)
         for micro, result in zip(micros, results):
@@ -181,16 +199,18 @@ class MegatronTrainRank:
 
     def start_train(self, rollout_id: int, share: RolloutBatch) -> int:
         """Advantages for the replica's samples; returns the ``--num-steps-per-rollout`` steps to run."""
+        self.rollout_id = rollout_id
         batch, _ = gather_shares(share, self.parallel.get_model_parallel_group())
         self.model.train()
         data = self.step.tensors(batch, lambda model: self._log_probs(batch, model),
                                  reference=self.reference is not None, teacher=self.teacher is not None)
+        self.hooks.fire("megatron_train_data_hook", rollout_id, batch, data)
         self.steps = RolloutSteps.plan(batch, data, self.config.num_steps_per_rollout)
         return len(self.steps.slices)
 
     def train_step(self, step: int) -> dict[str, float]:
         """Optimizer step ``step`` of the rollout; its global-batch metrics."""
-        return self.steps.run(step, self._optimizer_step)
+        return self.steps.run(step, partial(self._optimizer_step, step))
 
     def finish_train(self) -> dict[str, float]:
         """The rollout's metrics (its steps averaged); the weights are one version newer."""
@@ -198,13 +218,16 @@ class MegatronTrainRank:
         self.version += 1
         return steps.metrics(self.step)
 
-    def _optimizer_step(self, batch: RolloutBatch, indices: list[int], data: StepTensors) -> dict[str, float]:
-        """Forward and backward of every micro-batch through the schedule, then one update."""
+    def _optimizer_step(self, step: int, batch: RolloutBatch, indices: list[int], data: StepTensors) -> dict[str, float]:
+        """Forward and backward of every micro-batch through the schedule, then one update (at
+        the learning rate set before the step's hook, which may change it)."""
         denominators = self.step.denominators(data, indices)
         micros = self._micro_batches(batch, indices)
         scale = len(micros) * self.parallel.get_data_parallel_world_size()
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
+        set_lr(self.optimizer, self.step.lr(self.updates))
+        self.hooks.fire("megatron_before_train_step_hook", self.rollout_id, step, [self.model], self.optimizer)
         loss_fn = partial(self._loss, data=data, denominators=denominators, scale=scale)
         results = schedule.run(self.model, micros, loss_fn, forward_only=False)
         totals: dict[str, float] = {}
@@ -212,11 +235,9 @@ class MegatronTrainRank:
             for key, value in result.items():
                 totals[key] = totals.get(key, 0.0) + value
         metrics = sum_over_ranks(totals, self.step.group)
-        lr = self.step.lr(self.updates)
-        set_lr(self.optimizer, lr)
         _, grad_norm, _ = self.optimizer.step()  # clips to --clip-grad; the norm before clipping
         self.updates += 1
-        metrics.update(lr=lr, grad_norm=float(grad_norm))
+        metrics.update(lr=self.optimizer.param_groups[0]["lr"], grad_norm=float(grad_norm))
         return metrics
 
     def _loss(self, micro: inputs.MicroBatch, logits: torch.Tensor, data: StepTensors, denominators, scale: int):
@@ -273,11 +294,16 @@ class MegatronTrainRank:
                  "weight_version": self.version, "updates": self.updates, "rollout_id": rollout_id}
         path = save_checkpoint(self.config.save, rollout_id, self.model, self.optimizer, extra)
         if self.config.save_hf:
-            self.save_hf(os.path.join(self.config.save_hf, f"iter_{rollout_id:07d}"))
+            export.save_hf(os.path.join(self.config.save_hf, f"iter_{rollout_id:07d}"), self.model, self.hf_config,
+                           self.tokenizer)
         return str(path)
 
     def save_hf(self, path: str) -> None:
+        """The weights as a Hugging Face directory for the engines (``--update-weight-transport
+        disk``), then ``--megatron-weights-written-hook`` on every rank before any engine reads it."""
         export.save_hf(path, self.model, self.hf_config, self.tokenizer)
+        self.hooks.fire("megatron_weights_written_hook", path)
+        dist.barrier()
 
     def offload(self) -> None:
         """Parameters, gradients and optimizer state to CPU memory (`slime_megatron.offload`)."""

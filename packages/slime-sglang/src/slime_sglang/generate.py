@@ -2,7 +2,9 @@
 
 A generate function is ``async fn(sample, sampling, ctx) -> Sample``: it extends the
 sample's response (``Sample.append_response``, which keeps tokens, loss mask, log-probs and
-weight versions consistent) and sets its status. ``ctx`` is a `GenerateContext`. Plugins
+weight versions consistent) and sets its status. ``ctx`` is a `GenerateContext`. It may
+return a list of samples instead (one trajectory split into several training samples, e.g.
+one per agent): they take the sample's place in its group (`produced_samples`). Plugins
 register their own (``slime_register_generate_functions``), e.g. a multi-turn tool loop
 that appends tool output with ``trainable=False``.
 
@@ -88,6 +90,32 @@ async def generate_resilient(sample: Sample, sampling: SamplingParams, ctx: Gene
     The sample's sampling seed depends only on the sample (`sample_seed`), so a regenerated
     sample is drawn exactly as the lost one would have been on the same weights."""
     return await _retried([sample], lambda: generate(sample, sampling, ctx), ctx.config)
+
+
+async def generate_produced(sample: Sample, sampling: SamplingParams, ctx: GenerateContext, generate) -> tuple[list[Sample], int]:
+    """`generate_resilient`, also returning the samples the generate function made of
+    ``sample`` (`produced_samples`)."""
+    produced: list[Sample] = []
+
+    async def once(sample, sampling, ctx):
+        produced[:] = produced_samples(await generate(sample, sampling, ctx), sample, generate)
+
+    return produced, await generate_resilient(sample, sampling, ctx, once)
+
+
+def produced_samples(result, sample: Sample, generate) -> list[Sample]:
+    """What a generate function returned for ``sample``, as the list that takes its place in
+    the group: the sample (returned, or None from a function that works in place), another
+    sample, or a list of samples. Samples without a group or index get ``sample``'s."""
+    samples = [sample] if result is None else result if isinstance(result, list) else [result]
+    if not samples or not all(isinstance(one, Sample) for one in samples):
+        got = type(result).__name__ if not isinstance(result, list) else f"a list of {[type(one).__name__ for one in samples]}"
+        raise TypeError(f"generate function {getattr(generate, '__qualname__', generate)} returned {got}; "
+                        "return the Sample, or a non-empty list of Samples (one per training sample)")
+    for one in samples:
+        one.group_index = sample.group_index if one.group_index is None else one.group_index
+        one.index = sample.index if one.index is None else one.index
+    return samples
 
 
 async def generate_group_resilient(group: list[Sample], sampling: SamplingParams, ctx: GenerateContext) -> int:

@@ -2,8 +2,9 @@
 call — `GenerateState`, `generate`, `generate_and_rm`, `generate_and_rm_group` — on SGLang's
 ``/generate`` at ``args.sglang_router_ip/port`` and our reward functions.
 
-slime's own default rollout (``generate_rollout``) is not here: naming it on the command
-line selects ours (`slime_compat.hooks.NATIVE_EQUIVALENTS`).
+slime's default rollout, ``generate_rollout`` / ``eval_rollout``, called from a rollout or
+eval function, runs ours (`slime_compat.default_rollout`); naming it on the command line
+selects ours directly (`slime_compat.hooks.NATIVE_EQUIVALENTS`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,14 @@ from typing import Any
 from slime_core.engine import append_result, parse_generate
 
 from slime_compat.args import config_of
+from slime_compat.default_rollout import eval_rollout, generate_rollout
 from slime_compat.functions import accepts, load_function
+from slime_compat.generate import SLIME_TEXT_OPTIONS
 from slime_compat.http import post
 from slime_compat.rewards import async_rm, batched_async_rm
 from slime_compat.sample import Sample, promote
+
+__all__ = ["GenerateState", "eval_rollout", "generate", "generate_and_rm", "generate_and_rm_group", "generate_rollout"]
 
 _DONE = (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
 
@@ -45,7 +50,7 @@ class GenerateState:
         self.sampling_params: dict[str, Any] = dict(
             temperature=args.rollout_temperature, top_p=args.rollout_top_p, top_k=args.rollout_top_k,
             max_new_tokens=args.rollout_max_response_len, stop=args.rollout_stop,
-            stop_token_ids=args.rollout_stop_token_ids, no_stop_trim=True, spaces_between_special_tokens=False,
+            stop_token_ids=args.rollout_stop_token_ids, **SLIME_TEXT_OPTIONS,
         )
         self.reset()
 

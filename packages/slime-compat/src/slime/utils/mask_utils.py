@@ -1,7 +1,5 @@
-"""slime.utils.mask_utils: loss-mask helpers (slime's chat-template-specific
-``MultiTurnLossMaskGenerator`` is not provided)."""
+"""slime.utils.mask_utils: loss-mask helpers (see `slime_compat.loss_mask`)."""
 
+from slime_compat.loss_mask import MultiTurnLossMaskGenerator, get_response_lengths
 
-def get_response_lengths(loss_masks: list[list[int]]) -> list[int]:
-    """Response length of each loss mask: from its first 1 to its end (0 for a mask of zeros)."""
-    return [len(mask) - mask.index(1) if 1 in mask else 0 for mask in loss_masks]
+__all__ = ["MultiTurnLossMaskGenerator", "get_response_lengths"]

@@ -5,7 +5,7 @@ import it.
 Modules, one concept each: ``kl`` (KL estimators), ``advantages`` (advantage estimators and
 ``ADVANTAGE_ESTIMATORS``), ``distillation`` (on-policy distillation), ``normalization`` (whitening),
 ``policy_loss`` (per-token PPO/GSPO/CISPO and ``POLICY_LOSSES``), ``value`` (critic loss),
-``mismatch`` (TIS/ICEPOP), ``logprobs`` (chunked log-probs and entropy, top-p keep masks), ``reduce``
+``mismatch`` (TIS/ICEPOP and ``TIS_FUNCTIONS``), ``logprobs`` (chunked log-probs and entropy, top-p keep masks), ``reduce``
 (global-batch loss reduction), ``loss`` (total policy loss and SFT loss).
 """
 
@@ -24,8 +24,8 @@ from .advantages import (
 from .distillation import opd_advantages
 from .kl import KL_KINDS, approx_kl
 from .logprobs import entropy_from_logits, log_probs_from_logits, nucleus_keep_mask
-from .loss import PolicyLossConfig, PolicyLossInputs, compute_policy_loss, sft_loss
-from .mismatch import icepop_weights, tis_weights
+from .loss import PgLossReducer, PolicyLossConfig, PolicyLossInputs, compute_policy_loss, sft_loss
+from .mismatch import TIS_FUNCTIONS, TisFn, icepop_tis, icepop_weights, tis_weights, truncate_tis
 from .policy_loss import (
     POLICY_LOSSES,
     ClipConfig,
@@ -48,10 +48,13 @@ __all__ = [
     "KL_KINDS",
     "LossDenominators",
     "POLICY_LOSSES",
+    "PgLossReducer",
     "PolicyLossConfig",
     "PolicyLossFn",
     "PolicyLossInputs",
     "REDUCTIONS",
+    "TIS_FUNCTIONS",
+    "TisFn",
     "approx_kl",
     "cispo_policy_loss",
     "clipped_policy_loss",
@@ -63,6 +66,7 @@ __all__ = [
     "grpo_advantages",
     "gspo_policy_loss",
     "gspo_sequence_log_ratio",
+    "icepop_tis",
     "icepop_weights",
     "log_probs_from_logits",
     "loss_denominators",
@@ -76,6 +80,7 @@ __all__ = [
     "reinforce_plus_plus_baseline_advantages",
     "sft_loss",
     "tis_weights",
+    "truncate_tis",
     "value_loss",
     "whiten",
 ]

@@ -2,7 +2,9 @@
 
 Every estimator has one signature, ``estimator(inputs: AdvantageInputs) -> (advantages,
 returns)``, both (B, T) and 0 where ``loss_mask`` is 0, so a backend calls any of them the same
-way. ``ADVANTAGE_ESTIMATORS`` maps ``--advantage-estimator`` names to them.
+way. ``ADVANTAGE_ESTIMATORS`` maps ``--advantage-estimator`` names to them. An estimator that
+reads ``log_probs`` (π_old) whatever the KL settings sets ``needs_old_log_probs = True`` on
+itself, so the rank computes π_old before the step (see ``slime_core.rank_step``).
 
 Responses are right-padded rows of a (B, T) batch; ``loss_mask`` may also have holes (tool
 output inside a multi-turn response). As in THUDM slime, every response token is a step of
@@ -11,8 +13,8 @@ but still costs a factor γ (γλ in GAE) between the tokens around it.
 """
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
 
@@ -34,6 +36,8 @@ class AdvantageInputs:
     lambd: float = 1.0  # GAE λ
     normalize_rewards: bool = True  # group estimators centre the rewards per group; False: --disable-rewards-normalization
     std_normalize: bool = True  # GRPO family: also divide by the group std; False: --disable-grpo-std-normalization
+    run_config: Any = field(default=None, repr=False)  # the run's config, for a plugin's own options
+    batch: Any = field(default=None, repr=False)  # the rank's RolloutBatch these rows come from (tokens, engine log-probs)
 
 
 def group_normalize_rewards(

@@ -8,20 +8,32 @@ Three policies can be in play: π (being trained), π_old (the trainer's recompu
 policy that sampled) and π_rollout (the engine's log-probs of the same tokens). The PPO ratio
 ρ = π/π_old, or π/π_rollout with ``use_rollout_logprobs``; the mismatch weights (``use_tis``,
 metrics with ``get_mismatch_metrics``) are always π_old/π_rollout.
+
+Two parts of the pg term are plugins besides the loss itself: the TIS function
+(``--tis-mode NAME``, ``mismatch.TIS_FUNCTIONS`` and ``slime_register_tis_functions``) and the
+pg-loss reducer (``--pg-loss-reducer NAME``, ``slime_register_pg_loss_reducers``), which
+reduces the pg term alone, the other terms keeping the configured reduction::
+
+    reducer(pg_loss, loss_mask, inputs, denominators, config) -> scalar
+
+``pg_loss`` (B, T) after the TIS function, ``loss_mask`` (B, T) the TIS function's mask,
+``inputs`` / ``denominators`` / ``config`` as given to ``compute_policy_loss``; it returns
+the micro-batch's contribution to the global-batch pg loss, as ``reduce.reduce_loss`` does.
 """
 
 import difflib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from functools import partial
+from typing import Any, Callable
 
 import torch
 
 from .kl import KL_KINDS, approx_kl
-from .mismatch import icepop_weights, tis_weights
+from .mismatch import TIS_FUNCTIONS, TisFn
 from .policy_loss import POLICY_LOSSES, PolicyLossFn, opsm_keep_mask
 from .reduce import LossDenominators, reduce_loss
 
-TIS_MODES = ("truncate", "icepop")
+PgLossReducer = Callable[..., torch.Tensor]
 #: Advantage estimators whose name is also the policy loss they train with.
 SEQUENCE_ESTIMATOR_LOSSES = ("gspo", "cispo")
 
@@ -41,7 +53,7 @@ class PolicyLossConfig:
     kl_loss_type: str = "low_var_kl"  # approx_kl kind
     use_unbiased_kl: bool = False  # weight the KL loss by ρ = π/π_old (off-policy samples)
     use_tis: bool = False  # reweight the pg loss by π_old/π_rollout (rollout/train mismatch)
-    tis_mode: str = "truncate"  # "truncate": clamp w to [tis_clip_low, tis_clip]; "icepop": 0 outside
+    tis_mode: str = "truncate"  # TIS function: "truncate" clamps w to [tis_clip_low, tis_clip], "icepop" zeroes it outside, or a plugin's
     tis_clip: float = 2.0  # upper bound of the TIS weight / ICEPOP band
     tis_clip_low: float = 0.0  # lower bound (for ICEPOP set it, e.g. 0.5)
     get_mismatch_metrics: bool = False  # report the tis_*/icepop_* metrics without reweighting
@@ -50,6 +62,7 @@ class PolicyLossConfig:
     opsm_delta: float = 1e-4  # OPSM threshold on a sample's KL(π_old‖π) estimate
     calculate_per_token_loss: bool = False  # "token_mean" reduction
     use_constant_denominator: bool = False  # "constant" reduction (Dr.GRPO)
+    run_config: Any = field(default=None, repr=False, compare=False)  # the run's whole config, for plugins' own options
 
     def __post_init__(self):
         errors = _config_errors(self)
@@ -63,11 +76,12 @@ class PolicyLossConfig:
         As in slime, ``--advantage-estimator gspo`` (or ``cispo``) with the default
         ``--loss-type policy_loss`` selects that estimator's loss.
         """
-        present = {f.name: getattr(config, f.name) for f in fields(cls) if getattr(config, f.name, None) is not None}
+        names = [f.name for f in fields(cls) if f.name != "run_config"]
+        present = {name: getattr(config, name) for name in names if getattr(config, name, None) is not None}
         estimator = getattr(config, "advantage_estimator", None)
         if present.get("loss_type", "policy_loss") == "policy_loss" and estimator in SEQUENCE_ESTIMATOR_LOSSES:
             present["loss_type"] = estimator
-        return cls(**present)
+        return cls(**present, run_config=config)
 
     @property
     def reduction(self) -> str:
@@ -91,6 +105,8 @@ class PolicyLossInputs:
     ref_log_probs: torch.Tensor | None = None  # (B, T) log π_ref; needed with use_kl_loss
     rollout_log_probs: torch.Tensor | None = None  # (B, T) the engine's; needed by config.needs_rollout_log_probs
     sample_tokens: torch.Tensor | None = None  # (B,) sample-mean denominators (None: each row's own tokens)
+    response_lengths: torch.Tensor | None = None  # (B,) int, response tokens of each row (the rest is padding)
+    total_lengths: torch.Tensor | None = None  # (B,) int, prompt + response tokens of each row's sample
 
 
 def compute_policy_loss(
@@ -98,15 +114,19 @@ def compute_policy_loss(
     config: PolicyLossConfig,
     denominators: LossDenominators,
     loss_fn: PolicyLossFn | None = None,
+    tis_fn: TisFn | None = None,
+    pg_loss_reducer: PgLossReducer | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """loss = pg_loss - entropy_coef·entropy + kl_loss_coef·kl_loss for one micro-batch.
 
     pg_loss is ``loss_fn`` (default ``POLICY_LOSSES[config.loss_type]``) with ρ against π_old
-    (π_rollout with use_rollout_logprobs), times the OPSM mask with use_opsm and the TIS/ICEPOP
-    weights with use_tis. Returns the scalar loss and float metrics, all global-batch
+    (π_rollout with use_rollout_logprobs), times the OPSM mask with use_opsm, corrected by
+    ``tis_fn`` (default ``TIS_FUNCTIONS[config.tis_mode]``) with use_tis, and reduced by
+    ``pg_loss_reducer`` when given (else like the other terms). Returns the scalar loss and float metrics, all global-batch
     contributions: loss, pg_loss, pg_clipfrac, ppo_kl (mean of anchor - new log-prob), entropy
     (when given), kl_loss (with use_kl_loss), opsm_clipfrac (with use_opsm: the share of tokens
-    OPSM dropped), the tis_*/icepop_* metrics (with use_tis or get_mismatch_metrics) and
+    OPSM dropped), the TIS function's metrics (tis_*/icepop_* for the built-ins; with use_tis or
+    get_mismatch_metrics) and
     train_rollout_logprob_abs_diff (whenever rollout log-probs are given).
 
     get_mismatch_metrics only reports: it never reweights the loss. That is slime's documented
@@ -117,7 +137,10 @@ def compute_policy_loss(
     _check_inputs(inputs, config)
     reduce = partial(reduce_loss, loss_mask=inputs.loss_mask, denominators=denominators, mode=config.reduction,
                      sample_tokens=inputs.sample_tokens)
-    loss, metrics = _pg_loss(inputs, config, loss_fn or _lookup_policy_loss(config.loss_type), reduce)
+    pg_parts = (loss_fn or _lookup(POLICY_LOSSES, config.loss_type, "policy loss"),
+                tis_fn or _lookup(TIS_FUNCTIONS, config.tis_mode, "TIS function"),
+                pg_loss_reducer or partial(_reduce_pg_loss, mode=config.reduction))
+    loss, metrics = _pg_loss(inputs, config, denominators, pg_parts, reduce)
     if inputs.entropy is not None:
         metrics["entropy"] = reduce(inputs.entropy)
         loss = loss - config.entropy_coef * metrics["entropy"]
@@ -142,8 +165,10 @@ def sft_loss(
     return loss, _to_floats({"sft_loss": loss})
 
 
-def _pg_loss(inputs: PolicyLossInputs, config: PolicyLossConfig, loss_fn: PolicyLossFn, reduce):
-    """The reduced policy-gradient term, and its metrics (pg_*, ppo_kl, OPSM, mismatch)."""
+def _pg_loss(inputs: PolicyLossInputs, config: PolicyLossConfig, denominators: LossDenominators, pg_parts, reduce):
+    """The reduced policy-gradient term, and its metrics (pg_*, ppo_kl, OPSM, the TIS function's).
+    ``pg_parts``: the policy loss, TIS function and pg-loss reducer."""
+    loss_fn, tis_fn, pg_loss_reducer = pg_parts
     anchor = _ratio_anchor(inputs, config)
     pg, clipfrac = loss_fn(inputs.log_probs, anchor, inputs.advantages, inputs.loss_mask, config)
     metrics = {"pg_clipfrac": reduce(clipfrac), "ppo_kl": reduce((anchor - inputs.log_probs).detach())}
@@ -151,12 +176,22 @@ def _pg_loss(inputs: PolicyLossInputs, config: PolicyLossConfig, loss_fn: Policy
         keep = opsm_keep_mask(inputs.log_probs, anchor, inputs.advantages, inputs.loss_mask, config.opsm_delta)
         pg = pg * keep
         metrics["opsm_clipfrac"] = reduce(1.0 - keep)
+    pg_mask = inputs.loss_mask
     if config.use_tis or config.get_mismatch_metrics:
-        weights, mismatch_metrics = _mismatch_weights(inputs, config, reduce)
-        pg = pg * weights if config.use_tis else pg
-        metrics.update(mismatch_metrics)
-    metrics["pg_loss"] = reduce(pg)
+        corrected, corrected_mask, per_token = tis_fn(pg, inputs, config)
+        metrics.update({name: reduce(value.detach()) for name, value in per_token.items()})
+        if config.use_tis:
+            pg, pg_mask = corrected, corrected_mask
+    metrics["pg_loss"] = pg_loss_reducer(pg, pg_mask, inputs, denominators, config)
     return metrics["pg_loss"], metrics
+
+
+def _reduce_pg_loss(pg_loss, loss_mask, inputs: PolicyLossInputs, denominators: LossDenominators, config, mode: str):
+    """The default pg-loss reduction: ``mode`` over ``loss_mask``, each sample still divided by
+    its tokens in ``inputs.loss_mask`` (a TIS function's rejections shrink the sum, not the
+    denominator)."""
+    sample_tokens = inputs.sample_tokens if inputs.sample_tokens is not None else inputs.loss_mask.bool().sum(-1)
+    return reduce_loss(pg_loss, loss_mask, denominators, mode, sample_tokens=sample_tokens)
 
 
 def _ratio_anchor(inputs: PolicyLossInputs, config: PolicyLossConfig) -> torch.Tensor:
@@ -171,26 +206,19 @@ def _rollout_gap(inputs: PolicyLossInputs, config: PolicyLossConfig) -> torch.Te
     return (train.detach() - inputs.rollout_log_probs).abs()
 
 
-def _mismatch_weights(inputs: PolicyLossInputs, config: PolicyLossConfig, reduce):
-    """π_old/π_rollout weights and metrics; always the trainer's π_old, whatever ρ's anchor."""
-    args = (inputs.old_log_probs, inputs.rollout_log_probs, inputs.loss_mask)
-    if config.tis_mode == "icepop":
-        return icepop_weights(*args, low=config.tis_clip_low, high=config.tis_clip, reduce=reduce)
-    return tis_weights(*args, clip=config.tis_clip, clip_low=config.tis_clip_low, reduce=reduce)
-
-
 def _kl_loss(inputs: PolicyLossInputs, config: PolicyLossConfig) -> torch.Tensor:
     anchor = _ratio_anchor(inputs, config)
     ratio = torch.exp(inputs.log_probs - anchor) if config.use_unbiased_kl else None
     return approx_kl(inputs.log_probs, inputs.ref_log_probs, config.kl_loss_type, importance_ratio=ratio)
 
 
-def _lookup_policy_loss(name: str) -> PolicyLossFn:
-    if name in POLICY_LOSSES:
-        return POLICY_LOSSES[name]
-    close = difflib.get_close_matches(name, POLICY_LOSSES, n=1)
+def _lookup(table: dict, name: str, label: str):
+    """``table[name]``, or an error listing the built-in names (a plugin's is passed in instead)."""
+    if name in table:
+        return table[name]
+    close = difflib.get_close_matches(name, table, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ValueError(f"unknown policy loss {name!r}; built-in losses are {', '.join(POLICY_LOSSES)}.{hint}")
+    raise ValueError(f"unknown {label} {name!r}; the built-in ones are {', '.join(table)}.{hint}")
 
 
 def _check_inputs(inputs: PolicyLossInputs, config: PolicyLossConfig) -> None:
@@ -215,8 +243,6 @@ def _config_errors(config: PolicyLossConfig) -> list[str]:
         errors.append(f"eps_clip_c must be > 1.0 (got {config.eps_clip_c}); unset it to turn dual clip off")
     if config.kl_loss_type not in KL_KINDS:
         errors.append(f"kl_loss_type {config.kl_loss_type!r} is not one of {', '.join(KL_KINDS)}")
-    if config.tis_mode not in TIS_MODES:
-        errors.append(f"tis_mode {config.tis_mode!r} is not one of {', '.join(TIS_MODES)}")
     if config.tis_clip_low > config.tis_clip:
         errors.append(f"tis_clip_low ({config.tis_clip_low}) must not exceed tis_clip ({config.tis_clip})")
     if config.use_rollout_logprobs and config.use_tis:

@@ -5,6 +5,17 @@ so tokens are reweighted by w = π_old / π_rollout.
 Both corrections return ``(weights, metrics)``: weights (B, T), detached, to multiply into the
 per-token policy loss, and metrics, a dict of scalar tensors reduced by ``reduce`` (default:
 the masked mean over the micro-batch; pass a global-batch reduction to sum over micro-batches).
+
+``TIS_FUNCTIONS`` maps ``--tis-mode`` names to the form every registered TIS function has
+(``slime_register_tis_functions``), which may rewrite the per-token loss and reject tokens::
+
+    tis_fn(pg_loss, inputs, config) -> (pg_loss, loss_mask, metrics)
+
+``pg_loss`` (B, T) the per-token policy-gradient loss, ``inputs`` the micro-batch's
+``PolicyLossInputs``, ``config`` its ``PolicyLossConfig``; it returns the corrected (B, T)
+loss, the (B, T) mask the loss is reduced over (``inputs.loss_mask`` less the rejected
+tokens; the denominators stay those of ``inputs.loss_mask``) and per-token (B, T) metrics,
+which the loss reduces over ``inputs.loss_mask`` like itself.
 """
 
 from typing import Callable
@@ -71,3 +82,30 @@ def _metrics(prefix, weights, changed, old_log_probs, rollout_log_probs, loss_ma
         f"{prefix}_{fraction}": reduce(changed.float()),
         f"{prefix}_rollout_kl": reduce(rollout_kl),
     }
+
+
+def _per_token(values: torch.Tensor) -> torch.Tensor:
+    """The identity ``reduce``: metrics stay (B, T), for the loss to reduce."""
+    return values
+
+
+def truncate_tis(pg_loss: torch.Tensor, inputs, config) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """``--tis-mode truncate``: pg_loss·w with ``tis_weights`` (bounds ``config.tis_clip_low``,
+    ``config.tis_clip``); every token stays in the mask."""
+    weights, metrics = tis_weights(inputs.old_log_probs, inputs.rollout_log_probs, inputs.loss_mask,
+                                   clip=config.tis_clip, clip_low=config.tis_clip_low, reduce=_per_token)
+    return pg_loss * weights, inputs.loss_mask, metrics
+
+
+def icepop_tis(pg_loss: torch.Tensor, inputs, config) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """``--tis-mode icepop``: pg_loss·w with ``icepop_weights`` (band ``config.tis_clip_low`` to
+    ``config.tis_clip``); a dropped token has weight 0 but stays in the mask (its sample's
+    denominator still counts it)."""
+    weights, metrics = icepop_weights(inputs.old_log_probs, inputs.rollout_log_probs, inputs.loss_mask,
+                                      low=config.tis_clip_low, high=config.tis_clip, reduce=_per_token)
+    return pg_loss * weights, inputs.loss_mask, metrics
+
+
+TisFn = Callable[..., tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]]
+
+TIS_FUNCTIONS: dict[str, TisFn] = {"truncate": truncate_tis, "icepop": icepop_tis}

@@ -45,6 +45,9 @@ def _data(o: OptionSet) -> None:
     o.add("--tool-key", default="tools", help="record key holding tool schemas for the chat template", group=g)
     o.add("--apply-chat-template", type=bool, default=False, help="render prompts with the tokenizer's chat template", group=g)
     o.add("--rollout-max-prompt-len", type=int, default=None, help="drop prompts longer than this many tokens", group=g)
+    o.add("--rollout-max-context-len", type=int, default=None, group=g,
+          help="prompt plus response tokens a rollout may hold (slime's meaning): --rollout-max-prompt-len "
+               "defaults to one less, so every kept prompt leaves room for a trained token")
     o.add("--rollout-shuffle", type=bool, default=True, help="shuffle prompts each epoch", group=g)
     o.add("--rollout-seed", type=int, default=42, help="seed of the prompt order", group=g)
     o.add("--data-source", default="prompt", help="registered data source", group=g)
@@ -82,6 +85,10 @@ def _rollout(o: OptionSet) -> None:
     o.add("--eval-function", default="default", help="registered evaluation function (used with --eval-prompt-data)", group=g)
     o.add("--dynamic-sampling-filter", default=None, help="registered filter that accepts or rejects whole groups", group=g)
     o.add("--sample-filter", nargs="+", default=None, help="registered filters that drop single samples from training", group=g)
+    o.add("--sample-hook", nargs="+", default=None, group=g,
+          help="registered hooks the default rollout applies, in order, to each sample it generates, before its reward")
+    o.add("--all-groups-hook", nargs="+", default=None, group=g,
+          help="registered hooks the default rollout calls with every group it generated, filtered-out ones included")
 
 
 def _reward(o: OptionSet) -> None:
@@ -92,6 +99,9 @@ def _reward(o: OptionSet) -> None:
     o.add("--rm-timeout", type=float, default=30.0, help="seconds one reward call may take", group=g)
     o.add("--rm-max-concurrency", type=int, default=64, help="reward calls in flight at once", group=g)
     o.add("--rm-failure-reward", type=float, default=None, help="reward for samples whose reward call failed (default: drop them)", group=g)
+    o.add("--reward-post-process", default=None, group=g,
+          help="registered reward post-processor: fn(samples, config) -> (raw_rewards, rewards); the rewards are "
+          "trained on as they are, instead of the estimator's group normalisation, and the raw ones are logged")
 
 
 def _algorithm(o: OptionSet) -> None:
@@ -115,7 +125,10 @@ def _algorithm(o: OptionSet) -> None:
     o.add("--use-constant-denominator", type=bool, default=False, help="Dr.GRPO: divide by samples x max response length", group=g)
     o.add("--use-unbiased-kl", type=bool, default=False, help="weight the KL loss by the importance ratio", group=g)
     o.add("--use-tis", type=bool, default=False, help="correct the rollout/train mismatch with importance weights", group=g)
-    o.add("--tis-mode", default="truncate", choices=["truncate", "icepop"], help="truncate (TIS) or zero outside the band (ICEPOP)", group=g)
+    o.add("--tis-mode", default="truncate", group=g,
+          help="registered TIS function: truncate (TIS), icepop (zero outside the band) or a plugin's")
+    o.add("--pg-loss-reducer", default=None, group=g,
+          help="registered pg-loss reducer for the policy-gradient term alone (default: the reduction of the other terms)")
     o.add("--tis-clip", type=float, default=2.0, help="upper bound of the mismatch weight", group=g)
     o.add("--tis-clip-low", type=float, default=0.0, help="lower bound of the mismatch weight (ICEPOP: e.g. 0.5)", group=g)
     o.add("--get-mismatch-metrics", type=bool, default=False, group=g,
@@ -158,6 +171,9 @@ def _training(o: OptionSet) -> None:
     o.add("--bf16", type=bool, default=False, help="bf16 compute with float32 master weights", group=g)
     o.add("--use-dynamic-batch-size", type=bool, default=False, help="pack micro-batches up to --max-tokens-per-gpu tokens", group=g)
     o.add("--max-tokens-per-gpu", type=int, default=None, help="token budget of a packed micro-batch", group=g)
+    o.add("--train-data-converter", default=None, group=g,
+          help="registered train-data converter: fn(samples, config) -> RolloutBatch, instead of the built-in "
+          "conversion of a rollout's samples into the batch the train ranks receive")
 
 
 def _weights(o: OptionSet) -> None:
@@ -174,7 +190,9 @@ def _checkpoint(o: OptionSet) -> None:
     o.add("--save-interval", type=int, default=None, help="save every N rollouts", group=g)
     o.add("--load", default=None, help="checkpoint directory to resume from", group=g)
     o.add("--save-hf", default=None, help="also write a Hugging Face model directory here with each checkpoint", group=g)
-    o.add("--ref-load", default=None, help="Hugging Face directory of the reference model (default: --hf-checkpoint)", group=g)
+    o.add("--ref-load", default=None, group=g,
+          help="the reference model (default: --hf-checkpoint): a Hugging Face directory, or a Megatron checkpoint "
+               "(slime's *_torch_dist), which as in slime is also the starting policy while --load holds none")
     o.add("--opd-teacher-load", default=None, help="Hugging Face directory of the on-policy distillation teacher", group=g)
 
 

@@ -48,6 +48,8 @@ def load_config(argv: list[str], options: OptionSet, plugins=None, checks=None) 
     sources = {key: got.sources.get(key, "default") for key in values}
     config = Config(values, sources, **got.passthrough)
     apply_aliases(config)
+    if plugins is not None and not got.errors:
+        plugins.resolve_config(config)
     errors = got.errors + validate(config, options)
     if plugins is not None and not errors:
         errors += plugins.validate_config(config)

@@ -24,6 +24,10 @@ RULES: dict[str, tuple[Callable, str]] = {
     "update_weights_interval": (lambda c: c.train_mode == "async",
                                 "synchronous runs push weights after every rollout (it applies with --train-mode async)"),
     "mask_offpolicy_in_partial_rollout": (lambda c: c.partial_rollout, "it masks what --partial-rollout continues"),
+    "sample_hook": (lambda c: c.rollout_function == "default",
+                    "only the default rollout (--rollout-function default) applies sample hooks"),
+    "all_groups_hook": (lambda c: c.rollout_function == "default",
+                        "only the default rollout (--rollout-function default) calls all-groups hooks"),
     "partial_rollout": (lambda c: (c.over_sampling_batch_size or 0) > c.rollout_batch_size or c.get("dynamic_sampling_filter"),
                         "groups are aborted and continued only when more are in flight than the batch takes "
                         "(--over-sampling-batch-size above --rollout-batch-size, or --dynamic-sampling-filter)"),

@@ -31,8 +31,6 @@ SLIME_FLAGS: tuple[Accepted, ...] = (
     # data and rollout
     Accepted("--balance-data", reason="train data is always split over the data-parallel ranks balanced by tokens"),
     Accepted("--balance-by-flops", reason="train data is balanced by tokens, not by estimated FLOPs"),
-    Accepted("--rollout-max-context-len", type=int,
-             reason=f"{_NOT_YET}: a response is bounded by --rollout-max-response-len only"),
     Accepted("--rollout-skip-special-tokens",
              reason="responses are decoded as the engine returns them (special tokens kept)"),
     Accepted("--disable-rollout-global-dataset",
@@ -76,7 +74,8 @@ SLIME_FLAGS: tuple[Accepted, ...] = (
     Accepted("--opd-type", type=str,
              reason="the teacher's log-probs are computed by the train backend from --opd-teacher-load"),
     Accepted("--opd-teacher-ckpt-step", type=int, reason="--opd-teacher-load is a Hugging Face directory"),
-    Accepted("--ref-ckpt-step", type=int, reason="--ref-load is a Hugging Face directory"),
+    Accepted("--ref-ckpt-step", type=int,
+             reason="a Megatron --ref-load is read at the iteration its latest_checkpointed_iteration.txt names"),
     Accepted("--ref-update-interval", type=int, reason=f"updating the reference model from the actor is {_NOT_YET}"),
     Accepted("--keep-old-actor", reason="π_old is recomputed by the actor before each train step"),
     Accepted("--num-critic-only-steps", type=int, reason=f"critic warm-up steps are {_NOT_YET}"),

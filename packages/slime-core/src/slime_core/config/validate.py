@@ -23,6 +23,7 @@ def validate(config: Config, options: OptionSet) -> list[str]:
     errors += _check_debug(config)
     errors += _check_fault_tolerance(config)
     errors += _check_top_p(config)
+    errors += _check_context_len(config)
     errors += architecture_problems(config)
     return errors
 
@@ -31,6 +32,24 @@ def _check_top_p(config: Config) -> list[str]:
     """Nucleus thresholds are probabilities."""
     return [f"{key_to_flag(key)} must be in (0, 1] (1: no nucleus), got {config.get(key)}"
             for key in ("rollout_top_p", "eval_top_p") if config.get(key) is not None and not 0 < config.get(key) <= 1]
+
+
+def _check_context_len(config: Config) -> list[str]:
+    """``--rollout-max-context-len`` as slime reads it: the prompt limit defaults to one token
+    less (so every kept prompt leaves room for a trained token) and may not exceed that."""
+    context = config.get("rollout_max_context_len")
+    if context is None:
+        return []
+    if context < 2:
+        return [f"--rollout-max-context-len must be at least 2 (a prompt token and a response token), got {context}"]
+    prompt = config.get("rollout_max_prompt_len")
+    if prompt is None:
+        config.rollout_max_prompt_len = context - 1
+        config.sources["rollout_max_prompt_len"] = f"--rollout-max-context-len {context} minus 1"
+    elif prompt > context - 1:
+        return [f"--rollout-max-prompt-len {prompt} leaves no room for a response within --rollout-max-context-len "
+                f"{context}: lower it to at most {context - 1} (or raise the context length)"]
+    return []
 
 
 def _check_debug(config: Config) -> list[str]:

@@ -55,6 +55,7 @@ class PromptDataSource:
         self.epoch = 0
         self.offset = 0  # position in the current epoch's order
         self.next_group_index = 0
+        self.next_global_index = 0  # Sample.global_index of the next new sample
         self._order = self._epoch_order(0)
 
     @classmethod
@@ -87,7 +88,8 @@ class PromptDataSource:
         group = []
         for index in range(self.n_samples_per_prompt):
             sample = copy.deepcopy(template)
-            sample.group_index, sample.index = group_index, index
+            sample.group_index, sample.index, sample.global_index = group_index, index, self.next_global_index
+            self.next_global_index += 1
             group.append(sample)
         return group
 
@@ -99,6 +101,7 @@ class PromptDataSource:
             "epoch": self.epoch,
             "offset": self.offset,
             "next_group_index": self.next_group_index,
+            "next_global_index": self.next_global_index,
             "dataset_size": len(self.dataset),
             "seed": self.seed,
             "buffer": self.buffer.state(),
@@ -113,6 +116,8 @@ class PromptDataSource:
             )
         self.epoch, self.offset = state["epoch"], state["offset"]
         self.next_group_index = state["next_group_index"]
+        # a checkpoint written before the counter existed: every group had n_samples_per_prompt samples
+        self.next_global_index = state.get("next_global_index", self.next_group_index * self.n_samples_per_prompt)
         self._order = self._epoch_order(self.epoch)
         self.buffer.load_state(state["buffer"])
 

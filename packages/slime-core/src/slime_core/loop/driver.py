@@ -20,10 +20,11 @@ from slime_core.checkpoint_dir import write_atomically
 from slime_core.loop.debug_rollouts import save_rollout
 from slime_core.loop.progress import Progress
 from slime_core.loop.rollout_metrics import drop_stale_groups, rollout_metrics, staleness
+from slime_core.loop.rollouts import ROLLOUT_SECONDS
 from slime_core.loop.run_dir import RunDir
 from slime_core.loop.runtime import ray_runtime
 from slime_core.loop.sample_filters import SampleFilters
-from slime_core.rollout_batch import RolloutBatch
+from slime_core.rollout_batch import train_batch
 
 
 def run(config, plugins) -> int:
@@ -78,16 +79,20 @@ class Run:
         self.evaluate_before_training()
         for rollout_id in range(self.start, self.config.num_rollout):
             self.parts.colocation.for_rollout()
+            self.run_dir.mark("first rollout submitted")
             result, seconds = _timed(self.submit(rollout_id).result)
+            self.run_dir.mark("first rollout generated")
             metrics = self.train(rollout_id, result, {"time/rollout": seconds})
             metrics.update(self.update_weights(rollout_id))
             self.finish(rollout_id, metrics)
 
     def train_async(self) -> None:
         self.evaluate_before_training()
+        self.run_dir.mark("first rollout submitted")
         pending = self.submit(self.start)
         for rollout_id in range(self.start, self.config.num_rollout):
             result, seconds = _timed(pending.result)
+            self.run_dir.mark("first rollout generated")
             if rollout_id + 1 < self.config.num_rollout:
                 pending = self.submit(rollout_id + 1)  # generated while this one trains
             metrics = self.train(rollout_id, result, {"time/wait_rollout": seconds})
@@ -114,13 +119,11 @@ class Run:
         if self.config.save_debug_rollout_data:
             save_rollout(self.config.save_debug_rollout_data, rollout_id, result)
         groups, dropped = drop_stale_groups(result.groups, self.version, self.config.max_staleness)
-        metrics = {**result.metrics, **rollout_metrics(groups, self.config.reward_key), **timings,
-                   **self.sample_filters.apply(groups),
+        filtered = self.sample_filters.apply(groups)  # before the batch: it zeroes loss masks
+        batch = train_batch(in_prompt_order(groups), self.config, self.plugins)
+        metrics = {**self.rollout_log(rollout_id, result, groups, batch), **timings, **filtered,
                    "rollout/stale_groups_dropped": float(dropped),
                    "rollout/staleness_max": float(max((staleness(g, self.version) for g in groups), default=0))}
-        batch = RolloutBatch.from_samples(in_prompt_order(groups), self.config.reward_key,
-                                          top_p_replay=self.config.rollout_top_p < 1,
-                                          rollout_id_key=self.config.rollout_id_key)
         trainer, critic, weights = self.parts.trainer, self.parts.critic, self.parts.weights
         if len(batch) == 0 or trainer is None:  # nothing to train on, or --debug-rollout-only
             return metrics
@@ -138,6 +141,14 @@ class Run:
         metrics.update({"time/train": seconds, "perf/train_tokens_per_second": tokens / max(seconds, 1e-9),
                         "perf/tokens": float(tokens), "weight_version": float(self.version)})
         return metrics
+
+    def rollout_log(self, rollout_id: int, result, groups, batch) -> dict[str, float]:
+        """The rollout's default metrics (its own and the samples' statistics), unless a
+        ``slime_log_rollout`` plugin leaves them out."""
+        seconds = result.metrics.get(ROLLOUT_SECONDS, 0.0)
+        if self.plugins.log_rollout(rollout_id, self.config, groups, result.metrics, seconds):
+            return {}
+        return {**result.metrics, **rollout_metrics(groups, self.config.reward_key, batch)}
 
     @contextmanager
     def step_hooks(self, rollout_id: int, step: int):

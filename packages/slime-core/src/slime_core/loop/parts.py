@@ -41,15 +41,23 @@ class Parts:
 def start_parts(config, plugins, run_dir, stack: ExitStack) -> Parts:
     """Start every part of the run; each is stopped by ``stack`` (in reverse) at its close."""
     engine_side = _engine_side(config, plugins)
+    run_dir.mark("Ray up")
     placement = stack.enter_context(_reserved(config, engine_side))
     run_dir.log(placement.describe())
+    run_dir.mark("placement reserved")
     training = {}
-    with _alongside(lambda: training.update(_start_training(config, plugins, placement, stack)),
-                    parallel=not (config.colocate and placement.gpu)):
+
+    def start_training():
+        training.update(_start_training(config, plugins, placement, stack))
+        run_dir.mark("train ranks loaded")
+
+    with _alongside(start_training, parallel=not (config.colocate and placement.gpu)):
         engines = router = None
         if engine_side is not None:
             engines = _stopped_by(stack, engine_side.start(config, placement.engine_options, plugins), "shutdown")
+            run_dir.mark("engines healthy")
             router = _stopped_by(stack, _start_router(config, plugins, engines.urls), "stop")
+            run_dir.mark("router ready")
     trainer, critic = training.get("trainer"), training.get("critic")
     rollouts = _stopped_by(stack, _rollouts(config, plugins, engine_side, engines, router), "close")
     from slime_core.loop.colocation import Colocation

@@ -5,26 +5,43 @@ from __future__ import annotations
 import statistics
 
 from slime_core.reward_hub import scalar_reward
+from slime_core.rollout_batch import RolloutBatch
 from slime_core.sample import Sample
 
 
-def rollout_metrics(groups: list[list[Sample]], reward_key: str | None) -> dict[str, float]:
+def rollout_metrics(groups: list[list[Sample]], reward_key: str | None, batch: RolloutBatch | None = None) -> dict[str, float]:
     """Reward mean / std, the share of groups whose rewards are all equal (no GRPO signal),
-    response lengths and the share of samples cut at the length limit."""
+    response lengths and the share of samples cut at the length limit. With a ``batch``
+    whose rewards were post-processed (``raw_rewards`` set), the reward statistics are those
+    of its raw rewards, and ``rollout/post_processed_reward_mean`` is the mean trained on."""
     samples = [sample for group in groups for sample in group]
     if not samples:
         return {"rollout/samples": 0.0}
-    rewards = [scalar_reward(sample, reward_key) for sample in samples]
     lengths = [sample.response_length for sample in samples]
-    flat = sum(len({scalar_reward(s, reward_key) for s in group}) == 1 for group in groups)
+    if batch is not None and batch.raw_rewards:
+        rewards = {**reward_metrics(batch.raw_rewards, batch.group_ids),
+                   "rollout/post_processed_reward_mean": statistics.fmean(batch.rewards)}
+    else:
+        rewards = reward_metrics([scalar_reward(s, reward_key) for s in samples], [s.group_index for s in samples])
     return {
         "rollout/samples": float(len(samples)),
-        "rollout/reward_mean": statistics.fmean(rewards),
-        "rollout/reward_std": statistics.pstdev(rewards),
-        "rollout/zero_std_group_fraction": flat / len(groups),
+        **rewards,
         "rollout/response_length_mean": statistics.fmean(lengths),
         "rollout/response_length_max": float(max(lengths)),
         "rollout/truncated_fraction": sum(s.status == "truncated" for s in samples) / len(samples),
+    }
+
+
+def reward_metrics(rewards: list[float], group_ids: list[int]) -> dict[str, float]:
+    """Mean and population std of ``rewards``, and the share of groups (samples with equal
+    ``group_ids``) whose rewards are all equal."""
+    by_group: dict[int, set[float]] = {}
+    for reward, group in zip(rewards, group_ids):
+        by_group.setdefault(group, set()).add(reward)
+    return {
+        "rollout/reward_mean": statistics.fmean(rewards),
+        "rollout/reward_std": statistics.pstdev(rewards),
+        "rollout/zero_std_group_fraction": sum(len(values) == 1 for values in by_group.values()) / len(by_group),
     }
 
 

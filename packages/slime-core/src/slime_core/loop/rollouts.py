@@ -13,9 +13,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from typing import Any, Callable, Coroutine
 
 from slime_core.rollout_parts import GenerateContext, RolloutParts
+from slime_core.rollout_result import RolloutResult
+
+#: the metric with the seconds a rollout took to generate and score (in asynchronous mode,
+#: ``time/wait_rollout`` is only the part that training did not hide)
+ROLLOUT_SECONDS = "perf/rollout_seconds"
 
 
 class RolloutManager:
@@ -44,6 +50,8 @@ class RolloutManager:
             group_filter=registry("group_filters").get(filter_name) if filter_name else None,
             ctx=GenerateContext(self.client, self.tokenizer, config),
             engines=engines,
+            sample_hooks=[registry("sample_hooks").get(name) for name in config.get("sample_hook") or []],
+            all_groups_hooks=[registry("all_groups_hooks").get(name) for name in config.get("all_groups_hook") or []],
         )
         self.eval_datasets = _eval_datasets(config, self.tokenizer)
         self.eval_fn = registry("eval_functions").get(config.eval_function) if self.eval_datasets else None
@@ -54,7 +62,14 @@ class RolloutManager:
 
     def submit(self, rollout_id: int) -> concurrent.futures.Future:
         """Start rollout ``rollout_id``; its `RolloutResult` arrives through the future."""
-        return asyncio.run_coroutine_threadsafe(self.rollout_fn(rollout_id, self.config, self.parts), self._loop)
+        return asyncio.run_coroutine_threadsafe(self._timed_rollout(rollout_id), self._loop)
+
+    async def _timed_rollout(self, rollout_id: int) -> RolloutResult:
+        """The rollout function's result, with its duration as `ROLLOUT_SECONDS`."""
+        start = time.perf_counter()
+        result = await self.rollout_fn(rollout_id, self.config, self.parts)
+        result.metrics[ROLLOUT_SECONDS] = time.perf_counter() - start
+        return result
 
     def evaluate(self) -> dict[str, float]:
         """``eval/<name>/...`` metrics of every ``--eval-prompt-data`` dataset ({} if none)."""

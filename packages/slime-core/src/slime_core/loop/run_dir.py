@@ -5,7 +5,7 @@
       plugins.json                   the installed plugins with their versions
       metrics.jsonl                  one line per rollout (and one per evaluation)
       status.json                    running, then completed / failed / interrupted
-      slime.log                      what the console showed
+      slime.log                      what the console showed (with the start-up timeline)
       rollouts/                      each rollout's samples, with --dump-rollouts
       checkpoints/                   when --save-interval is given without --save
       weights/                       the Hugging Face directories of --update-weight-transport disk
@@ -31,6 +31,8 @@ class RunDir:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.trackers: list[Tracker] = []
+        self.started = time.perf_counter()
+        self._marked: set[str] = set()
 
     @classmethod
     def create(cls, config, plugins) -> RunDir:
@@ -77,6 +79,13 @@ class RunDir:
         path.parent.mkdir(exist_ok=True)
         path.write_text("".join(json.dumps(sample.to_dict()) + "\n" for group in groups for sample in group))
         return path
+
+    def mark(self, event: str) -> None:
+        """One line of the start-up timeline, the first time ``event`` happens: the seconds
+        since the run directory was created (Ray up, ranks loaded, engines healthy, ...)."""
+        if event not in self._marked:
+            self._marked.add(event)
+            self.log(f"start-up {time.perf_counter() - self.started:6.1f}s  {event}")
 
     def log(self, line: str) -> None:
         """Print a line and keep it in ``slime.log``."""

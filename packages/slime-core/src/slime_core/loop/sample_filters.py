@@ -2,7 +2,9 @@
 
 A sample filter is ``fn(sample, config) -> bool`` (True keeps the sample), registered with
 ``slime_register_sample_filters`` (slime-rewards registers ``drop_truncated`` and
-``drop_over_length``). A sample that some filter rejects stays in its group, so the group's
+``drop_over_length``); one marked with `over_rollout` judges the whole rollout at once
+(``fn(groups, config) -> keep``, ``keep[g][i]`` for sample i of group g), for decisions that
+compare samples across groups. A sample that some filter rejects stays in its group, so the group's
 reward statistics (GRPO's mean and std) still count it, as in THUDM slime, but its loss mask
 becomes all zeros: it contributes no gradient. The count is logged as
 ``rollout/samples_filtered``.
@@ -14,6 +16,24 @@ from dataclasses import dataclass
 from typing import Callable
 
 from slime_core.sample import Sample, SampleStatus
+
+
+def over_rollout(filter_fn: Callable) -> Callable:
+    """Mark a sample filter that judges the whole rollout at once (see the module docstring)."""
+    filter_fn.over_rollout = True
+    return filter_fn
+
+
+def _verdicts(filter_fn: Callable, groups: list[list[Sample]], config) -> list[list[bool]]:
+    """``keep[g][i]`` of one filter for sample i of group g."""
+    if getattr(filter_fn, "over_rollout", False):
+        return [list(map(bool, keep)) for keep in filter_fn(groups, config)]
+    return [[not _trainable(sample) or bool(filter_fn(sample, config)) for sample in group] for group in groups]
+
+
+def _trainable(sample: Sample) -> bool:
+    """Whether filters judge the sample (failed and aborted ones are not trained on anyway)."""
+    return sample.status not in (SampleStatus.FAILED, SampleStatus.ABORTED)
 
 
 @dataclass
@@ -31,11 +51,11 @@ class SampleFilters:
         (no metric when no filter is set)."""
         if not self.filters:
             return {}
+        verdicts = [_verdicts(filter_fn, groups, self.config) for _, filter_fn in self.filters]
         rejected = 0
-        for sample in (s for group in groups for s in group):
-            if sample.status in (SampleStatus.FAILED, SampleStatus.ABORTED):
-                continue
-            if not all(keep(sample, self.config) for _, keep in self.filters):
-                sample.loss_mask = [0] * len(sample.loss_mask)
-                rejected += 1
+        for g, group in enumerate(groups):
+            for i, sample in enumerate(group):
+                if _trainable(sample) and not all(keep[g][i] for keep in verdicts):
+                    sample.loss_mask = [0] * len(sample.loss_mask)
+                    rejected += 1
         return {"rollout/samples_filtered": float(rejected)}

@@ -272,6 +272,9 @@ class Plugins:
         finally:
             options.current_plugin = None
 
+    def resolve_config(self, config) -> None:
+        self._call("slime_resolve_config", config=config)
+
     def validate_config(self, config) -> list[str]:
         errors: list[str] = []
         for result in self._call("slime_validate_config", config=config):
@@ -294,6 +297,11 @@ class Plugins:
 
     def after_rollout(self, rollout_id: int, groups, metrics: dict) -> None:
         self._call("slime_after_rollout", rollout_id=rollout_id, groups=groups, metrics=metrics)
+
+    def log_rollout(self, rollout_id: int, config, groups, metrics: dict, seconds: float) -> bool:
+        """Whether a plugin leaves out the rollout's default metrics (``slime_log_rollout``)."""
+        return any(self._call("slime_log_rollout", rollout_id=rollout_id, config=config, groups=groups,
+                              metrics=metrics, seconds=seconds))
 
     def before_train_step(self, rollout_id: int, step: int) -> None:
         self._call("slime_before_train_step", rollout_id=rollout_id, step=step)

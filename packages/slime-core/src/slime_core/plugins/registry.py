@@ -23,11 +23,18 @@ KINDS: dict[str, str] = {
     "buffer_filters": "buffer filter",
     "advantage_estimators": "advantage estimator",
     "policy_losses": "policy loss",
+    "tis_functions": "TIS function",
+    "pg_loss_reducers": "pg-loss reducer",
     "data_sources": "data source",
     "rollout_functions": "rollout function",
     "generate_functions": "generate function",
+    "sample_hooks": "sample hook",
+    "all_groups_hooks": "all-groups hook",
     "eval_functions": "eval function",
     "router_middlewares": "router middleware",
+    "reward_post_processors": "reward post-processor",
+    "train_data_converters": "train-data converter",
+    "checkpoint_readers": "checkpoint reader",
 }
 
 

@@ -3,8 +3,9 @@
 hf-to-megatron builds the model on ``tensor × expert`` parallel ranks (processes started
 here, joined by gloo on CPU or nccl on GPUs), loads each rank's shards and saves them as a
 model-only checkpoint in the backend's format (:mod:`slime_megatron.checkpoint`).
-megatron-to-hf loads a checkpoint, in any layout, into one rank and writes the gathered
-Hugging Face tensors with the config and tokenizer of ``--hf-config``.
+megatron-to-hf reads a checkpoint's full tensors (ours in any layout, or Megatron-LM's:
+:mod:`slime_megatron.torch_dist`) and writes them as Hugging Face tensors with the config and
+tokenizer of ``--hf-config``.
 """
 
 from __future__ import annotations
@@ -40,29 +41,27 @@ def _hf_to_megatron_rank(rank: int, sizes, hf_dir: str, out: str) -> None:
 
 
 def megatron_to_hf(args) -> int:
-    from slime_megatron.checkpoint import META, latest_checkpoint
+    from slime_core.checkpoint_dir import megatron_checkpoint
 
-    path = Path(args.load) if (Path(args.load) / META).is_file() else latest_checkpoint(args.load)
-    if path is None:
-        raise FileNotFoundError(f"--load {args.load} holds no checkpoint yet (no latest_checkpointed_iteration.txt)")
-    run_on_ranks(_megatron_to_hf_rank, 1, _sizes(), str(path), str(args.hf_config), str(args.out))
+    path = Path(args.load) if (Path(args.load) / ".metadata").is_file() else megatron_checkpoint(args.load)
+    write_hf(path, str(args.hf_config), str(args.out))
     print(f"wrote {args.out}")
     return 0
 
 
-def _megatron_to_hf_rank(rank: int, sizes, path: str, hf_config_dir: str, out: str) -> None:
+def write_hf(path, hf_config_dir: str, out: str) -> None:
+    """The Hugging Face directory ``out`` of the checkpoint directory ``path`` (ours or
+    Megatron-LM's, `slime_megatron.torch_dist`): its weights, with the config and tokenizer
+    of ``hf_config_dir``. Runs in this process, in any process (no process group)."""
     from safetensors.torch import save_file
     from transformers import AutoConfig
 
-    from slime_megatron.checkpoint import load_checkpoint
-    from slime_megatron.models import build_model, export_hf_weights
+    from slime_megatron.torch_dist import read_hf_weights
 
-    hf_config = AutoConfig.from_pretrained(hf_config_dir)
-    model = build_model(hf_config, sizes)
-    load_checkpoint(path, model)
-    weights = {name: tensor.contiguous() for name, tensor in export_hf_weights(model, hf_config)}
+    weights = read_hf_weights(path, AutoConfig.from_pretrained(hf_config_dir))
     _copy_config_and_tokenizer(Path(hf_config_dir), Path(out))
-    save_file(weights, str(Path(out) / "model.safetensors"), metadata={"format": "pt"})
+    save_file({name: tensor.contiguous() for name, tensor in weights.items()}, str(Path(out) / "model.safetensors"),
+              metadata={"format": "pt"})
 
 
 def _copy_config_and_tokenizer(source: Path, out: Path) -> None:

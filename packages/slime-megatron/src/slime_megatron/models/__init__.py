@@ -1,7 +1,8 @@
 """Hugging Face model families on megatron-core: build a GPTModel, convert its weights.
 
 - :func:`model_family` / :func:`register_family`: which architectures are supported;
-- :func:`build_model`: this rank's GPTModel for a Hugging Face config;
+- :func:`build_model`: this rank's GPTModel for a Hugging Face config; :func:`provide_model`:
+  the same, or ``--megatron-model-provider``'s model, checked against the family's weights;
 - :func:`load_hf_weights` / :func:`export_hf_weights`: a rank's shards from Hugging Face
   weights, and gathered Hugging Face tensors back (a collective);
 - :func:`hf_to_megatron` / :func:`megatron_to_hf` / :func:`shard_for_rank`: the pure
@@ -10,6 +11,7 @@
 
 from slime_megatron.models.build import build_model
 from slime_megatron.models.family import Family, model_family, register_family
+from slime_megatron.models.provider import provide_model
 from slime_megatron.models.weight_map import WeightRule
 from slime_megatron.models.weights import (
     Ranks,
@@ -23,5 +25,5 @@ from slime_megatron.models.weights import (
 
 __all__ = [
     "Family", "Ranks", "WeightRule", "build_model", "export_hf_weights", "hf_to_megatron", "load_hf_weights",
-    "megatron_to_hf", "model_family", "register_family", "shard_for_rank", "unwrap",
+    "megatron_to_hf", "model_family", "provide_model", "register_family", "shard_for_rank", "unwrap",
 ]

@@ -4,15 +4,16 @@ A :class:`WeightRule` names one megatron parameter (global layer and expert indi
 Hugging Face tensors it is made of, and its *kind*, which says both how those tensors are
 fused and how the result is sharded over tensor-parallel ranks:
 
-======== ============================================ ==========================================
-kind     fused from Hugging Face                      tensor-parallel shard
-======== ============================================ ==========================================
-copy     one tensor, unchanged                        none (replicated: norms, router)
-column   one tensor, unchanged                        rows (dim 0): embeddings, output layer
-row      one tensor, unchanged                        columns (dim 1): o_proj, down_proj
-qkv      q, k, v interleaved per query group          rows, whole query groups per rank
-gate_up  gate then up, stacked                        rows of gate and of up, then stacked
-======== ============================================ ==========================================
+============= ========================================= ==========================================
+kind          fused from Hugging Face                   tensor-parallel shard
+============= ========================================= ==========================================
+copy          one tensor, unchanged                     none (replicated: norms, router)
+column        one tensor, unchanged                     rows (dim 0): embeddings, output layer
+row           one tensor, unchanged                     columns (dim 1): o_proj, down_proj
+qkv           q, k, v interleaved per query group       rows, whole query groups per rank
+gate_up       gate then up, stacked                     rows of gate and of up, then stacked
+fused_gate_up one tensor, gate and up already stacked   as gate_up (GLM-4's ``mlp.gate_up_proj``)
+============= ========================================= ==========================================
 
 Megatron's fused QKV stacks, for each of the ``g`` query groups, that group's ``h/g`` query
 heads, then its key head, then its value head (each ``head_dim`` rows; biases the same).
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-KINDS = ("copy", "column", "row", "qkv", "gate_up")
+KINDS = ("copy", "column", "row", "qkv", "gate_up", "fused_gate_up")
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ def shard(rule: WeightRule, tensor: torch.Tensor, rank: int, size: int) -> torch
         return tensor
     if rule.kind == "row":
         return tensor.chunk(size, dim=1)[rank].contiguous()
-    if rule.kind == "gate_up":
+    if rule.kind in ("gate_up", "fused_gate_up"):
         return torch.cat([half.chunk(size, dim=0)[rank] for half in tensor.chunk(2, dim=0)])
     return tensor.chunk(size, dim=0)[rank].contiguous()  # column, qkv (whole query groups)
 
@@ -99,7 +100,7 @@ def unshard(rule: WeightRule, shards: list[torch.Tensor]) -> torch.Tensor:
         return shards[0]
     if rule.kind == "row":
         return torch.cat(shards, dim=1)
-    if rule.kind == "gate_up":
+    if rule.kind in ("gate_up", "fused_gate_up"):
         halves = [s.chunk(2, dim=0) for s in shards]
         return torch.cat([torch.cat([h[0] for h in halves]), torch.cat([h[1] for h in halves])])
     return torch.cat(shards, dim=0)

@@ -16,7 +16,7 @@ from typing import Iterator, Mapping
 
 import torch
 
-from slime_megatron.models.family import model_family
+from slime_megatron.models.family import model_family, num_routed_experts
 from slime_megatron.models.weight_map import Heads, WeightRule, fuse, shard, unfuse, unshard
 
 _EXPERT = re.compile(r"local_experts\.(\d+)\.")
@@ -93,7 +93,7 @@ def local_name(rule: WeightRule, hf_config, ranks: Ranks) -> str | None:
     elif ranks.num_layers is not None and not _on_stage(name, ranks):
         return None
     if rule.expert is not None:
-        per_rank = hf_config.num_experts // ranks.ep_size
+        per_rank = num_routed_experts(hf_config) // ranks.ep_size
         if rule.expert // per_rank != ranks.ep_rank:
             return None
         name = _EXPERT.sub(f"local_experts.{rule.expert % per_rank}.", name)
@@ -147,19 +147,32 @@ def load_hf_weights(model, hf_dir_or_state_dict, hf_config) -> None:
     Raises if ``model`` has a weight the conversion did not fill, or the source lacks one.
     """
     model = unwrap(model)
+    unfilled, unknown = unmatched_weights(model, hf_config)
+    if unfilled or unknown:
+        raise RuntimeError(f"the {model_family(hf_config).name} conversion does not match the built model: "
+                           f"unfilled {unfilled[:5]}, unknown {unknown[:5]}")
     source = _SafetensorsDir(hf_dir_or_state_dict) if isinstance(hf_dir_or_state_dict, (str, Path)) \
         else split_fused_experts(hf_dir_or_state_dict, hf_config)
     ranks, heads = Ranks.current(model), Heads.of(hf_config)
-    local = {}
-    for rule in _rules_with_tied_output(model, hf_config):
-        name = local_name(rule, hf_config, ranks)
-        if name is not None:
-            local[name] = _shard(rule, fuse(rule, [_read(source, n) for n in rule.hf], heads), ranks)
-    expected = {name for name in model.state_dict() if not name.endswith("_extra_state")}
-    if set(local) != expected:
-        raise RuntimeError(f"the {model_family(hf_config).name} conversion does not match the built model: "
-                           f"unfilled {sorted(expected - set(local))[:5]}, unknown {sorted(set(local) - expected)[:5]}")
+    local = {name: _shard(rule, fuse(rule, [_read(source, n) for n in rule.hf], heads), ranks)
+             for name, rule in _local_rules(model, hf_config).items()}
     model.load_state_dict(local, strict=False)
+
+
+def unmatched_weights(model, hf_config) -> tuple[list[str], list[str]]:
+    """The parameters of ``model`` (this rank's part) that the conversion of ``hf_config``'s
+    family does not fill, and the names it fills that ``model`` does not have (both sorted)."""
+    model = unwrap(model)
+    filled = set(_local_rules(model, hf_config))
+    expected = {name for name in model.state_dict() if not name.endswith("_extra_state")}
+    return sorted(expected - filled), sorted(filled - expected)
+
+
+def _local_rules(model, hf_config) -> dict[str, WeightRule]:
+    """This rank's parameter names, each with the rule that fills it."""
+    ranks = Ranks.current(model)
+    named = ((local_name(rule, hf_config, ranks), rule) for rule in _rules_with_tied_output(model, hf_config))
+    return {name: rule for name, rule in named if name is not None}
 
 
 def _rules_with_tied_output(model, hf_config) -> list[WeightRule]:
@@ -216,7 +229,7 @@ def export_hf_weights(model, hf_config) -> Iterator[tuple[str, torch.Tensor]]:
     """
     model = unwrap(model)
     ranks, heads = Ranks.current(model), Heads.of(hf_config)
-    params = dict(model.named_parameters())
+    params = {**dict(model.named_buffers()), **dict(model.named_parameters())}  # buffers: a router's expert bias
     for rule in _rules(hf_config):
         name = local_name(rule, hf_config, ranks)
         if name is None or name not in params:
@@ -233,7 +246,7 @@ def _gathered(rule: WeightRule, local: torch.Tensor, hf_config, ranks: Ranks):
     if rule.expert is None:
         return [(rule, _gather_tp(rule, local, ps.get_tensor_model_parallel_group(), ranks.tp_size))]
     full = _gather_tp(rule, local, ps.get_expert_tensor_parallel_group(), ranks.etp_size)
-    per_rank = hf_config.num_experts // ranks.ep_size
+    per_rank = num_routed_experts(hf_config) // ranks.ep_size
     copies = _all_gather(full, ps.get_expert_model_parallel_group(), ranks.ep_size)
     local_index = rule.expert % per_rank
     return [(_with_expert(rule, r * per_rank + local_index), t) for r, t in enumerate(copies)]

@@ -3,7 +3,8 @@ directory), and releasing / resuming their memory.
 
 An update is checked in full before anything is copied (every name known, every shape
 right; a checkpoint directory must cover every parameter), so a refused update changes
-nothing. Names are Hugging Face parameter names; both names of a tied parameter
+nothing. Names are Hugging Face parameter (or buffer: a DeepSeek-style router's
+``e_score_correction_bias``) names; both names of a tied parameter
 (``lm_head.weight`` and ``model.embed_tokens.weight``) are accepted. A MoE layer's experts,
 which transformers 5 stores fused (``mlp.experts.gate_up_proj`` (E, 2I, H) and
 ``mlp.experts.down_proj`` (E, H, I)), also take the per-expert names that trainers export and
@@ -63,12 +64,18 @@ def target(parameters: dict[str, torch.Tensor], name: str) -> tuple[torch.Tensor
     return (expert[:half] if match["proj"] == "gate_proj" else expert[half:]), fused_name
 
 
+def updatable(model) -> dict[str, torch.Tensor]:
+    """What an update may write, by name: the parameters, and the buffers (a DeepSeek-style
+    router's ``e_score_correction_bias``, which checkpoints hold and SGLang loads as a parameter)."""
+    return {**dict(model.named_buffers()), **dict(model.named_parameters(remove_duplicate=False))}
+
+
 def check_update(model, named: NamedTensors, complete: bool = False) -> str | None:
     """What is wrong with updating ``model`` from ``named`` (None when nothing is).
 
     With ``complete`` (a whole checkpoint) every parameter must be given, in full.
     """
-    parameters = dict(model.named_parameters(remove_duplicate=False))
+    parameters = updatable(model)
     targets = [(name, t, target(parameters, name)) for name, t in named]
     unknown = [name for name, _, found in targets if found is None]
     if unknown:
@@ -89,7 +96,7 @@ def check_update(model, named: NamedTensors, complete: bool = False) -> str | No
 
 def apply_update(model, named: NamedTensors) -> None:
     """Copy checked tensors into the model's parameters, or their experts' slices (cast to their dtype)."""
-    parameters = dict(model.named_parameters(remove_duplicate=False))
+    parameters = updatable(model)
     with torch.no_grad():
         for name, tensor in named:
             target(parameters, name)[0].copy_(tensor)

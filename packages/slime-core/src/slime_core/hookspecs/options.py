@@ -1,0 +1,67 @@
+"""Options hooks: a package adds its options and subcommands and resolves and checks the config."""
+
+from slime_core.hookspecs.marker import hookspec
+
+
+
+@hookspec
+def slime_add_options(options):
+    """Add this plugin's options to ``slime run`` (command line and YAML config).
+
+    Called once when the option set is built, before any config is read.
+
+    :param options: a ``slime_core.config.options.OptionSet``; call
+        ``options.add("--flag-name", type=int, default=..., help=..., group=...)``.
+    :return: nothing.
+
+    Runs in the driver.
+    """
+
+
+@hookspec
+def slime_resolve_config(config):
+    """Fill in what follows from the options the user gave, before any check runs (e.g. pick
+    this plugin's backend when only its options are given).
+
+    Called after the config is merged and type-checked and slime's aliases are applied, before
+    slime's own checks and any ``slime_validate_config``, so every check sees the final values.
+    Set an option with ``setattr(config, key, value)`` and say why in
+    ``config.sources[key]`` (``--dry-run`` shows it); report problems from
+    ``slime_validate_config``, not here.
+
+    :param config: the ``slime_core.config.Config`` being resolved.
+    :return: nothing.
+
+    Runs in the driver.
+    """
+
+
+@hookspec
+def slime_validate_config(config):
+    """Check a resolved config for problems only this plugin understands.
+
+    Called after the config is merged and type-checked, before anything starts. Errors
+    from every plugin are collected and reported together.
+
+    :param config: the resolved ``slime_core.config.Config``.
+    :return: a list of error strings (what is wrong and how to fix it), or None.
+
+    Runs in the driver.
+    """
+
+
+@hookspec
+def slime_add_commands(subparsers):
+    """Add subcommands to the ``slime`` command (e.g. ``slime reward score``).
+
+    Called when the ``slime`` command line is built.
+
+    :param subparsers: the ``argparse`` subparsers action of the ``slime`` parser; set
+        ``func=`` with ``set_defaults`` to the callable that runs the command (it gets the
+        parsed ``argparse.Namespace``, with ``plugin_modules`` (the ``-p`` modules) and
+        ``extra`` (arguments argparse did not know, allowed only with
+        ``set_defaults(allow_extra=True)``), and returns an exit code).
+    :return: nothing.
+
+    Runs in the process that runs the ``slime`` command.
+    """

@@ -1,0 +1,133 @@
+"""The model weights of a Megatron checkpoint in the torch_dist format, whoever wrote it: this
+backend (``--save``, ``slime convert hf-to-megatron``) or Megatron-LM (slime's
+``tools/convert_hf_to_torch_dist.py``, whose checkpoints slime's launch scripts give as
+``--ref-load``). The directory a checkpoint root points to is found by
+``slime_core.checkpoint_dir.megatron_checkpoint`` (``iter_XXXXXXX`` or ``release``).
+
+Both writers store each parameter under megatron-core's sharded key (``GPTModel.sharded_state_dict``,
+no wrapper prefix) as one full tensor cut in chunks, so any tensor/expert/pipeline layout reads
+it. The keys of one model differ between writers in known ways, which `stored_key` resolves:
+
+- layers: a block of layers of one kind is stacked under one key, the layer first
+  (``decoder.layers.mlp.linear_fc1.weight``); otherwise each layer has its own
+  (``decoder.layers.0.mlp.linear_fc1.weight``);
+- norms: megatron's local layers (ours) store the input and pre-MLP norms under Transformer
+  Engine's fused names (``self_attention.linear_qkv.layer_norm_weight``,
+  ``mlp.linear_fc1.layer_norm_weight``); a Transformer Engine MoE layer (Megatron-LM's) keeps
+  its pre-MLP norm as a module of its own: ``pre_mlp_layernorm.weight``;
+- experts: a layer's experts are stacked, the expert first (``mlp.experts.experts.linear_fc1.weight``).
+
+Only weights are read: not the optimizer state, the extras, nor ``common.pt`` (Megatron-LM
+pickles its arguments there, which torch refuses to load safely).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+import torch
+
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
+_EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(.+)$")
+#: a parameter's name in megatron's modules -> its stored names, in the order they are tried
+_STORED_NORMS = {
+    "input_layernorm.weight": ("self_attention.linear_qkv.layer_norm_weight",),
+    "pre_mlp_layernorm.weight": ("mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"),
+}
+#: our MoE layers' pre-MLP norm key -> a Transformer Engine MoE layer's
+_TE_MOE_NORM = ("mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight")
+
+
+def stored_keys(path) -> dict:
+    """The checkpoint's stored keys, each with its metadata (global size, dtype, chunks)."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    return FileSystemReader(str(path)).read_metadata().state_dict_metadata
+
+
+def stored_key(name: str, stored) -> tuple[str, tuple[int, ...]]:
+    """Where the full megatron parameter ``name`` (global layer and expert indices, as the
+    weight rules name it) is stored: its key in ``stored``, and the index of its tensor in the
+    stored one (stacked layers, stacked experts)."""
+    layer = _LAYER.match(name)
+    if not layer:
+        return _first_stored([(name, ())], name, stored)
+    i, rest, index = int(layer.group(1)), layer.group(2), ()
+    expert = _EXPERT.match(rest)
+    if expert:
+        rest, index = f"mlp.experts.experts.{expert.group(2)}", (int(expert.group(1)),)
+    names = _STORED_NORMS.get(rest, (rest,))
+    candidates = [(f"decoder.layers.{i}.{n}", index) for n in names] + [(f"decoder.layers.{n}", (i, *index)) for n in names]
+    return _first_stored(candidates, name, stored)
+
+
+def _first_stored(candidates, name: str, stored) -> tuple[str, tuple[int, ...]]:
+    for key, index in candidates:
+        if key in stored:
+            return key, index
+    raise KeyError(f"the checkpoint stores no '{name}' (looked for {[key for key, _ in candidates]}); "
+                   "is it a checkpoint of the model --hf-checkpoint describes?")
+
+
+def read_hf_weights(path, hf_config) -> dict[str, torch.Tensor]:
+    """The Hugging Face tensors (checkpoint names, the stored dtype) of the checkpoint
+    directory ``path``, read whole in this process without any process group (``slime convert
+    megatron-to-hf``, the FSDP backend's ``--ref-load``)."""
+    from torch.distributed.checkpoint import FileSystemReader, load
+
+    from slime_megatron.models import megatron_to_hf, model_family
+
+    reader = FileSystemReader(str(path))
+    stored = reader.read_metadata().state_dict_metadata
+    where = {rule.megatron: stored_key(rule.megatron, stored) for rule in model_family(hf_config).weight_rules(hf_config)}
+    tensors = {key: torch.empty(stored[key].size, dtype=stored[key].properties.dtype) for key, _ in where.values()}
+    with warnings.catch_warnings():  # without a process group torch warns that it reads in one process: it should
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        load(tensors, storage_reader=reader, no_dist=True)
+    return megatron_to_hf({name: tensors[key][index] for name, (key, index) in where.items()}, hf_config)
+
+
+def load_weights(path, model) -> None:
+    """Fill this rank's shards of ``model`` (a GPTModel, or one wrapped by DDP / Float16Module)
+    from the checkpoint directory ``path``, in any parallel layout; a collective over the ranks.
+
+    Raises if the checkpoint lacks a weight of ``model`` (another model, or an unknown layout).
+    """
+    from megatron.core import dist_checkpointing
+    from megatron.core.dist_checkpointing.core import CheckpointingException
+
+    from slime_megatron.models.weights import unwrap
+
+    model = unwrap(model)
+    stored = stored_keys(path)
+    request = {name: _renamed(item, stored) for name, item in model.sharded_state_dict().items()
+               if not name.endswith("_extra_state")}
+    try:
+        loaded = dist_checkpointing.load(request, str(path), common_strategy=_weights_only())
+    except CheckpointingException as exc:
+        raise ValueError(f"{path}: its weights do not fit the model of --hf-checkpoint ({exc}); give a checkpoint "
+                         "of the same model") from exc
+    unfilled = [name for name in model.load_state_dict(loaded, strict=False).missing_keys
+                if not name.endswith("_extra_state")]
+    assert not unfilled, unfilled  # every parameter was requested
+
+
+def _renamed(item, stored):
+    """``item`` (a sharded tensor of ours) under the key the checkpoint has: a Transformer
+    Engine MoE layer's pre-MLP norm (see the module docstring)."""
+    ours, theirs = _TE_MOE_NORM
+    key = getattr(item, "key", "")
+    if key.endswith(ours) and key not in stored and key[: -len(ours)] + theirs in stored:
+        item.key = key[: -len(ours)] + theirs
+    return item
+
+
+def _weights_only():
+    """megatron's common-state loader, minus ``common.pt`` (it holds no weights)."""
+    from megatron.core.dist_checkpointing.strategies.common import TorchCommonLoadStrategy
+
+    class WeightsOnly(TorchCommonLoadStrategy):
+        def load_common(self, checkpoint_dir):
+            return {}
+
+    return WeightsOnly()

@@ -1,5 +1,6 @@
 """HF ⇄ Megatron conversion for every built-in family: bit-exact round trips in memory and
-through real tensor-/expert-parallel megatron models, and logits equal to transformers'."""
+through real tensor-/expert-parallel megatron models, and logits equal to transformers'; the
+families megatron-core cannot build are refused naming what it lacks."""
 
 from types import SimpleNamespace
 
@@ -9,6 +10,41 @@ import torch
 from slime_megatron.models import export_hf_weights, hf_to_megatron, megatron_to_hf, model_family
 from slime_megatron.models.weight_map import Heads, fuse
 from slime_megatron.models.weights import split_fused_experts
+
+#: The GLM and DeepSeek families, from slime-core's tiny configs (`slime tiny-model --family`), with
+#: what the tiny config leaves at its default turned on: GLM-4.5's q/k/v biases, DeepSeek's YaRN
+#: (mscale_all_dim ≠ 0 also changes the attention's softmax scale).
+FROM_TINY_MODELS = {
+    "glm4": dict(),
+    "glm4_moe": dict(attention_bias=True),
+    "deepseek_v3": dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                         "original_max_position_embeddings": 16, "beta_fast": 32.0,
+                                         "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}),
+}
+FAMILIES = ("llama", "qwen2", "qwen3", "qwen3_moe", *FROM_TINY_MODELS)
+
+
+def family_model(name: str, tiny_hf):
+    """A tiny float32 transformers model of family ``name``, its norms and routers' correction
+    biases randomised (a converter that mixes them up fails)."""
+    if name not in FROM_TINY_MODELS:
+        return tiny_hf.model(name)
+    from transformers import AutoModelForCausalLM
+
+    from slime_core.tiny_models import tiny_config
+
+    config = tiny_config(name, hidden_size=32)
+    for key, value in FROM_TINY_MODELS[name].items():
+        setattr(config, key, value)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    with torch.no_grad():
+        for param_name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+            if "norm" in param_name:
+                tensor.uniform_(0.5, 1.5)
+            elif "e_score_correction_bias" in param_name:
+                tensor.uniform_(-0.3, 0.3)
+    return model
 
 
 def checkpoint_state(model) -> dict[str, torch.Tensor]:
@@ -25,8 +61,9 @@ def assert_same_tensors(got: dict, expected: dict) -> None:
     assert not different, f"not bit-exact: {different}"
 
 
-def test_hf_to_megatron_to_hf_is_bit_exact(model_type, tiny_hf):
-    hf = tiny_hf.model(model_type)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_hf_to_megatron_to_hf_is_bit_exact(family, tiny_hf):
+    hf = family_model(family, tiny_hf)
     megatron = hf_to_megatron(hf.state_dict(), hf.config)
     assert_same_tensors(megatron_to_hf(megatron, hf.config), checkpoint_state(hf))
 
@@ -61,20 +98,22 @@ def _load_run_export(rank, sizes, config, source, tokens):
     return logits, dict(export_hf_weights(model, config))
 
 
-FAMILIES = ("llama", "qwen2", "qwen3", "qwen3_moe")
-
-
 def _load_run_export_each(rank, sizes, cases):
     """`_load_run_export` for every (config, source, tokens) case, in one group of ranks; a
     dense model is configured without expert parallelism (the groups exist all the same)."""
     dense = SimpleNamespace(**{**vars(sizes), "expert_model_parallel_size": 1, "expert_tensor_parallel_size": None})
-    return [_load_run_export(rank, sizes if getattr(config, "num_experts", None) else dense, config, source, tokens)
+    return [_load_run_export(rank, sizes if _is_moe(config) else dense, config, source, tokens)
             for config, source, tokens in cases]
 
 
-def test_megatron_logits_equal_transformers_and_export_gives_back_the_weights(model_type, tiny_hf):
+def _is_moe(config) -> bool:
+    return bool(getattr(config, "num_experts", None) or getattr(config, "n_routed_experts", None))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_megatron_logits_equal_transformers_and_export_gives_back_the_weights(family, tiny_hf):
     """One process: the weights from an in-memory state dict."""
-    hf = tiny_hf.model(model_type)
+    hf = family_model(family, tiny_hf)
     tokens = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         expected = hf(tokens).logits
@@ -95,7 +134,7 @@ def test_tensor_and_expert_parallel_logits_and_export_equal_transformers(tiny_hf
     """Every family on 2 gloo ranks at once (one spawn): attention and dense MLPs split over
     tensor-parallel 2, the MoE's experts over expert-parallel 2; weights from a directory."""
     tokens = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(1))
-    models = {name: tiny_hf.model(name) for name in FAMILIES}
+    models = {name: family_model(name, tiny_hf) for name in FAMILIES}
     cases, expected = [], {}
     for name, hf in models.items():
         hf.save_pretrained(tmp_path / name)
@@ -111,5 +150,45 @@ def test_tensor_and_expert_parallel_logits_and_export_equal_transformers(tiny_hf
 def test_unsupported_model_type_is_a_clear_error():
     from transformers import GPT2Config
 
-    with pytest.raises(ValueError, match=r"cannot build model_type 'gpt2'.*supported are llama, qwen2, qwen3, qwen3_moe"):
+    supported = "deepseek_v3, glm4, glm4_moe, llama, qwen2, qwen3, qwen3_moe"
+    with pytest.raises(ValueError, match=rf"cannot build model_type 'gpt2'.*supported are {supported}; use --train-backend fsdp"):
         model_family(GPT2Config())
+
+
+def test_a_family_megatron_core_cannot_build_names_what_it_lacks():
+    from slime_core.tiny_models import tiny_config
+
+    with pytest.raises(ValueError, match="cannot build model_type 'qwen3_next': megatron-core has no gated delta-net "
+                                         r"\(linear attention\) layer.*; use --train-backend fsdp, which trains it"):
+        model_family(tiny_config("qwen3_next", hidden_size=32))
+
+
+def test_deepseek_style_routing_and_attention_become_megatrons(tiny_hf):
+    """The router's fields as megatron-core names them, by hand from the tiny configs: sigmoid
+    scores with the correction bias (kept as loaded), groups only where there are several,
+    shared experts of n_shared_experts × moe_intermediate_size, dense first layers."""
+    from slime_megatron.models.transformer_config import transformer_config
+
+    sizes = SimpleNamespace(tensor_model_parallel_size=1)
+    glm, deepseek = (transformer_config(family_model(name, tiny_hf).config, sizes) for name in ("glm4_moe", "deepseek_v3"))
+    for tc in (glm, deepseek):
+        assert tc.moe_router_score_function == "sigmoid"
+        assert (tc.moe_router_enable_expert_bias, tc.moe_router_bias_update_rate) == (True, 0.0)
+        assert (tc.num_moe_experts, tc.moe_router_topk, tc.moe_layer_freq) == (4, 2, [0, 1])
+        assert tc.moe_shared_expert_intermediate_size == 16
+    assert (glm.moe_router_num_groups, glm.moe_router_topk_scaling_factor) == (None, 1.0)
+    assert (glm.add_qkv_bias, glm.qk_layernorm) == (True, True)
+    assert (deepseek.moe_router_num_groups, deepseek.moe_router_group_topk) == (2, 1)
+    assert deepseek.moe_router_topk_scaling_factor == 2.5
+    assert (deepseek.multi_latent_attention, deepseek.rope_type, deepseek.rotary_scaling_factor) == (True, "yarn", 4.0)
+
+
+def test_a_router_megatron_core_ranks_differently_is_refused(tiny_hf):
+    """DeepSeek-V3 ranks expert groups by their best two experts; megatron by their best
+    top_k // topk_group: with top-4 of one group out of 2 they differ."""
+    from slime_megatron.models.transformer_config import transformer_config
+
+    config = family_model("deepseek_v3", tiny_hf).config
+    config.num_experts_per_tok = 4
+    with pytest.raises(ValueError, match="ranks expert groups by their best num_experts_per_tok // topk_group = 4"):
+        transformer_config(config, SimpleNamespace(tensor_model_parallel_size=1))

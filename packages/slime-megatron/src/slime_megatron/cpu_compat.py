@@ -39,6 +39,8 @@ import torch
 CPU_TORCH_MODULES = {
     "megatron.core.models.common.embeddings.rotary_pos_embedding":
         "RotaryEmbedding.get_emb: inv_freq.to(device=torch.cuda.current_device())",
+    "megatron.core.models.common.embeddings.yarn_rotary_pos_embedding":
+        "YarnRotaryEmbedding (multi-latent attention's YaRN): inv_freq.to(device=torch.cuda.current_device())",
     "megatron.core.transformer.utils":
         "get_default_causal_mask: torch.ones(sq, sq, device='cuda'), the attention softmax's causal mask",
     "megatron.core.utils":

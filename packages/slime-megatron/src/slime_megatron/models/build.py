@@ -9,9 +9,9 @@ def build_model(hf_config, config):
     """This rank's part of the model (its tensor/expert shards and pipeline stage).
 
     Uses megatron's local (non-Transformer-Engine) layers (with ``--sequence-parallel``, the
-    norms of `slime_megatron.models.norms`), float32 weights, or bf16 with ``config.bf16``;
-    the weights are randomly initialised: load them with
-    :func:`slime_megatron.models.load_hf_weights`. Megatron's parallel groups must exist
+    norms of `slime_megatron.models.norms`) as the family edits them (``Family.layer_spec``),
+    float32 weights, or bf16 with ``config.bf16``; the weights are randomly initialised: load
+    them with :func:`slime_megatron.models.load_hf_weights`. Megatron's parallel groups must exist
     (:func:`slime_megatron.parallel.init_parallel`).
     """
     from megatron.core import parallel_state
@@ -27,9 +27,11 @@ def build_model(hf_config, config):
     tc = transformer_config(hf_config, config)
     _check_vocab(hf_config.vocab_size, tc.tensor_model_parallel_size)
     spec = get_gpt_decoder_block_spec(tc, use_transformer_engine=False, normalization="RMSNorm")
+    if tc.sequence_parallel:
+        spec = with_sequence_parallel_norms(spec)
     model = GPTModel(
         tc,
-        with_sequence_parallel_norms(spec) if tc.sequence_parallel else spec,
+        family.layer_spec(spec),
         vocab_size=hf_config.vocab_size,
         max_sequence_length=hf_config.max_position_embeddings,
         pre_process=parallel_state.is_pipeline_first_stage(),
@@ -44,13 +46,22 @@ def build_model(hf_config, config):
 
 
 def _without_transformer_engine() -> None:
-    """megatron-core 0.16.1's MoE router calls ``moe_utils.te_general_gemm`` when it is not
-    None, but without Transformer Engine never defines it (a NameError on the first MoE
-    forward); define it as None so the router uses its plain torch matmul."""
+    """Two places where megatron-core 0.16.1 misses that Transformer Engine is not installed.
+
+    Its MoE router calls ``moe_utils.te_general_gemm`` when it is not None, but never defines
+    it (a NameError on the first MoE forward): define it as None, so the router uses its plain
+    torch matmul. Its multi-latent attention imports TE's classes from a module that stands in
+    mocks for them, and so believes TE is there (``isinstance(layer, <mock>)`` then raises):
+    tell it that TE is not."""
+    import importlib.util
+
+    from megatron.core.transformer import multi_latent_attention
     from megatron.core.transformer.moe import moe_utils
 
     if not hasattr(moe_utils, "te_general_gemm"):
         moe_utils.te_general_gemm = None
+    if importlib.util.find_spec("transformer_engine") is None:
+        multi_latent_attention.HAVE_TE = False
 
 
 def _check_vocab(vocab_size: int, tp: int) -> None:

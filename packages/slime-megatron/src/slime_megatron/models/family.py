@@ -3,9 +3,12 @@
 A family maps one or more Hugging Face ``model_type`` values onto megatron-core's
 ``GPTModel``: the ``TransformerConfig`` fields its architecture needs, and the weight rules
 that convert its checkpoint (see :mod:`slime_megatron.models.weight_map`). slime-megatron
-registers qwen2, qwen3, llama and qwen3_moe (see :mod:`slime_megatron.models.families`); a
-plugin adds another with :func:`register_family`, e.g. from its plugin module's import or
-its ``slime_register_train_backends`` hook, which runs in every process that builds models.
+registers qwen2, qwen3, llama, qwen3_moe (:mod:`slime_megatron.models.families`), glm4_moe,
+deepseek_v3 (:mod:`slime_megatron.models.deepseek`) and glm4 (:mod:`slime_megatron.models.glm4`);
+the architectures megatron-core cannot
+build are in `MISSING`, each with what megatron-core lacks for it. A plugin adds a family with
+:func:`register_family`, e.g. from its plugin module's import or its
+``slime_register_train_backends`` hook, which runs in every process that builds models.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ class Family:
     weight_rules: Callable[[object], list[WeightRule]]
     # hf_config -> extra GPTModel keyword arguments (rope scaling, ...)
     model_kwargs: Callable[[object], dict] = field(default=lambda hf_config: {})
+    # megatron's local decoder block spec -> the one this architecture needs (modules of ours)
+    layer_spec: Callable[[object], object] = field(default=lambda spec: spec)
 
 
 _FAMILIES: dict[str, Family] = {}
@@ -44,17 +49,45 @@ def register_family(family: Family) -> None:
         _FAMILIES[model_type] = family
 
 
+#: Hugging Face model types the FSDP backend trains and megatron-core cannot build, with what it lacks.
+MISSING = {
+    "qwen3_next": "megatron-core has no gated delta-net (linear attention) layer for Qwen3-Next's linear_attention "
+                  "layers",
+}
+
+
 def model_family(hf_config) -> Family:
     """The family of a Hugging Face config (its ``model_type``), or a clear error."""
-    import slime_megatron.models.families  # noqa: F401  (registers the built-in families)
-
     model_type = getattr(hf_config, "model_type", None)
-    if model_type in _FAMILIES:
-        return _FAMILIES[model_type]
-    close = difflib.get_close_matches(str(model_type), list(_FAMILIES), n=1)
+    family = _registered().get(model_type)
+    if family is None:
+        raise ValueError(unsupported_reason(model_type))
+    return family
+
+
+def unsupported_reason(model_type) -> str | None:
+    """Why the Megatron backend cannot build ``model_type`` and what to do instead; None if it can."""
+    families = _registered()
+    if model_type in families:
+        return None
+    if model_type in MISSING:
+        return (f"the Megatron backend cannot build model_type '{model_type}': {MISSING[model_type]}; "
+                "use --train-backend fsdp, which trains it")
+    close = difflib.get_close_matches(str(model_type), list(families), n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
-    raise ValueError(
-        f"the Megatron backend cannot build model_type '{model_type}'{hint}: supported are "
-        f"{', '.join(sorted(_FAMILIES))}; use --train-backend fsdp, or add a family with "
-        "slime_megatron.models.register_family"
-    )
+    return (f"the Megatron backend cannot build model_type '{model_type}'{hint}: supported are "
+            f"{', '.join(sorted(families))}; use --train-backend fsdp, or add a family with "
+            "slime_megatron.models.register_family")
+
+
+def num_routed_experts(hf_config) -> int:
+    """The routed experts of a MoE config (Qwen: ``num_experts``; DeepSeek, GLM: ``n_routed_experts``)."""
+    return getattr(hf_config, "num_experts", None) or hf_config.n_routed_experts
+
+
+def _registered() -> dict[str, Family]:
+    import slime_megatron.models.deepseek  # noqa: F401  (registers the built-in families)
+    import slime_megatron.models.families  # noqa: F401
+    import slime_megatron.models.glm4  # noqa: F401
+
+    return _FAMILIES

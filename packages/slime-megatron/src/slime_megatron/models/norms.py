@@ -11,8 +11,6 @@ marked ``sequence_parallel`` over the tensor-parallel group. :class:`RMSNorm` is
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 
@@ -30,17 +28,8 @@ class RMSNorm(torch.nn.RMSNorm):
 def with_sequence_parallel_norms(spec):
     """``spec`` (a megatron block or layer spec, changed in place and returned) with every
     ``WrappedTorchNorm`` replaced by :class:`RMSNorm`."""
-    from megatron.core.transformer.spec_utils import ModuleSpec
     from megatron.core.transformer.torch_norm import WrappedTorchNorm
 
-    def visit(node):
-        if node is WrappedTorchNorm:
-            return RMSNorm
-        if isinstance(node, list):
-            return [visit(item) for item in node]
-        if isinstance(node, ModuleSpec) or dataclasses.is_dataclass(node) and not isinstance(node, type):
-            for field in dataclasses.fields(node):
-                setattr(node, field.name, visit(getattr(node, field.name)))
-        return node
+    from slime_megatron.models.specs import replace_module
 
-    return visit(spec)
+    return replace_module(spec, WrappedTorchNorm, RMSNorm)

@@ -24,8 +24,9 @@ class MegatronConfigError(ValueError):
 
 def transformer_config(hf_config, config):
     """The ``TransformerConfig`` of ``hf_config`` under the options in ``config`` (a slime
-    ``Config`` or any object with the Megatron options as attributes)."""
-    from megatron.core.transformer.transformer_config import TransformerConfig
+    ``Config`` or any object with the Megatron options as attributes); an
+    ``MLATransformerConfig`` for a family with multi-latent attention."""
+    from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 
     from slime_megatron.models.family import model_family
 
@@ -37,7 +38,7 @@ def transformer_config(hf_config, config):
         **_precision(config),
         **parse_megatron_config(getattr(config, "megatron_config", None) or []),
     }
-    return TransformerConfig(**kwargs)
+    return (MLATransformerConfig if kwargs.get("multi_latent_attention") else TransformerConfig)(**kwargs)
 
 
 def _decoder(hf_config) -> dict:

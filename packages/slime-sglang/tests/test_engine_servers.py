@@ -2,6 +2,7 @@
 
 import asyncio
 import os
+import signal
 import time
 
 import pytest
@@ -37,6 +38,26 @@ def test_cpu_engine_actor_serves_and_dies_with_its_actor(ray_cluster, tiny_model
     while time.monotonic() < deadline and _alive(pid):
         time.sleep(0.2)
     assert not _alive(pid), "the engine server outlived its actor"
+
+
+def test_sigterm_stops_the_actor_and_its_server_quietly(ray_cluster, tiny_model_dir, tmp_path):
+    """Ray stops actors with SIGTERM; its own handler raised SystemExit wherever the actor was
+    (a traceback in the run's output when that was a finalizer). The actor now stops its server
+    and exits at once, with no exception."""
+    data = tmp_path / "p.jsonl"
+    data.write_text('{"prompt": "1+1=", "label": "2"}\n')
+    config = make_config(data, tiny_model_dir, rollout_batch_size=1)
+    actor = ray.remote(num_cpus=0)(EngineServer).remote(config, cpu_engine_command, str(tiny_model_dir))
+    server_pid, actor_pid = ray.get([actor.pid.remote(), actor.__ray_call__.remote(lambda self: os.getpid())])
+    ray.get(actor.wait_healthy.remote())
+    os.kill(actor_pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (_alive(server_pid) or _alive(actor_pid)):
+        time.sleep(0.2)
+    assert not _alive(server_pid) and not _alive(actor_pid)
+    with pytest.raises(ray.exceptions.RayActorError) as died:
+        ray.get(actor.pid.remote())
+    assert "SystemExit" not in str(died.value)  # Ray's handler: "SystemExit is raised (sys.exit is called)"
 
 
 def _alive(pid: int) -> bool:

@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from slime_core.child_process import die_with_parent
@@ -67,6 +68,16 @@ class EngineServer:
             self.process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent
             )
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._exit_quietly)
+
+    def _exit_quietly(self, signum, frame) -> None:
+        """SIGTERM (Ray stopping the actor): stop the server and leave at once. Ray's own
+        handler raises SystemExit wherever the actor happens to be, and inside a finalizer
+        (``Popen.__del__``) that printed a traceback into the run's output."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+        os._exit(0)
 
     def wait_healthy(self, timeout_s: float = 600.0) -> str:
         """The server's URL once ``/health`` answers; if it exits or time runs out, stop it and

@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).parent
-if str(HERE) not in sys.path:  # slime_style_plugins.py, named by dotted path as in a launch script
-    sys.path.insert(0, str(HERE))
+TESTS = Path(__file__).resolve().parents[3] / "tests"  # the repository's tests/: fake_backends.py
+for folder in (HERE, TESTS):  # slime_style_*.py, named by dotted path as in a launch script
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
 
 PLUGINS = "slime_style_plugins"
 
@@ -41,3 +43,46 @@ def make_config(tmp_path):
         return load_config(argv, options, plugins, checks=lambda c: run_problems(c, plugins)), plugins
 
     return make
+
+
+@pytest.fixture
+def fake_loop(tiny_model_dir, tmp_path):
+    """``fake_loop(*flags, rollouts=2, prompts=8, output="run") -> (records, batch)``: ``slime
+    run`` in this process on the fake backends of the repository's tests/ (no Ray), 2 groups of
+    2 samples per rollout from ``prompts`` addition prompts; the run's metrics records (evaluations
+    before training included) and the batch the fake rank last trained on."""
+    from fake_backends import FakeBackendsPlugin, Recorder
+    from slime_core.cli.run import run_command
+    from slime_core.loop.run_dir import read_metrics
+    from slime_core.plugins import Plugins
+
+    def run(*flags, rollouts=2, prompts=8, output="run"):
+        data = tmp_path / f"prompts{prompts}.jsonl"
+        data.write_text("".join(f'{{"prompt": "{i}+1=", "label": "{i + 1}"}}\n' for i in range(prompts)))
+        plugins = Plugins()
+        plugins.register_object("fake_backends", FakeBackendsPlugin)
+        Recorder.reset()
+        try:
+            code = run_command(["--actor-runtime", "inprocess", "--train-backend", "fake", "--rollout-backend", "fake",
+                                "--router", "fake", "--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir),
+                                "--rollout-batch-size", "2", "--n-samples-per-prompt", "2",
+                                "--rollout-max-response-len", "4", "--num-rollout", str(rollouts),
+                                "--output-dir", str(tmp_path / output), *flags], plugins)
+        finally:
+            plugins.unregister("fake_backends")
+        assert code == 0
+        return read_metrics(tmp_path / output / "metrics.jsonl"), Recorder.ranks[-1].batch if Recorder.ranks else None
+
+    return run
+
+
+@pytest.fixture
+def digits_loop(fake_loop):
+    """``digits_loop(*flags, **fake_loop_options) -> (records, batch)``: `fake_loop` whose slime-style generate function
+    answers "7" or "x" (``slime_style_plugins.digits_generate``); the records of the rollouts
+    (not of an evaluation before training) and the batch the fake rank last trained on."""
+    def run(*flags, **options):
+        records, batch = fake_loop("--custom-generate-function-path", PLUGINS + ".digits_generate", *flags, **options)
+        return [r for r in records if r["rollout_id"] >= 0], batch
+
+    return run

@@ -3,14 +3,8 @@ checkpoints, as slime calls them: a run saved at rollout r and resumed continues
 source where it was (real loop, fake backends, in this process)."""
 
 import logging
-import sys
-from pathlib import Path
 
 import pytest
-
-TESTS = Path(__file__).resolve().parents[3] / "tests"
-if str(TESTS) not in sys.path:
-    sys.path.insert(0, str(TESTS))
 
 P = "slime_style_modules."
 
@@ -24,31 +18,14 @@ def seen():
 
 
 @pytest.fixture
-def slime_run(tiny_model_dir, tmp_path):
-    """``slime_run(source, rollouts, *flags)``: 2 groups x 2 samples per rollout, saved every rollout."""
-    from fake_backends import FakeBackendsPlugin, Recorder
-    from slime_core.cli.run import run_command
-    from slime_core.plugins import Plugins
-
-    data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(f'{{"prompt": "{i}+1=", "label": "{i + 1}"}}\n' for i in range(20)))
+def slime_run(digits_loop, tmp_path):
+    """``slime_run(source, rollouts, *flags)``: `digits_loop` over 20 prompts with the data source
+    class ``source``, each run in a directory of its own."""
+    runs = iter(range(100))
 
     def run(source, rollouts, *flags):
-        plugins = Plugins()
-        plugins.register_object("fake_backends", FakeBackendsPlugin)
-        Recorder.reset()
-        try:
-            code = run_command(["--actor-runtime", "inprocess", "--train-backend", "fake", "--rollout-backend", "fake",
-                                "--router", "fake", "--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir),
-                                "--rollout-batch-size", "2", "--n-samples-per-prompt", "2",
-                                "--rollout-max-response-len", "4", "--num-rollout", str(rollouts),
-                                "--custom-generate-function-path", "slime_style_plugins.digits_generate",
-                                "--custom-rm-path", "slime_style_plugins.digit_reward", "--data-source-path", P + source,
-                                "--output-dir", str(tmp_path / f"run{len(list(tmp_path.glob('run*')))}"), *flags],
-                               plugins)
-        finally:
-            plugins.unregister("fake_backends")
-        assert code == 0
+        digits_loop("--custom-rm-path", "slime_style_plugins.digit_reward", "--data-source-path", P + source, *flags,
+                    rollouts=rollouts, prompts=20, output=f"run{next(runs)}")
 
     run.ckpt = str(tmp_path / "ckpt")
     return run

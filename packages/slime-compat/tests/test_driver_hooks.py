@@ -4,16 +4,10 @@ loop with the in-process fake backends; the native extension points they sit on;
 rank's step, which must not normalise post-processed rewards again."""
 
 import importlib
-import sys
-from pathlib import Path
 
 import pytest
 
 from slime_core.config import ConfigError
-
-TESTS = Path(__file__).resolve().parents[3] / "tests"
-if str(TESTS) not in sys.path:
-    sys.path.insert(0, str(TESTS))
 
 HERE = "test_driver_hooks."  # this module, as a launch script names its functions
 P = "slime_style_plugins."
@@ -68,43 +62,17 @@ def seen():
     return module.SEEN
 
 
-def _run(tiny_model_dir, tmp_path, *flags) -> tuple[list[dict], object]:
-    """One ``slime run`` of 2 rollouts × 2 groups × 2 samples (answers "7" scoring 1 and "x"
-    scoring 0 in every group); the metrics records and the batch the fake rank last trained on."""
-    from fake_backends import FakeBackendsPlugin, Recorder
-    from slime_core.cli.run import run_command
-    from slime_core.loop.run_dir import read_metrics
-    from slime_core.plugins import Plugins
-
-    data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(f'{{"prompt": "{i}+1=", "label": "{i + 1}"}}\n' for i in range(8)))
-    Recorder.reset()
-    plugins = Plugins()
-    plugins.register_object("fake_backends", FakeBackendsPlugin)
-    try:
-        code = run_command(["--actor-runtime", "inprocess", "--train-backend", "fake", "--rollout-backend", "fake",
-                            "--router", "fake", "--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir),
-                            "--rollout-batch-size", "2", "--n-samples-per-prompt", "2", "--rollout-max-response-len", "4",
-                            "--num-rollout", "2", "--output-dir", str(tmp_path / "run"),
-                            "--custom-generate-function-path", P + "digits_generate", *flags], plugins)
-    finally:
-        plugins.unregister("fake_backends")
-    assert code == 0
-    records = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["rollout_id"] >= 0]
-    return records, Recorder.ranks[-1].batch
-
-
 # ---------------------------------------------------------------- through the loop
 
 
 def test_post_processed_rewards_are_trained_on_and_the_raw_ones_logged_with_custom_config_and_a_log_function(
-        tiny_model_dir, tmp_path, seen):
+        digits_loop, tmp_path, seen):
     config_file = tmp_path / "extra.yaml"
     config_file.write_text("digit_bonus: 0.5\n")
-    records, batch = _run(tiny_model_dir, tmp_path, "--custom-rm-path", HERE + "bonus_reward",
-                          "--custom-config-path", str(config_file),
-                          "--custom-reward-post-process-path", HERE + "ten_x_plus_one",
-                          "--custom-rollout-log-function-path", HERE + "record_and_keep")
+    records, batch = digits_loop("--custom-rm-path", HERE + "bonus_reward",
+                                 "--custom-config-path", str(config_file),
+                                 "--custom-reward-post-process-path", HERE + "ten_x_plus_one",
+                                 "--custom-rollout-log-function-path", HERE + "record_and_keep")
     # each group answers "7" (1 + 0.5) then "x" (0 + 0.5): trained on 10 r + 1, as returned
     assert batch.raw_rewards == [1.5, 0.5, 1.5, 0.5] and batch.rewards == [16.0, 6.0, 16.0, 6.0]
     assert seen["post"] == [("Sample", 4, 2)] * 2  # slime Samples, args first, once per rollout
@@ -117,10 +85,10 @@ def test_post_processed_rewards_are_trained_on_and_the_raw_ones_logged_with_cust
 
 
 def test_converted_train_data_reaches_the_rank_and_a_true_log_function_leaves_out_the_default_metrics(
-        tiny_model_dir, tmp_path, seen):
-    records, batch = _run(tiny_model_dir, tmp_path, "--custom-rm-path", P + "digit_reward",
-                          "--custom-convert-samples-to-train-data-path", HERE + "doubled_train_data",
-                          "--custom-rollout-log-function-path", HERE + "record_and_skip")
+        digits_loop, seen):
+    records, batch = digits_loop("--custom-rm-path", P + "digit_reward",
+                                 "--custom-convert-samples-to-train-data-path", HERE + "doubled_train_data",
+                                 "--custom-rollout-log-function-path", HERE + "record_and_skip")
     assert batch.rewards == [2.0, 0.0, 2.0, 0.0] and batch.raw_rewards == [1.0, 0.0, 1.0, 0.0]
     assert batch.group_ids[0] == batch.group_ids[1] != batch.group_ids[2] == batch.group_ids[3]
     assert batch.rollout_log_probs == [[-0.5]] * 4  # not in the dict: from the samples it was made of

@@ -4,15 +4,9 @@ matters, directly where it does not."""
 
 import asyncio
 import json
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
-TESTS = Path(__file__).resolve().parents[3] / "tests"
-if str(TESTS) not in sys.path:
-    sys.path.insert(0, str(TESTS))
 
 P = "slime_style_modules."
 
@@ -25,38 +19,12 @@ def seen():
     return SEEN
 
 
-def _run(tmp_path, tiny_model_dir, *flags, rollouts=2):
-    """``slime run`` of 2 groups x 2 samples per rollout on the fake backends; the trainer's
-    last batch and the metrics records."""
-    from fake_backends import FakeBackendsPlugin, Recorder
-    from slime_core.cli.run import run_command
-    from slime_core.loop.run_dir import read_metrics
-    from slime_core.plugins import Plugins
-
-    data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(f'{{"prompt": "{i}+1=", "label": "{i + 1}"}}\n' for i in range(8)))
-    plugins = Plugins()
-    plugins.register_object("fake_backends", FakeBackendsPlugin)
-    Recorder.reset()
-    try:
-        code = run_command(["--actor-runtime", "inprocess", "--train-backend", "fake", "--rollout-backend", "fake",
-                            "--router", "fake", "--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir),
-                            "--rollout-batch-size", "2", "--n-samples-per-prompt", "2", "--rollout-max-response-len", "4",
-                            "--num-rollout", str(rollouts), "--no-rollout-shuffle", "--output-dir", str(tmp_path / "run"),
-                            *flags], plugins)
-    finally:
-        plugins.unregister("fake_backends")
-    assert code == 0
-    return Recorder.ranks[0].batch, read_metrics(tmp_path / "run" / "metrics.jsonl")
-
-
 # ------------------------------------------------------------------ loss mask and Sample.index
 
 
-def test_a_generate_function_without_loss_mask_trains_the_whole_response_and_sees_global_indices(
-        tiny_model_dir, tmp_path, seen):
-    batch, _ = _run(tmp_path, tiny_model_dir, "--custom-generate-function-path", P + "bare_generate",
-                    "--custom-rm-path", "slime_style_plugins.digit_reward")
+def test_a_generate_function_without_loss_mask_trains_the_whole_response_and_sees_global_indices(fake_loop, seen):
+    _, batch = fake_loop("--custom-generate-function-path", P + "bare_generate",
+                         "--custom-rm-path", "slime_style_plugins.digit_reward", "--no-rollout-shuffle")
     assert batch.loss_masks == [[1, 1]] * 4  # left empty, or None: all ones over the response, as slime
     # slime's index: unique over the run (two rollouts of 2 x 2), group_index per prompt
     assert sorted(seen["generate"]) == [(g, 2 * g + i) for g in range(4) for i in range(2)]
@@ -101,14 +69,13 @@ def test_slime_sample_index_is_the_global_one_and_to_dict_keeps_both():
 # ------------------------------------------------------------------ slime.rollout.sglang_rollout
 
 
-def test_a_rollout_function_wraps_slime_default_rollout_and_evaluation(tiny_model_dir, tmp_path, seen):
+def test_a_rollout_function_wraps_slime_default_rollout_and_evaluation(fake_loop, tmp_path, seen):
     eval_data = tmp_path / "eval.jsonl"
     eval_data.write_text("".join(f'{{"prompt": "{i}*1=", "label": "{i}"}}\n' for i in range(3)))
-    batch, records = _run(tmp_path, tiny_model_dir, "--rollout-function-path", P + "wrapped_rollout",
-                          "--eval-function-path", P + "wrapped_rollout", "--eval-prompt-data", "toy", str(eval_data),
-                          "--eval-interval", "2",
-                          "--custom-generate-function-path", P + "bare_generate",
-                          "--custom-rm-path", "slime_style_plugins.digit_reward")
+    records, batch = fake_loop("--rollout-function-path", P + "wrapped_rollout",
+                               "--eval-function-path", P + "wrapped_rollout", "--eval-prompt-data", "toy", str(eval_data),
+                               "--eval-interval", "2", "--custom-generate-function-path", P + "bare_generate",
+                               "--custom-rm-path", "slime_style_plugins.digit_reward", "--no-rollout-shuffle")
     assert seen["rollout"] == [(0, "RolloutFnTrainOutput"), (1, "RolloutFnTrainOutput")]
     assert batch.rewards == [11.0, 10.0, 11.0, 10.0]  # our default rollout's rewards, then the wrapper's +10
     assert batch.group_ids == [2, 2, 3, 3]  # the second rollout's prompts, pulled by our default rollout
@@ -285,29 +252,16 @@ def test_async_utils_runs_coroutines_from_sync_code_on_one_loop():
     assert run(loop_id()) == run(loop_id()) == id(get_async_loop().loop)
 
 
-def test_slime_sft_rollout_named_by_flag_trains_chat_messages_without_starting_an_engine(tiny_model_dir, tmp_path):
+def test_slime_sft_rollout_named_by_flag_trains_chat_messages_without_starting_an_engine(fake_loop, tmp_path):
     """slime's SFT launch: messages in, the multi-turn loss mask trained, no engine nor router."""
-    from fake_backends import FakeBackendsPlugin, Recorder
-    from slime_core.cli.run import run_command
-    from slime_core.plugins import Plugins
+    from fake_backends import Recorder
 
     data = tmp_path / "chats.jsonl"
     data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"{i}+1?"},
                                                      {"role": "assistant", "content": str(i + 1)}]}) + "\n"
                             for i in range(4)))
-    plugins = Plugins()
-    plugins.register_object("fake_backends", FakeBackendsPlugin)
-    Recorder.reset()
-    try:
-        code = run_command(["--actor-runtime", "inprocess", "--train-backend", "fake", "--rollout-backend", "fake",
-                            "--router", "fake", "--prompt-data", str(data), "--input-key", "messages",
-                            "--hf-checkpoint", str(tiny_model_dir), "--loss-type", "sft_loss",
-                            "--rollout-function-path", "slime.rollout.sft_rollout.generate_rollout",
-                            "--rollout-batch-size", "2", "--n-samples-per-prompt", "1", "--num-rollout", "2",
-                            "--no-rollout-shuffle", "--output-dir", str(tmp_path / "run")], plugins)
-    finally:
-        plugins.unregister("fake_backends")
-    assert code == 0
+    _, batch = fake_loop("--prompt-data", str(data), "--input-key", "messages", "--loss-type", "sft_loss",
+                         "--rollout-function-path", "slime.rollout.sft_rollout.generate_rollout",
+                         "--n-samples-per-prompt", "1", "--no-rollout-shuffle")
     assert Recorder.engines == {} and Recorder.routers == {}
-    batch = Recorder.ranks[0].batch
     assert len(batch) == 2 and all(mask == [1, 1, 1] for mask in batch.loss_masks)  # "4" + end of turn + newline

@@ -90,3 +90,15 @@ def test_dapo_compute_score_grades_the_answer_line_or_the_last_box():
     assert compute_score("so Answer: 42", "42")["acc"] and not compute_score("so Answer: 41", "42")["acc"]
     assert compute_score("x \\boxed{42}", "42", strict_box_verify=True)["score"] == 1.0
     assert compute_score("Answer: 42", "42", strict_box_verify=True)["pred"] == "[INVALID]"
+
+
+def test_should_drop_dynamic_filter_output_keeps_an_insufficient_batch_s_groups_as_slime_does():
+    from slime.rollout.filter_hub.base_types import DynamicFilterOutput, should_drop_dynamic_filter_output
+
+    def drop(output, remaining):
+        return should_drop_dynamic_filter_output(output, remaining_batch_size=remaining, target_data_size=4)
+
+    assert not drop(DynamicFilterOutput(keep=True), 9)
+    assert drop(DynamicFilterOutput(keep=False), 2)  # rejected, not asking to be kept
+    rescue = DynamicFilterOutput(keep=False, keep_when_insufficient=True)
+    assert [drop(rescue, remaining) for remaining in (3, 4, 5)] == [False, False, True]

@@ -2,14 +2,7 @@
 in this process): ``--rollout-sample-hook-path``, ``--rollout-sample-filter-path``,
 ``--rollout-all-samples-process-path`` and a generate function that returns a list."""
 
-import sys
-from pathlib import Path
-
 import pytest
-
-TESTS = Path(__file__).resolve().parents[3] / "tests"
-if str(TESTS) not in sys.path:
-    sys.path.insert(0, str(TESTS))
 
 P = "slime_style_rollout."
 
@@ -22,39 +15,15 @@ def seen():
     return SEEN
 
 
-def _run(tmp_path, tiny_model_dir, *flags):
-    """One rollout of 2 groups x 2 samples on the fake backends; the batch the trainer got."""
-    from fake_backends import FakeBackendsPlugin, Recorder
-    from slime_core.cli.run import run_command
-    from slime_core.plugins import Plugins
-
-    data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(f'{{"prompt": "{i}+1=", "label": "{i + 1}"}}\n' for i in range(8)))
-    plugins = Plugins()
-    plugins.register_object("fake_backends", FakeBackendsPlugin)
-    Recorder.reset()
-    try:
-        code = run_command(["--actor-runtime", "inprocess", "--train-backend", "fake", "--rollout-backend", "fake",
-                            "--router", "fake", "--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir),
-                            "--rollout-batch-size", "2", "--n-samples-per-prompt", "2", "--rollout-max-response-len", "4",
-                            "--num-rollout", "1", "--no-rollout-shuffle", "--output-dir", str(tmp_path / "run"), *flags],
-                           plugins)
-    finally:
-        plugins.unregister("fake_backends")
-    assert code == 0
-    return Recorder.ranks[0].batch
-
-
-def test_slime_rollout_hooks_and_a_list_returning_generate_function_reach_training(tiny_model_dir, tmp_path, seen):
+def test_slime_rollout_hooks_and_a_list_returning_generate_function_reach_training(fake_loop, seen):
     from slime_compat.args import run_args
 
-    batch = _run(tmp_path, tiny_model_dir,
-                 "--custom-generate-function-path", P + "twin_generate",
-                 "--rollout-sample-hook-path", P + "mark_hook", P + "count_hook",
-                 "--custom-rm-path", P + "hooked_twin_reward",
-                 "--dynamic-sampling-filter-path", P + "drop_odd_prompts",
-                 "--rollout-sample-filter-path", P + "remove_originals",
-                 "--rollout-all-samples-process-path", P + "record_all")
+    _, batch = fake_loop("--custom-generate-function-path", P + "twin_generate",
+                         "--rollout-sample-hook-path", P + "mark_hook", P + "count_hook",
+                         "--custom-rm-path", P + "hooked_twin_reward",
+                         "--dynamic-sampling-filter-path", P + "drop_odd_prompts",
+                         "--rollout-sample-filter-path", P + "remove_originals",
+                         "--rollout-all-samples-process-path", P + "record_all", "--no-rollout-shuffle", rollouts=1)
     # 2 accepted groups of 2 prompts' samples, each split in two: 8 training samples, in group order
     assert batch.group_ids == [0, 0, 0, 0, 2, 2, 2, 2]
     # the hooks ran before the reward (twins score 1), and the sample filter kept only the twins

@@ -3,11 +3,9 @@ slime-megatron, it gives the reference log-probs of the same model as a Hugging 
 directory, and, as in slime, the policy's starting weights while --load holds none. Without
 slime-megatron the run is refused at config time with the fix."""
 
-import shutil
 import sys
 
 import pytest
-import torch
 
 from slime_core.cli.main import main
 from slime_core.rank_processes import spawn_ranks
@@ -19,17 +17,10 @@ from slime_core.testing import synthetic_rollout_batch as rollout_batch
 def reference(tiny_model_dir, tmp_path_factory):
     """The tiny model with every weight perturbed: a Hugging Face directory and its Megatron
     checkpoint (``slime convert hf-to-megatron``)."""
-    from transformers import AutoModelForCausalLM
+    from slime_core.tiny_models import perturbed_copy
 
     root = tmp_path_factory.mktemp("reference")
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    torch.manual_seed(7)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(0.05 * torch.randn_like(param))
-    model.save_pretrained(root / "hf")
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(tiny_model_dir / name, root / "hf" / name)
+    perturbed_copy(tiny_model_dir, root / "hf")
     assert main(["convert", "hf-to-megatron", "--hf", str(root / "hf"), "--out", str(root / "megatron")]) == 0
     return root
 

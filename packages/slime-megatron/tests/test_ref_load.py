@@ -4,10 +4,8 @@ directory), and, as in slime, so do the policy's starting weights while --load h
 The reference differs from --hf-checkpoint's model, so a checkpoint not read would show."""
 
 import json
-import shutil
 
 import pytest
-import torch
 
 from slime_core.cli.main import main
 from slime_core.checkpoint_dir import megatron_checkpoint
@@ -22,17 +20,10 @@ def reference(tiny_model_dir, tmp_path_factory):
     """The tiny model with every weight perturbed, as a Hugging Face directory and as a
     checkpoint laid out as slime's tools/convert_hf_to_torch_dist.py writes it: the tracker
     says ``release``, the weights are in ``release/``, without our slime.json and extras."""
-    from transformers import AutoModelForCausalLM
+    from slime_core.tiny_models import perturbed_copy
 
     root = tmp_path_factory.mktemp("reference")
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    torch.manual_seed(7)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(0.05 * torch.randn_like(param))
-    model.save_pretrained(root / "hf")
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(tiny_model_dir / name, root / "hf" / name)
+    perturbed_copy(tiny_model_dir, root / "hf")
     assert main(["convert", "hf-to-megatron", "--hf", str(root / "hf"), "--out", str(root / "megatron")]) == 0
     (root / "megatron" / "iter_0000000").rename(root / "megatron" / "release")
     (root / "megatron" / "latest_checkpointed_iteration.txt").write_text("release")

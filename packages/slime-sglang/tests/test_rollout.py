@@ -150,7 +150,9 @@ def test_evaluation_reports_reward_and_pass_at_k(parts_for, tmp_path):
 
     config, parts = parts_for(n_samples_per_eval_prompt=4, eval_temperature=1.0)
     dataset = PromptDataset(str(config.prompt_data) + "@[0:3]", PromptFormat(), parts.ctx.tokenizer)
-    metrics = asyncio.run(evaluate(config, parts, {"sums": dataset}))
+    result = asyncio.run(evaluate(config, parts, {"sums": dataset}))
+    metrics = result.metrics
+    assert [len(group) for group in result.groups["sums"]] == [4, 4, 4]  # every prompt's samples, for slime_log_eval
     assert set(metrics) == {"eval/sums/reward_mean", "eval/sums/pass@1", "eval/sums/pass@4"}
     assert metrics["eval/sums/pass@1"] == pytest.approx(metrics["eval/sums/reward_mean"])  # 0/1 rewards
     assert metrics["eval/sums/pass@4"] >= metrics["eval/sums/pass@1"]

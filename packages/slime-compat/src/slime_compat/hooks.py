@@ -1,9 +1,11 @@
 """slime's ``--*-path`` flags and what slime-compat does with each.
 
-A mapped flag selects one of our components, an adapter that calls the user's function as
-slime does (``args`` first, slime's argument order and return types); a refused flag is
-accepted by the parser and reported at config time with the reason, so a launch script
-fails before anything starts instead of silently ignoring a function.
+Each flag selects one of our components, an adapter that calls the user's function as slime
+does (``args`` first, slime's argument order and return types), or is called by one of
+slime-compat's own hook implementations. A flag that cannot run in this run's configuration
+(a Megatron function with another backend, ...) is reported at config time with the reason
+(``check``), so a launch script fails before anything starts instead of silently ignoring a
+function.
 """
 
 from __future__ import annotations
@@ -21,8 +23,7 @@ class PathHook:
     key: str  # option key (--custom-rm-path -> custom_rm_path)
     help: str
     selects: tuple[str, str] | None = None  # (our option, the adapter's registered name or import path) it sets
-    # neither selects nor refused: slime-compat's own hook implementations use it (plugin.py)
-    refused: str | None = None  # why slime-compat cannot run it yet
+    # selects nothing: slime-compat's own hook implementations call it (plugin.py)
     check: Callable | None = None  # (config, hook) -> why it cannot run in this run (errors), else it selects
     nargs: str | None = None  # "+": the flag takes several paths
     adds: bool = False  # the option is a list: the adapter is added to the names already there
@@ -30,6 +31,19 @@ class PathHook:
     @property
     def flag(self) -> str:
         return "--" + self.key.replace("_", "-")
+
+
+def custom_loss_problems(config, hook) -> list[str]:
+    """Why ``--custom-loss-function-path`` would not run: slime calls it only with
+    ``--loss-type custom_loss``, and reduces it per sample or per token, never by a constant."""
+    problems = []
+    if config.get("loss_type") != "custom_loss":
+        problems.append(f"{hook.flag}: slime calls it only with --loss-type custom_loss, and --loss-type is "
+                        f"{config.get('loss_type')}; add --loss-type custom_loss, or drop the flag")
+    if config.get("use_constant_denominator"):
+        problems.append(f"{hook.flag}: slime's sum_of_sample_mean reduces per sample (per token with "
+                        "--calculate-per-token-loss), never by a constant; drop --use-constant-denominator")
+    return problems
 
 
 _ADAPTER = "slime_compat.megatron_hooks:"  # the Megatron flags select an import path: slime-megatron's options take one
@@ -51,9 +65,8 @@ HOOKS: tuple[PathHook, ...] = (
              "when a checkpoint is written, load(rollout_id) when the run resumes from it",
              selects=("data_source", "slime.data_source")),
     PathHook("custom_rollout_log_function_path", "fn(rollout_id, args, samples, metrics, rollout_time) -> bool (True: skip the default rollout metrics)"),
-    PathHook("custom_eval_rollout_log_function_path", "fn(rollout_id, args, data, metrics) -> bool",
-             refused="our eval functions return metrics, not the per-dataset rewards and samples slime's log function "
-                     "reads; use a slime_after_eval hook (it gets the eval metrics and may add some)"),
+    PathHook("custom_eval_rollout_log_function_path", "fn(rollout_id, args, data, metrics) -> bool, data: "
+             "{dataset: {rewards, truncated, samples}} (True: skip the default eval metrics)"),
     PathHook("rollout_sample_hook_path", "hook(args, sample, *, rollout_id, evaluation) -> Sample | None, after each "
              "generation of a training rollout, before the reward (give several paths after one flag)",
              selects=("sample_hook", "slime.rollout_sample_hooks"), nargs="+", adds=True),
@@ -70,8 +83,8 @@ HOOKS: tuple[PathHook, ...] = (
              check=megatron_problems),
     PathHook("custom_advantage_function_path", "fn(args, rollout_data) setting rollout_data['advantages'] and ['returns']",
              selects=("advantage_estimator", "slime.custom_advantage")),
-    PathHook("custom_loss_function_path", "fn(args, batch, logits, sum_of_sample_mean) -> (loss, metrics)",
-             refused="register a policy loss instead (slime_register_policy_losses, --loss-type NAME); slime's takes Megatron logits"),
+    PathHook("custom_loss_function_path", "fn(args, batch, logits, sum_of_sample_mean) -> (loss, metrics), with "
+             "--loss-type custom_loss", selects=("loss_type", "slime.custom_loss"), check=custom_loss_problems),
     PathHook("custom_tis_function_path", "fn(args, *, pg_loss, train_log_probs, rollout_log_probs, loss_masks, "
              "total_lengths, response_lengths) -> (pg_loss, loss_masks, metrics), with --use-tis",
              selects=("tis_mode", "slime.custom_tis")),
@@ -135,7 +148,7 @@ def sft_without_labels(config) -> None:
 
 
 def apply_hooks(config) -> list[str]:
-    """Select the adapters of the given ``--*-path`` flags; the refused flags' errors."""
+    """Select the adapters of the given ``--*-path`` flags; the errors of those that cannot run here."""
     errors = []
     for hook in HOOKS:
         path = config.get(hook.key)
@@ -146,8 +159,6 @@ def apply_hooks(config) -> list[str]:
         if (hook.key, path) in NATIVE_INSTEAD:
             errors.append(f"{hook.flag} {path}: slime-compat does not run slime's own function here; "
                           f"{NATIVE_INSTEAD[hook.key, path]}")
-        elif hook.refused:
-            errors.append(f"{hook.flag} {path}: slime-compat cannot run this function yet: {hook.refused}")
         elif hook.check and (problems := hook.check(config, hook)):
             errors += problems
         elif (hook.key, path) in NATIVE_EQUIVALENTS:

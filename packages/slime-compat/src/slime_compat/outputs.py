@@ -31,6 +31,15 @@ class DynamicFilterOutput:
     keep_when_insufficient: bool = False  # keep a rejected group when too few candidates are left
 
 
+def should_drop_dynamic_filter_output(output: DynamicFilterOutput, *, remaining_batch_size: int,
+                                      target_data_size: int) -> bool:
+    """slime's rule for a verdict: drop a rejected group, unless it asks to be kept when the
+    groups still counted (``remaining_batch_size``) no longer exceed the ``target_data_size``."""
+    if output.keep:
+        return False
+    return not (output.keep_when_insufficient and remaining_batch_size <= target_data_size)
+
+
 def call_rollout_fn(fn, *args, evaluation: bool, **kwargs):
     """``fn(*args, evaluation=...)`` with a legacy bare result wrapped in the output type."""
     output = fn(*args, **kwargs, evaluation=evaluation)

@@ -15,8 +15,7 @@ GROUP = "slime functions (slime-compat): module.function, called as THUDM slime 
 @hookimpl
 def slime_add_options(options):
     for hook in HOOKS:
-        note = f" [not supported yet: {hook.refused}]" if hook.refused else ""
-        options.add(hook.flag, default=None, nargs=hook.nargs, help=hook.help + note, group=GROUP)
+        options.add(hook.flag, default=None, nargs=hook.nargs, help=hook.help, group=GROUP)
 
 
 @hookimpl
@@ -116,6 +115,11 @@ def slime_register_advantage_estimators(register):
 
 
 @hookimpl
+def slime_register_policy_losses(register):
+    register("slime.custom_loss", "slime_compat.custom_loss:custom_loss")
+
+
+@hookimpl
 def slime_register_tis_functions(register):
     register("slime.custom_tis", "slime_compat.train_math:custom_tis")
 
@@ -141,3 +145,11 @@ def slime_log_rollout(rollout_id, config, groups, metrics, seconds):
         from slime_compat.rollout_log import log_rollout
 
         return log_rollout(rollout_id, config, groups, metrics, seconds)
+
+
+@hookimpl
+def slime_log_eval(rollout_id, config, groups, metrics):
+    if config.get("custom_eval_rollout_log_function_path"):
+        from slime_compat.eval_log import log_eval
+
+        return log_eval(rollout_id, config, groups, metrics)

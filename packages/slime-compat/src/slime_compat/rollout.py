@@ -16,7 +16,7 @@ import inspect
 from statistics import mean
 
 from slime_core.rollout_parts import without_engines
-from slime_core.rollout_result import RolloutResult
+from slime_core.rollout_result import EvalResult, RolloutResult
 
 from slime_compat.args import slime_args
 from slime_compat.default_rollout import CURRENT, RolloutCall
@@ -80,17 +80,15 @@ async def rollout_function_without_engines(rollout_id, config, parts) -> Rollout
 def _groups(samples) -> list[list]:
     """slime's samples as groups: already grouped, or a flat list split by ``group_index``."""
     if samples and not isinstance(samples[0], list):
-        by_group: dict = {}
-        for sample in samples:
-            by_group.setdefault(sample.group_index, []).append(sample)
-        samples = list(by_group.values())
+        samples = _by_group(samples)
     return fill_loss_mask(promote_all([list(group) for group in samples]))
 
 
-async def eval_function(config, parts, datasets) -> dict[str, float]:
+async def eval_function(config, parts, datasets) -> EvalResult:
     """Our eval-function contract calling slime's: slime's eval function reads its datasets
     from ``args`` itself; its per-dataset rewards become ``eval/<name>`` (their mean, as slime
-    logs them) and ``eval/<name>-truncated_ratio``, its metrics are added as they are."""
+    logs them) and ``eval/<name>-truncated_ratio``, its metrics are added as they are, and the
+    samples it returns each dataset's groups (for the eval log function)."""
     output = await _call_rollout(config.eval_function_path, config, parts, None, evaluation=True, datasets=datasets)
     if isinstance(output, tuple):
         output = output[0]
@@ -101,4 +99,13 @@ async def eval_function(config, parts, datasets) -> dict[str, float]:
         metrics[f"eval/{name}"] = mean(result["rewards"])
         if result.get("truncated"):
             metrics[f"eval/{name}-truncated_ratio"] = mean(map(float, result["truncated"]))
-    return metrics
+    groups = {name: _by_group(result["samples"]) for name, result in output.data.items() if result.get("samples")}
+    return EvalResult(metrics, groups)
+
+
+def _by_group(samples) -> list[list]:
+    """A flat list of samples as one list per ``group_index``, in order of first appearance."""
+    groups: dict = {}
+    for sample in samples:
+        groups.setdefault(sample.group_index, []).append(sample)
+    return list(groups.values())

@@ -20,7 +20,9 @@ numbers for the same data:
    ``finish_train``, so the driver can run (and hook into) one optimizer step at a time;
 3. per micro-batch, `RankStep.loss`: the ``--loss-type`` plugin's loss through
    ``compute_policy_loss`` (with the ``--tis-mode`` and ``--pg-loss-reducer`` plugins), a
-   global-batch contribution;
+   global-batch contribution; a loss marked ``needs_logits`` instead gets the micro-batch's
+   full-vocabulary logits (`SampleLogits`, which the backend builds only for such a loss) and
+   computes the whole contribution itself;
 4. `sum_over_ranks` adds up the micro-batches' metrics of every data-parallel rank, and
    `RankStep.rollout_metrics` averages the steps;
 5. `lr_factor`: the learning-rate schedule, one value per optimizer step.
@@ -47,6 +49,15 @@ from slime_core.rollout_batch import RolloutBatch
 #: ``log_probs(model)``: per-sample response log-probs of the rank's share under ``model``
 #: ("actor", "ref" or "teacher"), each a (response_len,) tensor.
 LogProbsFn = Callable[[str], list[torch.Tensor]]
+
+
+@dataclass
+class SampleLogits:
+    """The model's outputs for each sample of a micro-batch, for a ``needs_logits`` loss."""
+
+    logits: list[torch.Tensor]  # per sample (total_len, V): every position's full-vocabulary logits, with gradient,
+    # not divided by the temperature; position p predicts token p + 1
+    tokens: list[torch.Tensor]  # per sample (total_len,) int64 token ids, prompt then response
 
 
 @dataclass
@@ -195,8 +206,20 @@ class RankStep:
         return loss_denominators(data.mask[indices], max_tokens_per_sample=self.config.rollout_max_response_len,
                                  group=self.group, rollout_ids=rollout_ids)
 
-    def loss(self, inputs: PolicyLossInputs, denominators: LossDenominators) -> tuple[torch.Tensor, dict[str, float]]:
-        """The micro-batch's contribution to the global-batch loss, and its metrics."""
+    @property
+    def needs_logits(self) -> bool:
+        """Whether the ``--loss-type`` loss is computed from the micro-batch's logits (a loss
+        marked ``needs_logits``): only then does the backend hand them to `loss`."""
+        return getattr(self.loss_fn, "needs_logits", False)
+
+    def loss(self, inputs: PolicyLossInputs, denominators: LossDenominators,
+             logits: SampleLogits | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+        """The micro-batch's contribution to the global-batch loss, and its metrics: a
+        ``needs_logits`` loss computes all of it from ``logits``, the others go through
+        ``compute_policy_loss``."""
+        if self.needs_logits:
+            assert logits is not None, "the backend must pass the logits of a needs_logits loss"
+            return self.loss_fn(logits, inputs, denominators, self.loss_config)
         return compute_policy_loss(inputs, self.loss_config, denominators, self.loss_fn, self.tis_fn, self.pg_loss_reducer)
 
     def rollout_metrics(self, history: list[dict[str, float]]) -> dict[str, float]:

@@ -111,3 +111,23 @@ def build_tiny_qwen3(save_dir: str | Path, hidden_size: int = 64, num_layers: in
                      max_positions: int = 128) -> Path:
     """`build_tiny_model` of the ``qwen3`` family (4 query / 2 key-value heads, tied embeddings)."""
     return build_tiny_model(save_dir, "qwen3", hidden_size, num_layers, seed, max_positions)
+
+
+def perturbed_copy(model_dir: str | Path, save_dir: str | Path, scale: float = 0.05, seed: int = 7) -> Path:
+    """A copy of the Hugging Face model in ``model_dir`` (its tokenizer too) with every weight
+    moved by ``scale`` × N(0, 1): a model that differs from it everywhere, such as a reference
+    model that must not be mistaken for the policy in a test."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(scale * torch.randn(param.shape, generator=generator, dtype=param.dtype))
+    model.save_pretrained(save_dir)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(Path(model_dir) / name, Path(save_dir) / name)
+    return Path(save_dir)

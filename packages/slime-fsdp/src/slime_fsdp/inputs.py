@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from slime_core.algorithms import entropy_from_logits, log_probs_from_logits, nucleus_keep_mask
+from slime_core.rank_step import SampleLogits
 
 _VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3", "slime_packed")  # boundaries from position ids
 
@@ -99,6 +100,17 @@ def response_scores(logits: torch.Tensor, batch: MicroBatch) -> tuple[torch.Tens
     index = torch.cat(positions).to(logits.device)
     targets = batch.input_ids.reshape(-1)[index + 1]
     return logits.reshape(-1, logits.shape[-1])[index], targets, [r for *_, r in batch.spans]
+
+
+def sample_logits(logits: torch.Tensor, batch: MicroBatch) -> SampleLogits:
+    """Every sample's (length, V) logits and tokens, for a ``needs_logits`` loss: gathered with
+    one index, as in `response_scores`, then split per sample."""
+    width = batch.input_ids.shape[1]
+    index = torch.cat([torch.arange(row * width + start, row * width + start + length)
+                       for row, start, length, _ in batch.spans]).to(logits.device)
+    lengths = [length for _, _, length, _ in batch.spans]
+    return SampleLogits(list(logits.reshape(-1, logits.shape[-1])[index].split(lengths)),
+                        list(batch.input_ids.reshape(-1)[index].split(lengths)))
 
 
 def response_log_probs(logits: torch.Tensor, batch: MicroBatch, temperature: float) -> list[torch.Tensor]:

@@ -175,7 +175,8 @@ class FSDPTrainRank:
         entropy = None
         if self.step.loss_config.entropy_coef:
             entropy = pad_rows(inputs.response_entropy(logits, micro, temperature))
-        loss, metrics = self.step.loss(data.loss_inputs(indices, log_probs, entropy), denominators)
+        logits_for_loss = inputs.sample_logits(logits, micro) if self.step.needs_logits else None
+        loss, metrics = self.step.loss(data.loss_inputs(indices, log_probs, entropy), denominators, logits_for_loss)
         (loss * self.world_size).backward()  # FSDP averages gradients over ranks; the loss is a sum
         return metrics
 

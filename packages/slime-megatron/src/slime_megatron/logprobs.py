@@ -16,6 +16,10 @@ layer's backward all-reduces the hidden-state gradient. Vocabulary entries past 
 vocabulary (Megatron pads it to a multiple of 128·tp) are excluded, so the distribution is
 the Hugging Face model's. Work is float32, as in ``slime_core.algorithms.logprobs``.
 
+A loss that reads the whole logits (``needs_logits``, see ``slime_core.rank_step``) gets them
+gathered over the tensor-parallel group (`gather_vocab`): (N, V) on every rank, built only
+for such a loss.
+
 Top-p replay: the log-probs take a keep mask of the rank's slice
 (``slime_core.algorithms.nucleus_keep_mask`` with the slice's first id); dropped entries are
 -inf like the padding, so the softmax statistics renormalise over the nucleus. Entropy stays
@@ -117,3 +121,28 @@ class _Entropy(torch.autograd.Function):
         p = log_p.exp()
         grad = p.mul_(log_p.nan_to_num_(neginf=0.0).add_(entropy[:, None])).mul_(-grad_out[:, None])
         return grad.div_(ctx.temperature).to(logits.dtype), None, None, None
+
+
+def gather_vocab(logits: torch.Tensor, group, vocab_size: int) -> torch.Tensor:
+    """The whole vocabulary's logits from every rank's slice, for a loss that reads them all
+    (a ``needs_logits`` loss): (N, V_local) -> (N, vocab_size), the padding ids dropped.
+    Differentiable: each rank's gradient is its own slice of the full one."""
+    return _GatherVocab.apply(logits, group)[:, :vocab_size]
+
+
+class _GatherVocab(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, group):
+        ctx.group = group
+        if dist.get_world_size(group) == 1:
+            return logits.clone()
+        parts = [torch.empty_like(logits) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(parts, logits.contiguous(), group=group)
+        return torch.cat(parts, dim=-1)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        width = grad_out.shape[-1] // dist.get_world_size(ctx.group)
+        start = dist.get_rank(ctx.group) * width
+        return grad_out[:, start:start + width].contiguous(), None

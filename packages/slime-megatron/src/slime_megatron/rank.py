@@ -41,12 +41,13 @@ import torch.distributed as dist
 
 from slime_core.algorithms import nucleus_keep_mask
 from slime_core.checkpoint_dir import is_megatron_checkpoint, megatron_checkpoint, starts_from_ref_load
-from slime_core.rank_step import RankStep, RolloutSteps, StepTensors, check_prompts, memory_gib, pad_rows, sum_over_ranks
+from slime_core.rank_step import (RankStep, RolloutSteps, SampleLogits, StepTensors, check_prompts, memory_gib, pad_rows,
+                                  sum_over_ranks)
 from slime_core.rollout_batch import RolloutBatch
 from slime_core.weight_bucket import WeightBucket
 from slime_megatron import export, inputs, offload, schedule, swap
 from slime_megatron.hooks import RankHooks
-from slime_megatron.logprobs import vocab_parallel_entropy, vocab_parallel_log_probs
+from slime_megatron.logprobs import gather_vocab, vocab_parallel_entropy, vocab_parallel_log_probs
 from slime_megatron.optimizer import build_optimizer, set_lr, wrap
 from slime_megatron.parallel import init_parallel
 from slime_megatron.shares import gather_shares
@@ -248,8 +249,20 @@ class MegatronTrainRank:
         with_entropy = bool(self.step.loss_config.entropy_coef)
         log_probs, entropy = self._response_log_probs(logits, micro, entropy=with_entropy)
         entropy = pad_rows(entropy) if with_entropy else None
-        loss, metrics = self.step.loss(data.loss_inputs(micro.indices, pad_rows(log_probs), entropy), denominators)
+        logits_for_loss = self._sample_logits(logits, micro) if self.step.needs_logits else None
+        loss, metrics = self.step.loss(data.loss_inputs(micro.indices, pad_rows(log_probs), entropy), denominators,
+                                       logits_for_loss)
         return loss * scale, metrics
+
+    def _sample_logits(self, logits: torch.Tensor, micro: inputs.MicroBatch) -> SampleLogits:
+        """Per sample, the full-vocabulary logits of its real positions (gathered over the
+        tensor-parallel group) and its tokens, for a ``needs_logits`` loss."""
+        width = micro.input_ids.shape[1]
+        index = torch.cat([torch.arange(row * width, row * width + n) for row, n in enumerate(micro.lengths)])
+        index = index.to(logits.device)
+        rows = gather_vocab(logits.reshape(-1, logits.shape[-1])[index],
+                            self.parallel.get_tensor_model_parallel_group(), self.hf_config.vocab_size)
+        return SampleLogits(list(rows.split(micro.lengths)), list(micro.input_ids.reshape(-1)[index].split(micro.lengths)))
 
     def _micro_batches(self, batch: RolloutBatch, indices: list[int]) -> list[inputs.MicroBatch]:
         """The micro-batches of ``indices`` (planned by `RankStep.plan`) as model inputs."""

@@ -13,6 +13,7 @@ from math import comb
 
 from slime_core.data.prompt_dataset import PromptDataset, PromptFormat
 from slime_core.reward_hub import scalar_reward
+from slime_core.rollout_result import EvalResult
 from slime_core.sample import Sample, SampleStatus
 from slime_sglang.generate import generate_resilient
 from slime_core.rollout_parts import RolloutParts
@@ -26,13 +27,14 @@ def pass_at_k(n: int, correct: int, k: int) -> float:
     return 1.0 - comb(n - correct, k) / comb(n, k)
 
 
-async def evaluate(config, parts: RolloutParts, datasets: dict[str, PromptDataset]) -> dict[str, float]:
-    """``eval/<name>/reward_mean``, ``eval/<name>/pass@1`` and ``eval/<name>/pass@<n>``."""
-    metrics: dict[str, float] = {}
+async def evaluate(config, parts: RolloutParts, datasets: dict[str, PromptDataset]) -> EvalResult:
+    """``eval/<name>/reward_mean``, ``eval/<name>/pass@1`` and ``eval/<name>/pass@<n>``, with
+    each dataset's scored groups (for ``slime_log_eval`` plugins)."""
+    result = EvalResult({})
     for name, dataset in datasets.items():
-        groups = await _generate_all(config, parts, dataset)
-        metrics.update(_dataset_metrics(name, groups, config.reward_key))
-    return metrics
+        result.groups[name] = await _generate_all(config, parts, dataset)
+        result.metrics.update(_dataset_metrics(name, result.groups[name], config.reward_key))
+    return result
 
 
 async def _generate_all(config, parts: RolloutParts, dataset: PromptDataset) -> list[list[Sample]]:

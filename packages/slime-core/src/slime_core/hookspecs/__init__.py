@@ -57,6 +57,7 @@ from slime_core.hookspecs.lifecycle import (  # noqa: F401
     slime_before_weight_update,
     slime_after_weight_update,
     slime_before_eval,
+    slime_log_eval,
     slime_after_eval,
     slime_before_save,
     slime_after_save,

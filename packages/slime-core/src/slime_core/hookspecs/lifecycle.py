@@ -158,6 +158,23 @@ def slime_before_eval(rollout_id):
 
 
 @hookspec
+def slime_log_eval(rollout_id, config, groups, metrics):
+    """Called after an evaluation rollout, before ``slime_after_eval``: a plugin that logs
+    evaluations its own way can read every scored sample and leave out the default metrics.
+
+    :param rollout_id: index of the rollout after which evaluation ran (-1 before training).
+    :param config: the resolved ``Config``.
+    :param groups: dict of dataset name -> ``list[list[Sample]]`` (one inner list per prompt,
+        ``--n-samples-per-eval-prompt`` each), as the eval function returned them in an
+        ``EvalResult`` (the default eval function does); empty for one returning bare metrics.
+    :param metrics: the eval function's metrics (``eval/<name>/...``).
+    :return: True to leave out those metrics; ``time/eval`` is logged in any case.
+
+    Runs in the driver.
+    """
+
+
+@hookspec
 def slime_after_eval(rollout_id, metrics):
     """Called after an evaluation rollout, with its per-dataset scores.
 

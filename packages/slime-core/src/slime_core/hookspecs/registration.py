@@ -175,7 +175,15 @@ def slime_register_policy_losses(register):
     :param register: ``register(name, loss_fn_or_ref)``; a loss is the per-token surrogate
         ``fn(log_probs, old_log_probs, advantages, loss_mask, config) -> (loss, clipfrac)``, all
         (B, T), ``config`` a ``slime_core.algorithms.PolicyLossConfig``; the core adds the
-        entropy, KL and mismatch terms and reduces it over the global batch.
+        entropy, KL and mismatch terms and reduces it over the global batch. A loss with the
+        attribute ``needs_logits = True`` computes the whole micro-batch loss from the model's
+        outputs instead: ``fn(logits, inputs, denominators, config) -> (loss, metrics)``,
+        ``logits`` a ``slime_core.rank_step.SampleLogits`` (per sample, full-vocabulary logits
+        of every position, with gradient, and its tokens; built only for such a loss, as they
+        cost (total_len, V) floats per sample), ``inputs`` the micro-batch's
+        ``PolicyLossInputs``, ``denominators`` the global batch's ``LossDenominators``; it
+        returns the micro-batch's contribution to the global-batch loss and float metrics
+        (contributions too, summed over micro-batches and ranks).
     :return: nothing.
 
     Runs in each train rank.

@@ -203,7 +203,9 @@ class Run:
         self.parts.colocation.for_rollout()
         self.plugins.before_eval(rollout_id)
         start = time.perf_counter()
-        metrics = self.parts.rollouts.evaluate()
+        result = self.parts.rollouts.evaluate()
+        skip = self.plugins.log_eval(rollout_id, self.config, result.groups, result.metrics)
+        metrics = {} if skip else result.metrics
         metrics["time/eval"] = time.perf_counter() - start
         self.plugins.after_eval(rollout_id, metrics)
         return metrics

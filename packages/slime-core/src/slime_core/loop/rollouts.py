@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable, Coroutine
 
 from slime_core.rollout_parts import GenerateContext, RolloutParts
-from slime_core.rollout_result import RolloutResult
+from slime_core.rollout_result import EvalResult, RolloutResult
 
 #: the metric with the seconds a rollout took to generate and score (in asynchronous mode,
 #: ``time/wait_rollout`` is only the part that training did not hide)
@@ -71,11 +71,13 @@ class RolloutManager:
         result.metrics[ROLLOUT_SECONDS] = time.perf_counter() - start
         return result
 
-    def evaluate(self) -> dict[str, float]:
-        """``eval/<name>/...`` metrics of every ``--eval-prompt-data`` dataset ({} if none)."""
+    def evaluate(self) -> EvalResult:
+        """The ``eval/<name>/...`` metrics of every ``--eval-prompt-data`` dataset (none if no
+        dataset), with each dataset's groups when the eval function returns them."""
         if not self.eval_datasets:
-            return {}
-        return self.run(self.eval_fn(self.config, self.parts, self.eval_datasets))
+            return EvalResult({})
+        result = self.run(self.eval_fn(self.config, self.parts, self.eval_datasets))
+        return result if isinstance(result, EvalResult) else EvalResult(result)
 
     def state_dict(self) -> dict[str, Any]:
         """The data source's position and buffer (saved with every checkpoint)."""

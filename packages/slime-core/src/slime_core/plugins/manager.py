@@ -318,6 +318,10 @@ class Plugins:
     def before_eval(self, rollout_id: int) -> None:
         self._call("slime_before_eval", rollout_id=rollout_id)
 
+    def log_eval(self, rollout_id: int, config, groups: dict, metrics: dict) -> bool:
+        """Whether a plugin leaves out the evaluation's default metrics (``slime_log_eval``)."""
+        return any(self._call("slime_log_eval", rollout_id=rollout_id, config=config, groups=groups, metrics=metrics))
+
     def after_eval(self, rollout_id: int, metrics: dict) -> None:
         self._call("slime_after_eval", rollout_id=rollout_id, metrics=metrics)
 

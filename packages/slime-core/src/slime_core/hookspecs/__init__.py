@@ -14,51 +14,8 @@ Unless a spec says otherwise, hooks run in the driver process (the one that runs
 ``slime run``).
 """
 
+# Every spec of the three modules, so that pluggy finds them all on this module.
+from slime_core.hookspecs.lifecycle import *  # noqa: F401,F403
 from slime_core.hookspecs.marker import hookspec  # noqa: F401
-from slime_core.hookspecs.options import (  # noqa: F401
-    slime_add_options,
-    slime_resolve_config,
-    slime_validate_config,
-    slime_add_commands,
-)
-from slime_core.hookspecs.registration import (  # noqa: F401
-    slime_register_train_backends,
-    slime_register_critics,
-    slime_register_rollout_backends,
-    slime_register_routers,
-    slime_register_rollout_engines,
-    slime_register_reward_functions,
-    slime_register_group_filters,
-    slime_register_sample_filters,
-    slime_register_buffer_filters,
-    slime_register_advantage_estimators,
-    slime_register_policy_losses,
-    slime_register_tis_functions,
-    slime_register_pg_loss_reducers,
-    slime_register_data_sources,
-    slime_register_rollout_functions,
-    slime_register_generate_functions,
-    slime_register_sample_hooks,
-    slime_register_all_groups_hooks,
-    slime_register_eval_functions,
-    slime_register_router_middlewares,
-    slime_register_reward_post_processors,
-    slime_register_train_data_converters,
-    slime_register_checkpoint_readers,
-)
-from slime_core.hookspecs.lifecycle import (  # noqa: F401
-    slime_before_run,
-    slime_after_run,
-    slime_before_rollout,
-    slime_after_rollout,
-    slime_log_rollout,
-    slime_before_train_step,
-    slime_after_train_step,
-    slime_before_weight_update,
-    slime_after_weight_update,
-    slime_before_eval,
-    slime_log_eval,
-    slime_after_eval,
-    slime_before_save,
-    slime_after_save,
-)
+from slime_core.hookspecs.options import *  # noqa: F401,F403
+from slime_core.hookspecs.registration import *  # noqa: F401,F403

@@ -102,6 +102,34 @@ def synthetic_rollout_batch(num_groups: int = 4, group_size: int = 4, seed: int 
     return batch
 
 
+def log_probs_alone(model, tokens: list[int], response_length: int):
+    """log p of the last ``response_length`` of ``tokens`` (a (response_length,) float32 tensor)
+    from one forward of the Hugging Face ``model`` over that sample alone, on its device: no
+    padding, packing or cache, the reference a backend's or engine's log-probs are held to."""
+    import torch
+
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([tokens], device=device)).logits[0].float()
+    targets = torch.tensor(tokens[len(tokens) - response_length:], device=device)
+    log_probs = logits[len(tokens) - response_length - 1: -1].log_softmax(-1)
+    return log_probs.gather(-1, targets[:, None])[:, 0]
+
+
+def train_one_rollout(group, batch) -> tuple[list[list[float]], dict, list[str]]:
+    """A train group's log-probs of ``batch`` before training, the metrics of one rollout
+    trained on it, and the (Hugging Face) names of the weights that changed."""
+    import torch
+
+    def weights() -> dict:
+        return {name: tensor.clone() for bucket in group.export_weights(1 << 24) for name, tensor in bucket}
+
+    log_probs, before = group.compute_log_probs(batch), weights()
+    metrics = group.train(0, batch)
+    after = weights()
+    return log_probs, metrics, [name for name in before if not torch.equal(before[name], after[name])]
+
+
 def descendants(pid: int) -> list[int]:
     """Every process below ``pid`` (from /proc's parent links): what a run started."""
     children: dict[int, list[int]] = {}
@@ -146,3 +174,47 @@ def processes_running(*words: str) -> list[int]:
         if all(any(word in arg for arg in argv) for word in words) and alive(int(cmdline.parent.name)):
             found.append(int(cmdline.parent.name))
     return found
+
+
+#: What a resumed rank must reproduce bit for bit (`check_rank_resume`).
+RESUME_METRICS = ("loss", "pg_loss", "entropy", "grad_norm", "lr")
+
+
+def check_rank_resume(rank_class, teardown, prompts: Path, tmp_path: Path, family: str, **options) -> None:
+    """Assert that a ``rank_class`` rank resumed from its checkpoint trains a ``family`` model on
+    bit for bit: one rank in this process trains rollout 0, saves, and trains rollout 1; a fresh
+    rank resumes and trains rollout 1 again (same metrics, same weights). The fresh rank starts
+    from another random model of the family (its routers' correction biases too), so any state
+    the checkpoint misses comes from that model and differs. ``teardown()`` destroys the
+    backend's process groups after each rank, so the next one can build its own."""
+    import torch
+
+    from slime_core.tiny_models import build_tiny_model
+    from slime_core.train_backend import TrainGroup
+
+    @contextlib.contextmanager
+    def rank(model_dir, **more):
+        try:
+            group = TrainGroup(rank_class, make_config(prompts, model_dir, **options, **more), 1, in_process=True)
+            yield group, group.init()
+        finally:
+            teardown()
+
+    def trained(group, rollout_id: int):
+        metrics = group.train(rollout_id, synthetic_rollout_batch(seed=rollout_id))
+        weights = {name: tensor for bucket in group.export_weights(1 << 20) for name, tensor in bucket}
+        return {key: metrics[key] for key in RESUME_METRICS}, weights
+
+    start = build_tiny_model(tmp_path / "start", family, hidden_size=32, router_bias=0.3)
+    other = build_tiny_model(tmp_path / "other", family, hidden_size=32, seed=1, router_bias=0.3)
+    with rank(start, save=str(tmp_path / "ckpt")) as (group, _):
+        group.train(0, synthetic_rollout_batch(seed=0))
+        group.save(0)
+        want_metrics, want_weights = trained(group, 1)
+    with rank(other, load=str(tmp_path / "ckpt")) as (group, state):
+        assert state == {"rollout_id": 1, "weight_version": 1}
+        metrics, weights = trained(group, 1)
+    assert metrics == want_metrics
+    assert weights.keys() == want_weights.keys()
+    different = [name for name in weights if not torch.equal(weights[name], want_weights[name])]
+    assert not different, f"not bit-exact after the resume: {different}"

@@ -50,7 +50,7 @@ _SHAPE = dict(num_attention_heads=4, num_key_value_heads=2, head_dim="h/4", rms_
 
 #: Per family, the transformers ``model_type`` and what makes a tiny config of it exercise the
 #: family's own parts (``h``: the hidden size): MoE with shared experts and dense first layers,
-#: MLA, partial rotary, QK norm, linear attention mixed with full attention.
+#: MLA, partial rotary, QK norm, linear attention mixed with full attention, sparse attention.
 TINY_FAMILIES: dict[str, dict] = {
     "qwen3": dict(tie_word_embeddings=True),
     "qwen2": dict(),
@@ -67,6 +67,15 @@ TINY_FAMILIES: dict[str, dict] = {
                        shared_expert_intermediate_size="h/2", linear_num_value_heads=4, linear_num_key_heads=2,
                        linear_key_head_dim="h/4", linear_value_head_dim="h/4", linear_conv_kernel_dim=4,
                        full_attention_interval=2),
+    # GLM-5: MLA with DeepSeek sparse attention (an indexer picks each query's top 8 keys;
+    # every second layer reuses the previous layer's pick), MoE with a shared expert. 8 indexer
+    # heads: with 2, many keys score exactly 0 (a ReLU of every head), and top-k among ties
+    # depends on the tensor's shape, so transformers' own cached decoding would disagree with
+    # its full forward.
+    "glm_moe_dsa": dict(num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size="h/2",
+                        n_shared_experts=1, first_k_dense_replace=1, q_lora_rank="h/2", kv_lora_rank="h/2",
+                        qk_rope_head_dim="h/8", qk_nope_head_dim="h/4", v_head_dim="h/4", n_group=1, topk_group=1,
+                        index_topk=8, index_head_dim="h/4", index_n_heads=8, index_topk_freq=2, index_skip_topk_offset=1),
 }
 
 
@@ -88,23 +97,83 @@ def tiny_config(family: str, hidden_size: int = 64, num_layers: int = 2, max_pos
 
 
 def build_tiny_model(save_dir: str | Path, family: str = "qwen3", hidden_size: int = 64, num_layers: int = 2,
-                     seed: int = 0, max_positions: int = 128) -> Path:
+                     seed: int = 0, max_positions: int = 128, router_bias: float = 0.0, mtp_layers: int = 0,
+                     **config_fields) -> Path:
     """Save a randomly initialised causal LM of ``family`` with the character tokenizer to
     ``save_dir`` (a Hugging Face directory that ``from_pretrained`` loads offline).
 
     The defaults give about 0.1 M parameters: enough to exercise every code path of a backend
-    and the CPU engine in seconds on a CPU.
+    and the CPU engine in seconds on a CPU. ``router_bias`` > 0 draws the routers' correction
+    biases (``e_score_correction_bias``, zeros in a fresh model) from U(-router_bias, router_bias),
+    so code that loses or misplaces them routes differently; ``config_fields`` set more fields
+    of the config (``attention_bias=True``). ``mtp_layers`` (`MTP_FAMILIES` only) appends that
+    many multi-token prediction layers to the checkpoint (`_add_mtp_layers`).
     """
     import torch
     from transformers import AutoModelForCausalLM
 
+    if mtp_layers and family not in MTP_FAMILIES:
+        raise ValueError(f"mtp_layers: {family} checkpoints have no MTP layers; use one of {', '.join(MTP_FAMILIES)}")
     config = tiny_config(family, hidden_size, num_layers, max_positions)
+    for key, value in config_fields.items():
+        setattr(config, key, value)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
+    if router_bias:
+        with torch.no_grad():
+            for name, buffer in model.named_buffers():
+                if name.endswith("e_score_correction_bias"):
+                    buffer.uniform_(-router_bias, router_bias)
     save_dir = Path(save_dir)
     model.save_pretrained(save_dir)
     build_char_tokenizer(save_dir)
+    if mtp_layers:
+        longer = tiny_config(family, hidden_size, num_layers + mtp_layers, max_positions)
+        for key, value in config_fields.items():
+            setattr(longer, key, value)
+        _add_mtp_layers(save_dir, longer, num_layers, seed, router_bias)
     return save_dir
+
+
+#: The families whose checkpoints hold multi-token prediction (MTP) layers (GLM-4.5+, DeepSeek-V3).
+MTP_FAMILIES = ("glm4_moe", "deepseek_v3")
+
+
+def _add_mtp_layers(save_dir: Path, longer, num_layers: int, seed: int, router_bias: float) -> None:
+    """Append MTP layers to the single-file checkpoint in ``save_dir`` (of ``num_layers`` layers)
+    as GLM-4.5 and DeepSeek-V3 checkpoints hold them, and declare them in config.json
+    (``num_nextn_predict_layers``): layer ``L + i`` (L = num_layers) of a random model of the
+    config ``longer`` (``L + mtp`` layers), plus its random ``enorm``, ``hnorm``, ``eh_proj``
+    (H, 2H) and ``shared_head.norm``, and ``shared_head.head``, a copy of ``lm_head``.
+    transformers ignores these tensors when it loads the directory."""
+    import json
+    import tempfile
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM
+
+    weights = save_dir / "model.safetensors"
+    tensors = load_file(str(weights))
+    torch.manual_seed(seed + 1)
+    with tempfile.TemporaryDirectory() as tmp:
+        AutoModelForCausalLM.from_config(longer).save_pretrained(tmp)
+        extra = {name: t for name, t in load_file(f"{tmp}/model.safetensors").items()
+                 if name.startswith("model.layers.") and int(name.split(".")[2]) >= num_layers}
+    h, std = longer.hidden_size, longer.initializer_range
+    for layer in range(num_layers, longer.num_hidden_layers):
+        prefix = f"model.layers.{layer}."
+        for norm in ("enorm", "hnorm", "shared_head.norm"):
+            extra[f"{prefix}{norm}.weight"] = 1.0 + 0.1 * torch.randn(h)
+        extra[prefix + "eh_proj.weight"] = std * torch.randn(h, 2 * h)
+        extra[prefix + "shared_head.head.weight"] = tensors["lm_head.weight"].clone()
+        if router_bias:
+            extra[prefix + "mlp.gate.e_score_correction_bias"].uniform_(-router_bias, router_bias)
+    save_file({**tensors, **extra}, str(weights), metadata={"format": "pt"})
+    config_file = save_dir / "config.json"
+    config = json.loads(config_file.read_text())
+    config["num_nextn_predict_layers"] = longer.num_hidden_layers - num_layers
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def build_tiny_qwen3(save_dir: str | Path, hidden_size: int = 64, num_layers: int = 2, seed: int = 0,

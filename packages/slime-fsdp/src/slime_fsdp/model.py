@@ -20,22 +20,39 @@ def load_model(path: str, dtype: torch.dtype = torch.float32, gradient_checkpoin
     check_model_dir(path)
     attention.register()
     model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=dtype, local_files_only=True, attn_implementation=attn_implementation or default_attention()
+        path, dtype=dtype, local_files_only=True, attn_implementation=attn_implementation or default_attention(path)
     )
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
+    freeze_indexers(model)
     return model
 
 
-def default_attention() -> str:
+def freeze_indexers(model) -> None:
+    """Freeze the indexers of DeepSeek sparse attention (GLM-5).
+
+    An indexer chooses each query's keys by top-k, through which no gradient passes: the
+    policy loss never trains it (DeepSeek-V3.2 trains it with a loss of its own, which slime
+    does not have). Frozen, it is still saved, loaded and pushed to the engines, but the
+    optimizer keeps no state for parameters it never updates, so checkpoints resume."""
+    for name, parameter in model.named_parameters():
+        if ".indexer." in name:
+            parameter.requires_grad_(False)
+
+
+def default_attention(path: str | None = None) -> str:
     """flash_attention_2 on a GPU that has flash_attn installed; elsewhere slime's own
     ``slime_packed`` (varlen flash through torch on CUDA, per-sample sdpa on CPU): both keep
-    packed samples apart without a (T, T) mask."""
+    packed samples apart without a (T, T) mask. For a model with DeepSeek sparse attention
+    (the checkpoint in ``path``), sdpa: see `slime_fsdp.architectures`."""
     import importlib.util
 
+    from slime_fsdp.architectures import SPARSE_ATTENTION, layer_types
     from slime_fsdp.attention import NAME
 
+    if path is not None and SPARSE_ATTENTION in layer_types(path):
+        return "sdpa"
     if torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None:
         return "flash_attention_2"
     return NAME

@@ -18,15 +18,21 @@ def slime_add_options(options):
 
 @hookimpl
 def slime_validate_config(config):
-    """A Megatron checkpoint as --ref-load needs slime-megatron's conversion (`slime_fsdp.megatron_weights`)."""
+    """A Megatron checkpoint as --ref-load needs slime-megatron's conversion (`slime_fsdp.megatron_weights`);
+    some architectures need padded rows or an attention with masks (`slime_fsdp.architectures`)."""
     from slime_core.checkpoint_dir import is_megatron_checkpoint
 
-    if config.get("train_backend") != "fsdp" or not is_megatron_checkpoint(config.get("ref_load")):
+    if config.get("train_backend") != "fsdp":
         return []
+    from slime_fsdp.architectures import architecture_problems
+
+    problems = architecture_problems(config)
+    if not is_megatron_checkpoint(config.get("ref_load")):
+        return problems
     from slime_fsdp.megatron_weights import missing_converter
 
     problem = missing_converter(config)
-    return [problem] if problem else []
+    return problems + ([problem] if problem else [])
 
 
 @hookimpl

@@ -7,15 +7,16 @@ import torch
 import torch.distributed as dist
 
 
-def hf_weights(model, hf_config) -> list[tuple[str, torch.Tensor]] | None:
-    """Every weight as ``(hf_name, full CPU tensor)`` on global rank 0, None elsewhere; every
-    rank must call it. ``export_hf_weights`` gathers each pipeline stage's weights over its
-    tensor/expert-parallel ranks; the stages' lists then go to the first stage."""
+def hf_weights(model, hf_config, with_mtp: bool = True) -> list[tuple[str, torch.Tensor]] | None:
+    """Every weight (the multi-token prediction layers' too, unless ``with_mtp`` is False) as
+    ``(hf_name, full CPU tensor)`` on global rank 0, None elsewhere; every rank must call it.
+    ``export_hf_weights`` gathers each pipeline stage's weights over its tensor/expert-parallel
+    ranks; the stages' lists then go to the first stage."""
     from megatron.core import parallel_state
 
     from slime_megatron.models import export_hf_weights
 
-    stage = list(export_hf_weights(model, hf_config))
+    stage = list(export_hf_weights(model, hf_config, with_mtp))
     group = parallel_state.get_pipeline_model_parallel_group()
     first = dist.get_rank() == 0
     if dist.get_world_size(group) > 1:
@@ -40,19 +41,33 @@ def buckets(pairs: list[tuple[str, torch.Tensor]], bucket_bytes: int) -> list[li
     return out
 
 
-def save_hf(path: str, model, hf_config, tokenizer) -> None:
+def save_hf(path: str, model, hf_config, tokenizer, with_mtp: bool = True) -> None:
     """A Hugging Face directory (config, weights, tokenizer), written by rank 0; every rank
-    must call it."""
-    from transformers import AutoModelForCausalLM
-
-    state = hf_weights(model, hf_config)
+    must call it. The weights are written as exported, under checkpoint names (MoE experts one
+    by one, a tied output layer left out), in ``save_pretrained``'s files and index: the
+    layout of the checkpoint they came from, multi-token prediction layers included unless
+    ``with_mtp`` is False (transformers' model would drop those)."""
+    state = hf_weights(model, hf_config, with_mtp)
     if state is not None:
-        with torch.device("meta"):
-            plain = AutoModelForCausalLM.from_config(hf_config)
-        plain.load_state_dict(dict(state), assign=True, strict=False)  # a tied output layer is not exported
-        plain.tie_weights()
-        missing = [name for name, p in plain.named_parameters() if p.is_meta]
-        assert not missing, f"export_hf_weights gave no tensor for {missing}"
-        plain.save_pretrained(path)
+        _save_safetensors(path, dict(state))
+        hf_config.save_pretrained(path)
         tokenizer.save_pretrained(path)
     dist.barrier()
+
+
+def _save_safetensors(path: str, tensors: dict[str, torch.Tensor]) -> None:
+    """``tensors`` in ``model.safetensors``, or in 5 GB shards with ``model.safetensors.index.json``."""
+    import json
+    from pathlib import Path
+
+    from huggingface_hub import split_torch_state_dict_into_shards
+    from safetensors.torch import save_file
+
+    Path(path).mkdir(parents=True, exist_ok=True)
+    split = split_torch_state_dict_into_shards(tensors)
+    for filename, names in split.filename_to_tensors.items():
+        save_file({name: tensors[name].contiguous() for name in names}, str(Path(path) / filename),
+                  metadata={"format": "pt"})
+    if split.is_sharded:
+        index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
+        (Path(path) / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")

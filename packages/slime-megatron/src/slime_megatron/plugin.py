@@ -23,11 +23,14 @@ PARALLEL_SIZES = (
 #: The user functions the train ranks call (`slime_megatron.hooks`, `slime_megatron.models.provider`).
 FUNCTION_KEYS = (*HOOK_OPTIONS, "megatron_model_provider")
 
+#: The multi-token prediction options (`slime_megatron.models.mtp`), slime's flags.
+MTP_KEYS = ("mtp_num_layers", "enable_mtp_training", "mtp_loss_scaling_factor")
+
 #: Every option this plugin declares (a run that sets one without --train-backend uses Megatron).
 OPTION_KEYS = PARALLEL_SIZES + (
     "expert_tensor_parallel_size", "sequence_parallel", "recompute_granularity", "recompute_method",
     "recompute_num_layers", "use_distributed_optimizer", "megatron_config",
-) + FUNCTION_KEYS
+) + FUNCTION_KEYS + MTP_KEYS
 
 
 @hookimpl
@@ -47,6 +50,9 @@ def slime_add_options(options):
     for key, help in HOOK_OPTIONS.items():
         add("--" + key.replace("_", "-"), default=None, help=help, group=GROUP)
     add("--megatron-model-provider", default=None, help=PROVIDER_HELP, group=GROUP)
+    add("--mtp-num-layers", type=int, default=None, help="build this many of the checkpoint's multi-token prediction layers (GLM-4.5+, DeepSeek-V3) after the decoder: loaded, saved and converted with the model, outside the policy's log-probs; frozen unless --enable-mtp-training", group=GROUP)
+    add("--enable-mtp-training", type=bool, default=False, help="train the MTP layers of --mtp-num-layers: add their loss (next tokens of the responses) to the training loss", group=GROUP)
+    add("--mtp-loss-scaling-factor", type=float, default=0.2, help="weight of the MTP loss (averaged over the MTP layers) in the training loss", group=GROUP)
 
 
 @hookimpl
@@ -59,7 +65,7 @@ def slime_validate_config(config):
     if config.get("train_backend") != "megatron":
         return _check_other_backend(config)
     errors = (_check_parallel_sizes(config) + _check_layer_options(config) + _check_weights_written_hook(config)
-              + _check_model_family(config))
+              + _check_model_family(config) + _check_mtp(config))
     if config.get("megatron_config"):
         from slime_megatron.models.transformer_config import MegatronConfigError, parse_megatron_config
 
@@ -115,8 +121,12 @@ def _check_other_backend(config) -> list[str]:
     errors = [f"{flag} splits the model with Megatron, which --train-backend {backend} does not do; "
               "use --train-backend megatron, or drop the flag" for flag in _model_parallel_flags(config)]
     given = [key for key in FUNCTION_KEYS if config.sources.get(key, "default") != "default"]
+    mtp = [key for key in MTP_KEYS if config.sources.get(key, "default") != "default"]
     return errors + [f"--{key.replace('_', '-')} is called by the Megatron backend's train ranks, and --train-backend "
-                     f"{backend} never calls it; use --train-backend megatron, or drop the flag" for key in given]
+                     f"{backend} never calls it; use --train-backend megatron, or drop the flag" for key in given] + [
+        f"--{key.replace('_', '-')}: the Hugging Face models --train-backend {backend} trains have no multi-token "
+        "prediction module (transformers drops the checkpoint's MTP layers); use --train-backend megatron, or drop "
+        "the flag" for key in mtp]
 
 
 def _check_layer_options(config) -> list[str]:
@@ -140,6 +150,36 @@ def _check_model_family(config) -> list[str]:
         return []
     reason = unsupported_reason(json.loads(config_json.read_text()).get("model_type"))
     return [f"--hf-checkpoint {checkpoint}: {reason}"] if reason else []
+
+
+def _check_mtp(config) -> list[str]:
+    """--mtp-num-layers asks for MTP layers the checkpoint holds, of a family that has them,
+    built by this backend on one pipeline stage; --enable-mtp-training trains some."""
+    layers, checkpoint = config.get("mtp_num_layers"), config.get("hf_checkpoint")
+    if config.get("enable_mtp_training") and not layers:
+        return ["--enable-mtp-training trains the multi-token prediction layers of --mtp-num-layers N, which is not "
+                "set; add --mtp-num-layers 1 (GLM-4.5+, DeepSeek-V3), or drop --enable-mtp-training"]
+    if not layers:
+        return []
+    if layers < 0:
+        return [f"--mtp-num-layers {layers}: give a positive number of MTP layers, or drop the flag"]
+    if config.get("megatron_model_provider"):
+        return ["--mtp-num-layers with --megatron-model-provider: the backend builds the MTP layers into its own "
+                "model only; drop one of them"]
+    if config.get("pipeline_model_parallel_size", 1) > 1:
+        return [f"--mtp-num-layers with --pipeline-model-parallel-size {config.pipeline_model_parallel_size}: the "
+                "Megatron backend builds MTP layers without pipeline parallelism only (yet); use "
+                "--pipeline-model-parallel-size 1, or drop --mtp-num-layers"]
+    from pathlib import Path
+
+    if not checkpoint or not (Path(checkpoint) / "config.json").is_file() or _check_model_family(config):
+        return []
+    from transformers import AutoConfig
+
+    from slime_megatron.models.mtp import mtp_problem
+
+    problem = mtp_problem(AutoConfig.from_pretrained(checkpoint), checkpoint, layers)
+    return [f"--hf-checkpoint {checkpoint}: {problem}"] if problem else []
 
 
 def _check_weights_written_hook(config) -> list[str]:

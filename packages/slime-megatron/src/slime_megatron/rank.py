@@ -12,7 +12,10 @@ the passes run:
   the union (`slime_megatron.shares`); metrics and denominators are summed over the
   data-parallel group;
 - MoE layers whose token dispatcher all-gathers over ranks with other samples (expert
-  parallelism on CPU) get micro-batches of one shape on every rank (`inputs.same_shapes`).
+  parallelism on CPU) get micro-batches of one shape on every rank (`inputs.same_shapes`);
+- multi-token prediction layers (``--mtp-num-layers``) stay out of the log-probs; with
+  ``--enable-mtp-training`` a training forward also returns their logits, whose loss
+  (`slime_megatron.models.mtp_loss`) is added to the policy's, else they are frozen.
 
 Beside it: `slime_megatron.schedule` (the forward-backward schedule), `.optimizer` (DDP and
 the optimizer), `.inputs` (padded micro-batches), `.swap` (the reference weights),
@@ -48,6 +51,7 @@ from slime_core.weight_bucket import WeightBucket
 from slime_megatron import export, inputs, offload, schedule, swap
 from slime_megatron.hooks import RankHooks
 from slime_megatron.logprobs import gather_vocab, vocab_parallel_entropy, vocab_parallel_log_probs
+from slime_megatron.models.mtp_loss import mtp_losses
 from slime_megatron.optimizer import build_optimizer, set_lr, wrap
 from slime_megatron.parallel import init_parallel
 from slime_megatron.shares import gather_shares
@@ -85,8 +89,9 @@ class MegatronTrainRank:
         cfg = self.config
         self.hf_config = AutoConfig.from_pretrained(cfg.hf_checkpoint)
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.hf_checkpoint)
-        module = provide_model(self.hf_config, cfg)
+        module = provide_model(self.hf_config, cfg, mtp_layers=cfg.get("mtp_num_layers") or 0)
         _check_moe_tensor_parallel(module.config)
+        _train_mtp_or_freeze(module, bool(cfg.get("enable_mtp_training")))
         if starts_from_ref_load(cfg):
             load_weights(megatron_checkpoint(cfg.ref_load), module)
         else:
@@ -246,13 +251,20 @@ class MegatronTrainRank:
         docstring) and its metrics."""
         if not micro.indices:  # padding micro-batch: in step with the others' collectives, no gradient
             return logits.sum() * 0.0, {}
+        logits, *depths = logits.split(micro.input_ids.shape[1], dim=1)  # MTP depths with --enable-mtp-training
         with_entropy = bool(self.step.loss_config.entropy_coef)
         log_probs, entropy = self._response_log_probs(logits, micro, entropy=with_entropy)
         entropy = pad_rows(entropy) if with_entropy else None
         logits_for_loss = self._sample_logits(logits, micro) if self.step.needs_logits else None
         loss, metrics = self.step.loss(data.loss_inputs(micro.indices, pad_rows(log_probs), entropy), denominators,
                                        logits_for_loss)
-        return loss * scale, metrics
+        if not depths:
+            return loss * scale, metrics
+        mtp = mtp_losses(depths, micro.input_ids, micro.lengths, micro.response_lengths, data.mask[micro.indices],
+                         self.parallel.get_tensor_model_parallel_group(), self.hf_config.vocab_size).sum()
+        metrics["mtp_loss"] = mtp.item() / scale  # summed over micro-batches and replicas: their mean
+        # not scaled: the schedule and DDP average it over micro-batches and replicas (see the module docstring)
+        return loss * scale + self.config.mtp_loss_scaling_factor / len(depths) * mtp, metrics
 
     def _sample_logits(self, logits: torch.Tensor, micro: inputs.MicroBatch) -> SampleLogits:
         """Per sample, the full-vocabulary logits of its real positions (gathered over the
@@ -286,7 +298,8 @@ class MegatronTrainRank:
     def weight_buckets(self, bucket_bytes: int) -> int:
         """Gather the weights in Hugging Face names and shapes on rank 0 (every rank takes
         part) and cut them into buckets of about ``bucket_bytes``."""
-        self._buckets = export.buckets(export.hf_weights(self.model, self.hf_config) or [], bucket_bytes)
+        pairs = export.hf_weights(self.model, self.hf_config, with_mtp=self._engines_take_mtp()) or []
+        self._buckets = export.buckets(pairs, bucket_bytes)
         count = [len(self._buckets)]
         dist.broadcast_object_list(count, src=0)
         self._buckets = self._buckets or [[] for _ in range(count[0])]
@@ -314,9 +327,16 @@ class MegatronTrainRank:
     def save_hf(self, path: str) -> None:
         """The weights as a Hugging Face directory for the engines (``--update-weight-transport
         disk``), then ``--megatron-weights-written-hook`` on every rank before any engine reads it."""
-        export.save_hf(path, self.model, self.hf_config, self.tokenizer)
+        export.save_hf(path, self.model, self.hf_config, self.tokenizer, with_mtp=self._engines_take_mtp())
         self.hooks.fire("megatron_weights_written_hook", path)
         dist.barrier()
+
+    def _engines_take_mtp(self) -> bool:
+        """Whether weight updates carry the MTP layers: when they change (--enable-mtp-training)
+        and the engines draft tokens with them (SGLang's speculative decoding, slime's use of
+        them); otherwise the engines keep the checkpoint's, which they never run or which are
+        the same. ``--save-hf`` checkpoints always hold them."""
+        return bool(self.config.get("enable_mtp_training") and self.config.sglang.get("speculative_algorithm"))
 
     def offload(self) -> None:
         """Parameters, gradients and optimizer state to CPU memory (`slime_megatron.offload`)."""
@@ -336,6 +356,17 @@ def _check_supported(config) -> None:
             f"--context-parallel-size {config.context_parallel_size}: the Megatron rank does not split sequences "
             "over context-parallel ranks yet (it needs packed THD batches); use --context-parallel-size 1"
         )
+
+
+def _train_mtp_or_freeze(model, train: bool) -> None:
+    """A model's multi-token prediction layers are trained with ``train`` (the MTP loss,
+    `slime_megatron.models.mtp_loss`); otherwise frozen, so that neither DDP nor the optimizer
+    (its weight decay) touches them and checkpoints keep them as loaded."""
+    if not getattr(model, "mtp_process", False):
+        return
+    model.train_mtp = train
+    for param in model.mtp.parameters():
+        param.requires_grad_(train)
 
 
 def _check_moe_tensor_parallel(model_config) -> None:

@@ -28,6 +28,7 @@ import warnings
 import torch
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
+_MTP_LAYER = re.compile(r"^(mtp\.layers\.\d+\.transformer_layer\.)(.+)$")  # an MTP layer's decoder layer
 _EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(.+)$")
 #: a parameter's name in megatron's modules -> its stored names, in the order they are tried
 _STORED_NORMS = {
@@ -49,16 +50,26 @@ def stored_key(name: str, stored) -> tuple[str, tuple[int, ...]]:
     """Where the full megatron parameter ``name`` (global layer and expert indices, as the
     weight rules name it) is stored: its key in ``stored``, and the index of its tensor in the
     stored one (stacked layers, stacked experts)."""
-    layer = _LAYER.match(name)
+    layer, mtp = _LAYER.match(name), _MTP_LAYER.match(name)
+    if mtp:  # stored as a decoder layer is, under its own prefix (never stacked)
+        names, index = _stored_in_layer(mtp.group(2))
+        return _first_stored([(mtp.group(1) + n, index) for n in names], name, stored)
     if not layer:
         return _first_stored([(name, ())], name, stored)
-    i, rest, index = int(layer.group(1)), layer.group(2), ()
-    expert = _EXPERT.match(rest)
-    if expert:
-        rest, index = f"mlp.experts.experts.{expert.group(2)}", (int(expert.group(1)),)
-    names = _STORED_NORMS.get(rest, (rest,))
+    i = int(layer.group(1))
+    names, index = _stored_in_layer(layer.group(2))
     candidates = [(f"decoder.layers.{i}.{n}", index) for n in names] + [(f"decoder.layers.{n}", (i, *index)) for n in names]
     return _first_stored(candidates, name, stored)
+
+
+def _stored_in_layer(rest: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """A layer's parameter ``rest`` (after the layer's prefix): the names it may be stored
+    under in the layer, and its index in the stored tensor (its expert's, when stacked)."""
+    expert = _EXPERT.match(rest)
+    index = ()
+    if expert:
+        rest, index = f"mlp.experts.experts.{expert.group(2)}", (int(expert.group(1)),)
+    return _STORED_NORMS.get(rest, (rest,)), index
 
 
 def _first_stored(candidates, name: str, stored) -> tuple[str, tuple[int, ...]]:
@@ -71,20 +82,22 @@ def _first_stored(candidates, name: str, stored) -> tuple[str, tuple[int, ...]]:
 
 def read_hf_weights(path, hf_config) -> dict[str, torch.Tensor]:
     """The Hugging Face tensors (checkpoint names, the stored dtype) of the checkpoint
-    directory ``path``, read whole in this process without any process group (``slime convert
+    directory ``path``, with the multi-token prediction layers it stores, read whole in this process without any process group (``slime convert
     megatron-to-hf``, the FSDP backend's ``--ref-load``)."""
     from torch.distributed.checkpoint import FileSystemReader, load
 
-    from slime_megatron.models import megatron_to_hf, model_family
+    from slime_megatron.models import megatron_to_hf
+    from slime_megatron.models.weights import loading_rules
 
     reader = FileSystemReader(str(path))
     stored = reader.read_metadata().state_dict_metadata
-    where = {rule.megatron: stored_key(rule.megatron, stored) for rule in model_family(hf_config).weight_rules(hf_config)}
+    mtp_layers = len({key.split(".")[2] for key in stored if key.startswith("mtp.layers.")})
+    where = {rule.megatron: stored_key(rule.megatron, stored) for rule in loading_rules(hf_config, mtp_layers)}
     tensors = {key: torch.empty(stored[key].size, dtype=stored[key].properties.dtype) for key, _ in where.values()}
     with warnings.catch_warnings():  # without a process group torch warns that it reads in one process: it should
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         load(tensors, storage_reader=reader, no_dist=True)
-    return megatron_to_hf({name: tensors[key][index] for name, (key, index) in where.items()}, hf_config)
+    return megatron_to_hf({name: tensors[key][index] for name, (key, index) in where.items()}, hf_config, mtp_layers)
 
 
 def load_weights(path, model) -> None:

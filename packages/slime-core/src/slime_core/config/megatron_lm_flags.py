@@ -18,7 +18,6 @@ _MOE_RUNTIME = "a Megatron-LM MoE runtime choice (token dispatch, kernels); the 
 _OPTIMIZER_PLACEMENT = "the optimizer runs on the training devices in float32; there is no CPU-offloaded optimizer"
 _DROPOUT = "dropout comes from config.json (RL fine-tuning of these models uses none)"
 _FP8 = "FP8 training is not implemented here: the backends train in --bf16 or float32"
-_MTP = "multi-token-prediction layers are not trained here (the backends train the main model only)"
 
 
 def _size(flag: str, *hf_keys: str, kind: type = int) -> Accepted:
@@ -96,13 +95,11 @@ MEGATRON_LM_FLAGS: tuple[Accepted, ...] = (
         "--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d", "--use-precision-aware-optimizer")),
     Accepted("--lr-warmup-fraction", type=float,
              reason="warmup is counted in optimizer steps: give --lr-warmup-iters N instead"),
-    # dropout, pipeline layout, MTP
+    # dropout, pipeline layout (MTP: slime-megatron's --mtp-num-layers, --mtp-loss-scaling-factor)
     Accepted("--attention-dropout", type=float, reason=_DROPOUT),
     Accepted("--hidden-dropout", type=float, reason=_DROPOUT),
     Accepted("--decoder-first-pipeline-num-layers", type=int,
              reason="slime-megatron splits the layers evenly over the pipeline stages"),
     Accepted("--decoder-last-pipeline-num-layers", type=int,
              reason="slime-megatron splits the layers evenly over the pipeline stages"),
-    Accepted("--mtp-num-layers", type=int, reason=_MTP),
-    Accepted("--mtp-loss-scaling-factor", type=float, reason=_MTP),
 )

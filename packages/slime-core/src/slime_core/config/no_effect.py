@@ -67,6 +67,8 @@ RULES: dict[str, tuple[Callable, str]] = {
     "rollout_health_check_timeout": (lambda c: c.use_fault_tolerance, "engines are health-checked with --use-fault-tolerance"),
     "max_engine_restarts": (lambda c: c.use_fault_tolerance, "engines are replaced with --use-fault-tolerance"),
     "generate_max_retries": (lambda c: c.use_fault_tolerance, "samples are generated again with --use-fault-tolerance"),
+    "mtp_loss_scaling_factor": (lambda c: c.get("enable_mtp_training"),
+                                "it weights the MTP loss, which --enable-mtp-training adds (slime-megatron)"),
     # slime-megatron's layer options (its model-parallel sizes are refused with another backend)
     **dict.fromkeys(("sequence_parallel", "recompute_granularity", "recompute_method", "recompute_num_layers",
                      "use_distributed_optimizer", "megatron_config"),

@@ -84,7 +84,6 @@ SLIME_FLAGS: tuple[Accepted, ...] = (
     Accepted("--use-stateless-adam", reason="the backends use AdamW"),
     Accepted("--use-routing-replay", reason=f"MoE routing replay is {_NOT_YET}"),
     Accepted("--use-rollout-routing-replay", reason=f"MoE routing replay is {_NOT_YET}"),
-    Accepted("--enable-mtp-training", reason="multi-token-prediction layers are not trained here"),
     Accepted("--allgather-cp", reason="context parallelism is slime-megatron's (--context-parallel-size)"),
     Accepted("--data-pad-size-multiplier", type=int, reason="micro-batches are padded as the backend needs"),
     Accepted("--qwen-gdn-backend", type=str, reason=_DEEPGEMM),

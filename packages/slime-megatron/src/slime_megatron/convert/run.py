@@ -1,7 +1,8 @@
 """The conversions behind ``slime convert``.
 
 hf-to-megatron builds the model on ``tensor × expert`` parallel ranks (processes started
-here, joined by gloo on CPU or nccl on GPUs), loads each rank's shards and saves them as a
+here, joined by gloo on CPU or nccl on GPUs), with every multi-token prediction layer the
+checkpoint holds (`slime_megatron.models.mtp`), loads each rank's shards and saves them as a
 model-only checkpoint in the backend's format (:mod:`slime_megatron.checkpoint`).
 megatron-to-hf reads a checkpoint's full tensors (ours in any layout, or Megatron-LM's:
 :mod:`slime_megatron.torch_dist`) and writes them as Hugging Face tensors with the config and
@@ -33,9 +34,10 @@ def _hf_to_megatron_rank(rank: int, sizes, hf_dir: str, out: str) -> None:
 
     from slime_megatron.checkpoint import save_checkpoint
     from slime_megatron.models import build_model, load_hf_weights
+    from slime_megatron.models.mtp import checkpoint_mtp_layers
 
     hf_config = AutoConfig.from_pretrained(hf_dir)
-    model = build_model(hf_config, sizes)
+    model = build_model(hf_config, sizes, mtp_layers=checkpoint_mtp_layers(hf_dir, hf_config))
     load_hf_weights(model, hf_dir, hf_config)
     save_checkpoint(out, 0, model, extra={"converted_from": str(Path(hf_dir).resolve())})
 

@@ -6,7 +6,9 @@
 - :func:`load_hf_weights` / :func:`export_hf_weights`: a rank's shards from Hugging Face
   weights, and gathered Hugging Face tensors back (a collective);
 - :func:`hf_to_megatron` / :func:`megatron_to_hf` / :func:`shard_for_rank`: the pure
-  conversions on full tensors (HF → Megatron → HF is bit-exact).
+  conversions on full tensors (HF → Megatron → HF is bit-exact);
+- multi-token prediction layers: :mod:`slime_megatron.models.mtp` (checkpoints, weight rules),
+  :mod:`.mtp_model` (the GPTModel that keeps them out of the logits), :mod:`.mtp_loss`.
 """
 
 from slime_megatron.models.build import build_model

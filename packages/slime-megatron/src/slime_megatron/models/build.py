@@ -5,8 +5,11 @@ from __future__ import annotations
 import torch
 
 
-def build_model(hf_config, config):
-    """This rank's part of the model (its tensor/expert shards and pipeline stage).
+def build_model(hf_config, config, mtp_layers: int = 0):
+    """This rank's part of the model (its tensor/expert shards and pipeline stage), with
+    ``mtp_layers`` multi-token prediction layers after the decoder (an
+    `slime_megatron.models.mtp_model.MTPGPTModel`; the checkpoint must hold them:
+    `slime_megatron.models.mtp.mtp_problem`).
 
     Uses megatron's local (non-Transformer-Engine) layers (with ``--sequence-parallel``, the
     norms of `slime_megatron.models.norms`) as the family edits them (``Family.layer_spec``),
@@ -15,8 +18,7 @@ def build_model(hf_config, config):
     (:func:`slime_megatron.parallel.init_parallel`).
     """
     from megatron.core import parallel_state
-    from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec, get_gpt_mtp_block_spec
 
     from slime_megatron.models.family import model_family
     from slime_megatron.models.norms import with_sequence_parallel_norms
@@ -24,25 +26,42 @@ def build_model(hf_config, config):
 
     _without_transformer_engine()
     family = model_family(hf_config)
-    tc = transformer_config(hf_config, config)
+    tc = transformer_config(hf_config, config, mtp_layers)
     _check_vocab(hf_config.vocab_size, tc.tensor_model_parallel_size)
     spec = get_gpt_decoder_block_spec(tc, use_transformer_engine=False, normalization="RMSNorm")
     if tc.sequence_parallel:
         spec = with_sequence_parallel_norms(spec)
-    model = GPTModel(
+    spec = family.layer_spec(spec)
+    # each MTP layer's decoder layer is built as the last decoder layer is (a MoE layer here)
+    mtp_spec = get_gpt_mtp_block_spec(tc, spec, use_transformer_engine=False) if mtp_layers else None
+    if mtp_spec is not None and tc.sequence_parallel:
+        mtp_spec = with_sequence_parallel_norms(mtp_spec)
+    model = _model_class(mtp_layers)(
         tc,
-        family.layer_spec(spec),
+        spec,
         vocab_size=hf_config.vocab_size,
         max_sequence_length=hf_config.max_position_embeddings,
         pre_process=parallel_state.is_pipeline_first_stage(),
         post_process=parallel_state.is_pipeline_last_stage(),
         share_embeddings_and_output_weights=bool(hf_config.tie_word_embeddings),
         position_embedding_type="rope",
+        mtp_block_spec=mtp_spec,
         **family.model_kwargs(hf_config),
     )
     if torch.cuda.is_available():
         model.cuda(torch.cuda.current_device())
     return model
+
+
+def _model_class(mtp_layers: int):
+    """megatron's GPTModel, or with MTP layers ours, which keeps them out of the logits."""
+    from megatron.core.models.gpt import GPTModel
+
+    if not mtp_layers:
+        return GPTModel
+    from slime_megatron.models.mtp_model import MTPGPTModel
+
+    return MTPGPTModel
 
 
 def _without_transformer_engine() -> None:

@@ -12,13 +12,16 @@ slime's launch scripts for these models set): RL keeps the routing balance the m
 trained with, and the rollout engines, which load it from the checkpoint, route the same.
 Exporting weights includes it, so a run that sets a rate with ``--megatron-config`` pushes
 the updated bias too.
+
+Both families' checkpoints may hold multi-token prediction layers (``Family.mtp_layer``:
+their decoder layer's rules; the rest is `slime_megatron.models.mtp`).
 """
 
 from __future__ import annotations
 
 from slime_megatron.models.families import (
-    attention_rules, decoder_rules, dense_mlp_rules, mlp_rules, moe_rules, moe_runtime, partial_rotary_kwargs,
-    rope_parameters,
+    attention_rules, decoder_rules, dense_mlp_rules, layer_rules, mlp_rules, moe_rules, moe_runtime,
+    partial_rotary_kwargs, rope_parameters,
 )
 from slime_megatron.models.family import Family, num_routed_experts, register_family
 from slime_megatron.models.weight_map import WeightRule
@@ -86,12 +89,14 @@ def _glm4_moe_config(hf_config) -> dict:
     }
 
 
-def _glm4_moe_rules(hf_config) -> list[WeightRule]:
+def _glm4_moe_parts(hf_config):
+    """GLM-4.5's attention and MLP rules, by layer index."""
     attention = lambda i: attention_rules(i, qkv_bias=hf_config.attention_bias, qk_norm=hf_config.use_qk_norm)
-    return decoder_rules(hf_config, attention, lambda i: deepseek_moe_rules(i, hf_config))
+    return attention, lambda i: deepseek_moe_rules(i, hf_config)
 
 
-GLM4_MOE = Family("glm4_moe", ("glm4_moe",), _glm4_moe_config, _glm4_moe_rules, partial_rotary_kwargs)
+GLM4_MOE = Family("glm4_moe", ("glm4_moe",), _glm4_moe_config, lambda c: decoder_rules(c, *_glm4_moe_parts(c)),
+                  partial_rotary_kwargs, mtp_layer=lambda c, i: layer_rules(i, *_glm4_moe_parts(c)))
 
 # ------------------------------------------------------------------ DeepSeek-V3 (multi-latent attention)
 
@@ -161,12 +166,14 @@ def _mla_layer_spec(spec):
     return with_mla_core_attention(spec)
 
 
-def _deepseek_v3_rules(hf_config) -> list[WeightRule]:
-    return decoder_rules(hf_config, lambda i: mla_rules(i, hf_config), lambda i: deepseek_moe_rules(i, hf_config))
+def _deepseek_v3_parts(hf_config):
+    """DeepSeek-V3's attention and MLP rules, by layer index."""
+    return lambda i: mla_rules(i, hf_config), lambda i: deepseek_moe_rules(i, hf_config)
 
 
-DEEPSEEK_V3 = Family("deepseek_v3", ("deepseek_v3",), _deepseek_v3_config, _deepseek_v3_rules,
-                     layer_spec=_mla_layer_spec)
+DEEPSEEK_V3 = Family("deepseek_v3", ("deepseek_v3",), _deepseek_v3_config,
+                     lambda c: decoder_rules(c, *_deepseek_v3_parts(c)), layer_spec=_mla_layer_spec,
+                     mtp_layer=lambda c, i: layer_rules(i, *_deepseek_v3_parts(c)))
 
 for _family in (GLM4_MOE, DEEPSEEK_V3):
     register_family(_family)

@@ -20,15 +20,19 @@ def decoder_rules(hf_config, attention: LayerRules, mlp: LayerRules) -> list[Wei
     attention and MLP (dense or MoE) given by ``attention`` and ``mlp``."""
     rules = [WeightRule("embedding.word_embeddings.weight", ("model.embed_tokens.weight",), "column")]
     for i in range(hf_config.num_hidden_layers):
-        hf, mg = f"model.layers.{i}.", f"decoder.layers.{i}."
-        rules.append(WeightRule(mg + "input_layernorm.weight", (hf + "input_layernorm.weight",), "copy"))
-        rules += attention(i)
-        rules.append(WeightRule(mg + "pre_mlp_layernorm.weight", (hf + "post_attention_layernorm.weight",), "copy"))
-        rules += mlp(i)
+        rules += layer_rules(i, attention, mlp)
     rules.append(WeightRule("decoder.final_layernorm.weight", ("model.norm.weight",), "copy"))
     if not hf_config.tie_word_embeddings:
         rules.append(WeightRule("output_layer.weight", ("lm_head.weight",), "column"))
     return rules
+
+
+def layer_rules(i: int, attention: LayerRules, mlp: LayerRules) -> list[WeightRule]:
+    """Decoder layer ``i``: its two pre-norms, attention and MLP (also the decoder layer inside
+    a multi-token prediction layer: `slime_megatron.models.mtp`)."""
+    hf, mg = f"model.layers.{i}.", f"decoder.layers.{i}."
+    return [WeightRule(mg + "input_layernorm.weight", (hf + "input_layernorm.weight",), "copy"), *attention(i),
+            WeightRule(mg + "pre_mlp_layernorm.weight", (hf + "post_attention_layernorm.weight",), "copy"), *mlp(i)]
 
 
 def attention_rules(i: int, qkv_bias: bool = False, qk_norm: bool = False) -> list[WeightRule]:

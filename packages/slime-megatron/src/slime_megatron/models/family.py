@@ -34,6 +34,10 @@ class Family:
     model_kwargs: Callable[[object], dict] = field(default=lambda hf_config: {})
     # megatron's local decoder block spec -> the one this architecture needs (modules of ours)
     layer_spec: Callable[[object], object] = field(default=lambda spec: spec)
+    # (hf_config, i) -> the rules of decoder layer i (``decoder.layers.{i}.`` names), for the
+    # decoder layer of a multi-token prediction layer (`slime_megatron.models.mtp`); None: the
+    # architecture has no MTP layers
+    mtp_layer: Callable[[object, int], list[WeightRule]] | None = None
 
 
 _FAMILIES: dict[str, Family] = {}
@@ -51,8 +55,13 @@ def register_family(family: Family) -> None:
 
 #: Hugging Face model types the FSDP backend trains and megatron-core cannot build, with what it lacks.
 MISSING = {
-    "qwen3_next": "megatron-core has no gated delta-net (linear attention) layer for Qwen3-Next's linear_attention "
-                  "layers",
+    "qwen3_next": "megatron-core has no gated delta-net (linear attention) layer that runs without flash-linear-attention "
+                  "(its experimental GatedDeltaNet, experimental_attention_variant 'gated_delta_net', needs that "
+                  "Triton/CUDA package), and slime-megatron maps no Qwen3-Next checkpoint onto it yet",
+    "glm_moe_dsa": "megatron-core 0.16's sparse attention (experimental_attention_variant 'dsa') is DeepSeek-V3.2's, "
+                   "not GLM-5's: its indexer always applies a Hadamard rotation (bf16 only, fast_hadamard_transform) "
+                   "that GLM-5's indexer does not, and no layer can reuse the previous layer's top-k (GLM-5's "
+                   "'shared' indexer layers)",
 }
 
 

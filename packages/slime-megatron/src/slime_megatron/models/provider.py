@@ -16,15 +16,16 @@ import torch
 from slime_megatron.models.build import _without_transformer_engine, build_model
 
 
-def provide_model(hf_config, config):
-    """``--megatron-model-provider``'s model for ``hf_config`` (checked), else `build_model`'s."""
+def provide_model(hf_config, config, mtp_layers: int = 0):
+    """``--megatron-model-provider``'s model for ``hf_config`` (checked), else `build_model`'s
+    (with ``mtp_layers`` MTP layers; a provider's model has none: the options refuse both)."""
     from megatron.core import parallel_state
 
     from slime_core.plugins.registry import resolve_reference
 
     path = getattr(config, "megatron_model_provider", None)
     if not path:
-        return build_model(hf_config, config)
+        return build_model(hf_config, config, mtp_layers)
     provider = resolve_reference(path, "--megatron-model-provider")
     _without_transformer_engine()
     model = provider(hf_config, config, pre_process=parallel_state.is_pipeline_first_stage(),

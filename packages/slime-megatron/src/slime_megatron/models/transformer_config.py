@@ -22,10 +22,11 @@ class MegatronConfigError(ValueError):
         super().__init__("\n".join(errors))
 
 
-def transformer_config(hf_config, config):
+def transformer_config(hf_config, config, mtp_layers: int = 0):
     """The ``TransformerConfig`` of ``hf_config`` under the options in ``config`` (a slime
-    ``Config`` or any object with the Megatron options as attributes); an
-    ``MLATransformerConfig`` for a family with multi-latent attention."""
+    ``Config`` or any object with the Megatron options as attributes), for a model with
+    ``mtp_layers`` multi-token prediction layers; an ``MLATransformerConfig`` for a family
+    with multi-latent attention."""
     from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 
     from slime_megatron.models.family import model_family
@@ -36,6 +37,7 @@ def transformer_config(hf_config, config):
         **_parallel(config),
         **_recompute(config),
         **_precision(config),
+        **({"mtp_num_layers": mtp_layers} if mtp_layers else {}),
         **parse_megatron_config(getattr(config, "megatron_config", None) or []),
     }
     return (MLATransformerConfig if kwargs.get("multi_latent_attention") else TransformerConfig)(**kwargs)

@@ -17,6 +17,7 @@ from typing import Iterator, Mapping
 import torch
 
 from slime_megatron.models.family import model_family, num_routed_experts
+from slime_megatron.models.mtp import mtp_rules
 from slime_megatron.models.weight_map import Heads, WeightRule, fuse, shard, unfuse, unshard
 
 _EXPERT = re.compile(r"local_experts\.(\d+)\.")
@@ -53,28 +54,32 @@ class Ranks:
 # ------------------------------------------------------------------ pure conversions
 
 
-def hf_to_megatron(hf_state: Mapping[str, torch.Tensor], hf_config) -> dict[str, torch.Tensor]:
+def hf_to_megatron(hf_state: Mapping[str, torch.Tensor], hf_config, mtp_layers: int = 0) -> dict[str, torch.Tensor]:
     """The full megatron state of a Hugging Face state dict (checkpoint names, or a
-    transformers model's ``state_dict()``, whose MoE experts are fused)."""
+    transformers model's ``state_dict()``, whose MoE experts are fused), with its first
+    ``mtp_layers`` multi-token prediction layers (`slime_megatron.models.mtp`)."""
     hf_state = split_fused_experts(hf_state, hf_config)
     heads = Heads.of(hf_config)
-    return {rule.megatron: fuse(rule, [hf_state[name] for name in rule.hf], heads) for rule in _rules(hf_config)}
+    return {rule.megatron: fuse(rule, [hf_state[name] for name in rule.hf], heads)
+            for rule in loading_rules(hf_config, mtp_layers)}
 
 
-def megatron_to_hf(megatron_state: Mapping[str, torch.Tensor], hf_config) -> dict[str, torch.Tensor]:
-    """The Hugging Face state dict (checkpoint names) of a full megatron state."""
+def megatron_to_hf(megatron_state: Mapping[str, torch.Tensor], hf_config, mtp_layers: int = 0) -> dict[str, torch.Tensor]:
+    """The Hugging Face state dict (checkpoint names) of a full megatron state, with its
+    first ``mtp_layers`` multi-token prediction layers."""
     heads = Heads.of(hf_config)
     out = {}
-    for rule in _rules(hf_config):
+    for rule in _rules(hf_config, mtp_layers):
         out.update(zip(rule.hf, unfuse(rule, megatron_state[rule.megatron], heads)))
     return out
 
 
-def shard_for_rank(megatron_state: Mapping[str, torch.Tensor], hf_config, ranks: Ranks) -> dict[str, torch.Tensor]:
+def shard_for_rank(megatron_state: Mapping[str, torch.Tensor], hf_config, ranks: Ranks,
+                   mtp_layers: int = 0) -> dict[str, torch.Tensor]:
     """One rank's part of a full megatron state: its tensor-parallel shards, its experts
     (renumbered locally) and its pipeline stage's layers (renumbered from 0)."""
     out = {}
-    for rule in _rules(hf_config):
+    for rule in loading_rules(hf_config, mtp_layers):
         name = local_name(rule, hf_config, ranks)
         if name is not None:
             out[name] = _shard(rule, megatron_state[rule.megatron], ranks)
@@ -132,8 +137,24 @@ def split_fused_experts(hf_state: Mapping[str, torch.Tensor], hf_config) -> Mapp
     return out
 
 
-def _rules(hf_config) -> list[WeightRule]:
-    return model_family(hf_config).weight_rules(hf_config)
+def _rules(hf_config, mtp_layers: int = 0) -> list[WeightRule]:
+    """Every rule of the model with ``mtp_layers`` MTP layers; exporting follows all of them."""
+    rules = model_family(hf_config).weight_rules(hf_config)
+    return rules + mtp_rules(hf_config, mtp_layers) if mtp_layers else rules
+
+
+def loading_rules(hf_config, mtp_layers: int = 0) -> list[WeightRule]:
+    """The rule that fills each megatron parameter: the first of `_rules` that names it (an
+    MTP layer's ``shared_head.head`` is exported from the output layer, never loaded into it)."""
+    first: dict[str, WeightRule] = {}
+    for rule in _rules(hf_config, mtp_layers):
+        first.setdefault(rule.megatron, rule)
+    return list(first.values())
+
+
+def model_mtp_layers(model) -> int:
+    """The MTP layers of a GPTModel (unwrapped) on this pipeline stage (0 without)."""
+    return len(model.mtp.layers) if getattr(model, "mtp_process", False) else 0
 
 
 # ------------------------------------------------------------------ loading a rank's shards
@@ -178,7 +199,7 @@ def _local_rules(model, hf_config) -> dict[str, WeightRule]:
 def _rules_with_tied_output(model, hf_config) -> list[WeightRule]:
     """With tied embeddings split over pipeline stages, the last stage keeps its own copy
     of the embedding as ``output_layer.weight``."""
-    rules = _rules(hf_config)
+    rules = loading_rules(hf_config, model_mtp_layers(model))
     if hf_config.tie_word_embeddings and "output_layer.weight" in model.state_dict():
         rules.append(WeightRule("output_layer.weight", ("model.embed_tokens.weight",), "column"))
     return rules
@@ -219,9 +240,10 @@ def unwrap(model):
 # ------------------------------------------------------------------ exporting gathered weights
 
 
-def export_hf_weights(model, hf_config) -> Iterator[tuple[str, torch.Tensor]]:
+def export_hf_weights(model, hf_config, with_mtp: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield ``(hf_name, full CPU tensor)`` for every weight on this pipeline stage,
-    gathered over tensor-, expert-tensor- and expert-parallel ranks, in the model's dtype.
+    gathered over tensor-, expert-tensor- and expert-parallel ranks, in the model's dtype;
+    the multi-token prediction layers' too unless ``with_mtp`` is False.
 
     A collective: every rank of the stage's model-parallel group must iterate it to the
     end, in step; every one of them gets every tensor (data-parallel replicas need not
@@ -230,7 +252,7 @@ def export_hf_weights(model, hf_config) -> Iterator[tuple[str, torch.Tensor]]:
     model = unwrap(model)
     ranks, heads = Ranks.current(model), Heads.of(hf_config)
     params = {**dict(model.named_buffers()), **dict(model.named_parameters())}  # buffers: a router's expert bias
-    for rule in _rules(hf_config):
+    for rule in _rules(hf_config, model_mtp_layers(model) if with_mtp else 0):
         name = local_name(rule, hf_config, ranks)
         if name is None or name not in params:
             continue

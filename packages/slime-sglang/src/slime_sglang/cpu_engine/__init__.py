@@ -8,6 +8,7 @@ router and weight-update code as a real SGLang server. Start it with
 - ``sampling``: temperature / top-p / top-k / seeded draws and log-probs
 - ``stopping``: finish reasons and the answered text
 - ``batch``: the running batch and its left-padded per-request caches
+- ``layer_cache``: one layer's cache by kind (attention columns, DSA indexer keys, linear-attention state)
 - ``scheduler``: continuous batching on a thread of its own
 - ``weights``: loading, updates, memory release
 - ``engine``, ``control``, ``server``: the HTTP side

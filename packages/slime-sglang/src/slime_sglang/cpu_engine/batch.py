@@ -1,12 +1,15 @@
-"""The running batch: requests decoded together, each with its own key/value cache.
+"""The running batch: requests decoded together, each with its own per-layer cache.
 
-Row i of every cache tensor belongs to ``requests[i]``. Caches of different lengths share
-one buffer per layer by left padding: a mask marks the real positions, and every forward
+Row i of every cache tensor belongs to ``requests[i]``. An attention layer's cache
+(`layer_cache.Columns`) holds one column per position: caches of different lengths share
+one buffer per layer by left padding, a mask marks the real positions, and every forward
 passes explicit position ids (each row's true position), so a padded row computes what it
-would alone. Requests join by :func:`merge` (the shorter side is padded on the left) and
-leave by :func:`keep` (their rows are dropped, then the columns only padding still uses).
+would alone. A linear-attention layer's cache (`layer_cache.Recurrent`, Qwen3-Next) is a
+fixed-size state per row, which left padding leaves exact. Requests join by :func:`merge`
+(the shorter side is padded on the left) and leave by :func:`keep` (their rows are dropped,
+then the columns only padding still uses).
 
-The buffers have spare columns: a decode step writes its one new column in place instead
+The column buffers have spare columns: a decode step writes its one new column in place instead
 of concatenating (copying) the whole cache, which would cost more than the model itself
 for long outputs. When the spare columns run out, the capacity doubles.
 """
@@ -16,8 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+from transformers.cache_utils import Cache, DynamicCache
 
+from slime_sglang.cpu_engine import layer_cache
 from slime_sglang.cpu_engine.request import GenerateRequest
 
 MIN_SPARE_COLUMNS = 32
@@ -26,10 +30,13 @@ MIN_SPARE_COLUMNS = 32
 @dataclass
 class RunningBatch:
     requests: list[GenerateRequest]
-    keys: list[torch.Tensor]  # per layer (B, kv_heads, capacity, head_dim); columns [:length] in use
-    values: list[torch.Tensor]  # same shapes as keys
+    layers: list  # per decoder layer, a layer_cache.Columns or layer_cache.Recurrent
     mask: torch.Tensor  # (B, capacity) int64: 1 where the cache holds a real token, 0 for padding
     length: int  # columns in use, the same for every row (left padding)
+
+    @property
+    def capacity(self) -> int:
+        return self.mask.shape[1]
 
 
 def prefill(model, requests: list[GenerateRequest]) -> tuple[RunningBatch, torch.Tensor]:
@@ -37,8 +44,9 @@ def prefill(model, requests: list[GenerateRequest]) -> tuple[RunningBatch, torch
     prompt's last position (B, V).
 
     Requests with the same prompt (the samples of a GRPO group) share one row of the forward,
-    whose keys and values are then copied to each of them, as SGLang's radix cache shares a
-    common prefix: a rollout of 32 prompts × 8 samples prefills 32 rows, not 256."""
+    whose cache (keys and values, or recurrent state) is then copied to each of them, as
+    SGLang's radix cache shares a common prefix: a rollout of 32 prompts × 8 samples prefills
+    32 rows, not 256."""
     rows: dict[tuple[int, ...], int] = {}
     row_of = torch.tensor([rows.setdefault(tuple(r.input_ids), len(rows)) for r in requests])
     prompts = [list(prompt) for prompt in rows]
@@ -46,14 +54,13 @@ def prefill(model, requests: list[GenerateRequest]) -> tuple[RunningBatch, torch
     ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache()
+    cache = DynamicCache(config=model.config)
     logits = _forward(model, ids, mask, positions, cache)
     capacity = width + max(MIN_SPARE_COLUMNS, width)
     return RunningBatch(
         requests,
-        keys=[_pad(layer.keys[row_of], 0, capacity) for layer in cache.layers],
-        values=[_pad(layer.values[row_of], 0, capacity) for layer in cache.layers],
-        mask=_pad(mask[row_of], 0, capacity),
+        layers=[layer_cache.from_prefill(layer, row_of, capacity) for layer in cache.layers],
+        mask=_pad_mask(mask[row_of], 0, capacity),
         length=width,
     ), logits[row_of]
 
@@ -64,7 +71,7 @@ def decode(model, batch: RunningBatch) -> torch.Tensor:
     ids = torch.tensor([[r.output_ids[-1]] for r in batch.requests])
     positions = torch.tensor([[len(r.input_ids) + len(r.output_ids) - 1] for r in batch.requests])
     batch.mask[:, batch.length] = 1
-    cache = Cache(layers=[_BufferLayer(k, v, batch.length) for k, v in zip(batch.keys, batch.values)])
+    cache = Cache(layers=[layer.layer(batch.length) for layer in batch.layers])
     logits = _forward(model, ids, batch.mask[:, : batch.length + 1], positions, cache)
     batch.length += 1
     return logits
@@ -73,17 +80,13 @@ def decode(model, batch: RunningBatch) -> torch.Tensor:
 def merge(a: RunningBatch, b: RunningBatch) -> RunningBatch:
     """One batch holding the rows of ``a`` then ``b``."""
     length = max(a.length, b.length)
-    capacity = length + max(MIN_SPARE_COLUMNS, a.keys[0].shape[2] - a.length, b.keys[0].shape[2] - b.length)
-
-    def join(x: torch.Tensor, x_length: int, y: torch.Tensor, y_length: int) -> torch.Tensor:
-        return torch.cat([_pad(x[..., :x_length, :] if x.dim() == 4 else x[:, :x_length], length - x_length, capacity),
-                          _pad(y[..., :y_length, :] if y.dim() == 4 else y[:, :y_length], length - y_length, capacity)])
-
+    capacity = length + max(MIN_SPARE_COLUMNS, a.capacity - a.length, b.capacity - b.length)
+    mask = torch.cat([_pad_mask(a.mask[:, : a.length], length - a.length, capacity),
+                      _pad_mask(b.mask[:, : b.length], length - b.length, capacity)])
     return RunningBatch(
         a.requests + b.requests,
-        keys=[join(ka, a.length, kb, b.length) for ka, kb in zip(a.keys, b.keys)],
-        values=[join(va, a.length, vb, b.length) for va, vb in zip(a.values, b.values)],
-        mask=join(a.mask, a.length, b.mask, b.length),
+        layers=[la.join(a.length, lb, b.length, length, capacity) for la, lb in zip(a.layers, b.layers)],
+        mask=mask,
         length=length,
     )
 
@@ -97,55 +100,29 @@ def keep(batch: RunningBatch, rows: list[int]) -> RunningBatch | None:
     start = int(mask[:, : batch.length].any(dim=0).int().argmax())  # first column a remaining row uses
     return RunningBatch(
         [batch.requests[i] for i in rows],
-        keys=[k[index, :, start:] for k in batch.keys],
-        values=[v[index, :, start:] for v in batch.values],
+        layers=[layer.select(index, start) for layer in batch.layers],
         mask=mask[:, start:],
         length=batch.length - start,
     )
 
 
-class _BufferLayer(DynamicLayer):
-    """A cache layer that writes new keys / values into spare columns of preallocated buffers."""
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int):
-        super().__init__()
-        self.buffers, self.length = (keys, values), length
-        self.keys, self.values = keys[:, :, :length], values[:, :, :length]
-        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        end = self.length + key_states.shape[-2]
-        keys, values = self.buffers
-        keys[:, :, self.length: end] = key_states
-        values[:, :, self.length: end] = value_states
-        self.length = end
-        self.keys, self.values = keys[:, :, :end], values[:, :, :end]
-        return self.keys, self.values
-
-
 def _reserve(batch: RunningBatch, columns: int) -> None:
     """Make the buffers hold at least ``columns`` columns (doubling their capacity)."""
-    capacity = batch.mask.shape[1]
-    if columns <= capacity:
+    if columns <= batch.capacity:
         return
-    capacity = max(columns, 2 * capacity)
-    batch.keys = [_pad(k, 0, capacity) for k in batch.keys]
-    batch.values = [_pad(v, 0, capacity) for v in batch.values]
-    batch.mask = _pad(batch.mask, 0, capacity)
+    capacity = max(columns, 2 * batch.capacity)
+    batch.layers = [layer.reserve(capacity) for layer in batch.layers]
+    batch.mask = _pad_mask(batch.mask, 0, capacity)
 
 
 def _forward(model, ids, mask, positions, cache: Cache) -> torch.Tensor:
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
                 use_cache=True, logits_to_keep=1)
     return out.logits[:, -1]
 
 
-def _pad(tensor: torch.Tensor, left: int, capacity: int) -> torch.Tensor:
-    """``tensor`` (a (B, H, L, D) cache or a (B, L) mask) placed ``left`` zero columns from
-    the start of a zero tensor ``capacity`` columns wide."""
-    dim = 2 if tensor.dim() == 4 else 1
-    shape = list(tensor.shape)
-    shape[dim] = capacity
-    out = tensor.new_zeros(shape)
-    out.narrow(dim, left, tensor.shape[dim]).copy_(tensor)
+def _pad_mask(mask: torch.Tensor, left: int, capacity: int) -> torch.Tensor:
+    """A (B, L) mask placed ``left`` zero columns from the start of a (B, capacity) zero mask."""
+    out = mask.new_zeros((mask.shape[0], capacity))
+    out[:, left: left + mask.shape[1]] = mask
     return out

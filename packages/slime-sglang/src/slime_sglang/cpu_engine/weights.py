@@ -31,18 +31,22 @@ PER_EXPERT = re.compile(r"^(?P<experts>.+\.experts)\.(?P<index>\d+)\.(?P<proj>ga
 
 
 def load_model(model_path: str):
-    """The causal LM (float32, eval mode) and tokenizer saved in a Hugging Face directory."""
+    """The causal LM (float32, eval mode) and tokenizer saved in a Hugging Face directory; an
+    error for a model whose layers' cache the running batch cannot hold (`layer_cache`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from slime_sglang.cpu_engine.layer_cache import unsupported_layers
 
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
     layer_types = set(getattr(model.config, "layer_types", None) or [])
     if "sliding_attention" in layer_types:
         raise ValueError(f"{model_path} uses sliding-window attention, which the CPU engine does not support; "
                          "serve it with SGLang, or turn sliding windows off in its config.json")
-    if layer_types - {"full_attention"}:
-        raise ValueError(f"{model_path} ({model.config.model_type}) has {', '.join(sorted(layer_types - {'full_attention'}))} "
-                         "layers, whose recurrent state the CPU engine's batched KV cache does not hold yet; "
-                         "serve it with SGLang (training it needs no engine: --debug-train-only with replayed rollouts)")
+    unsupported = unsupported_layers(model.config)
+    if unsupported:
+        raise ValueError(f"{model_path} ({model.config.model_type}) needs transformers cache layers {', '.join(unsupported)}, "
+                         "which the CPU engine's running batch does not hold (it holds attention, DSA and linear-attention "
+                         "layers); serve it with SGLang")
     return model, AutoTokenizer.from_pretrained(model_path)
 
 

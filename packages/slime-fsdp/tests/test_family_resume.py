@@ -1,0 +1,27 @@
+"""Resuming an FSDP checkpoint keeps each model family's own state (routers' correction
+biases: buffers that no optimizer updates; Qwen3-Next's linear attention, GLM-5's frozen
+sparse-attention indexer), at the rank level:
+`slime_core.testing.check_rank_resume`. Qwen3's resume is `test_fsdp_backend.py`'s; the
+driver's side of a resume (data source, rollout id) is tests/test_loop.py's."""
+
+import pytest
+import torch.distributed as dist
+
+from slime_core.testing import check_rank_resume
+from slime_fsdp.rank import FSDPTrainRank
+
+pytestmark = pytest.mark.integration
+
+FAMILIES = ["qwen2", "llama", "qwen3_moe", "glm4", "glm4_moe", "deepseek_v3", "qwen3_next", "glm_moe_dsa"]
+SETTINGS = dict(train_backend="fsdp", rollout_batch_size=4, n_samples_per_prompt=4, lr=1e-3, micro_batch_size=8,
+                rollout_max_response_len=8, entropy_coef=0.01, weight_decay=0.01, lr_warmup_iters=1)
+
+
+def destroy_process_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_resumed_rank_continues_bit_for_bit(prompt_file, tmp_path, family):
+    check_rank_resume(FSDPTrainRank, destroy_process_group, prompt_file, tmp_path, family, **SETTINGS)

@@ -209,9 +209,8 @@ def test_a_stopped_run_leaves_no_process_behind_and_a_resumable_checkpoint(tmp_p
         assert stopped.returncode == (-9 if stop_signal == "SIGKILL" else 130), stopped.stderr[-2000:]
         started = json.loads(record.read_text())
         assert len(started) >= 3  # Ray's processes, the train rank, the engine and the router at least
-        time.sleep(5 if stop_signal == "SIGKILL" else 2)
         ray_agents = ("ray::DashboardAgent", "ray::RuntimeEnvAgent") if stop_signal == "SIGKILL" else ()
-        assert [command_line(pid) for pid in started if alive(pid) and not command_line(pid).startswith(ray_agents)] == []
+        assert _left_running(started, ray_agents, within_s=5 if stop_signal == "SIGKILL" else 2) == []
         assert (tmp_path / "ckpt" / "rollout_state" / "iter_0000000.json").is_file()
         assert not (tmp_path / "ckpt" / "rollout_state" / "iter_0000001.json").exists()
         if (stop_signal, phase) == ("SIGINT", "training"):
@@ -235,6 +234,17 @@ def test_sigterm_unwinds_like_ctrl_c_while_the_loop_runs():
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)  # the handler interrupts this
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def _left_running(pids, ignored: tuple[str, ...], within_s: float) -> list[str]:
+    """The command lines of ``pids`` still running ``within_s`` seconds from now (those starting
+    with ``ignored`` not counted); returns as soon as none is."""
+    deadline = time.monotonic() + within_s
+    while True:
+        running = [command_line(pid) for pid in pids if alive(pid) and not command_line(pid).startswith(ignored)]
+        if not running or time.monotonic() > deadline:
+            return running
+        time.sleep(0.1)
 
 
 def _interruptible() -> None:

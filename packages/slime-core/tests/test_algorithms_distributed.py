@@ -4,7 +4,6 @@ import torch
 import torch.distributed as dist
 
 from slime_core.algorithms import loss_denominators, whiten
-from slime_core.rank_processes import spawn_ranks
 
 
 def _data():
@@ -27,8 +26,8 @@ def _rank_main(rank: int, world_size: int, port: int):
         dist.destroy_process_group()
 
 
-def test_whiten_and_denominators_over_ranks_equal_the_concatenated_batch():
-    results = spawn_ranks((__file__, "_rank_main"), 2)
+def test_whiten_and_denominators_over_ranks_equal_the_concatenated_batch(rank_pool):
+    results = rank_pool.run((__file__, "_rank_main"), 2)
     values, mask = _data()
     assert torch.allclose(torch.cat([results[0][0], results[1][0]]), whiten(values, mask), atol=1e-6)
     assert results[0][1] == results[1][1] == loss_denominators(mask)

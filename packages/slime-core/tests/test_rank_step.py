@@ -8,7 +8,6 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from slime_core.rank_processes import spawn_ranks
 from slime_core.rank_step import RankStep, RolloutSteps, check_prompts, lr_factor, pad_rows, sum_over_ranks
 from slime_core.rollout_batch import RolloutBatch
 from slime_core.sample import Sample, SampleStatus
@@ -92,8 +91,8 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_two_ranks_plan_together_and_count_and_sum_the_global_batch():
-    results = spawn_ranks((__file__, "_rank_main"), 2)
+def test_two_ranks_plan_together_and_count_and_sum_the_global_batch(rank_pool):
+    results = rank_pool.run((__file__, "_rank_main"), 2)
     whole = _single_process(_free_port())
     # rank 0 needs 2 micro-batches of 2; rank 1 one, padded with an empty one
     assert results[0]["plan"] == [[0, 1], [2, 3]] and results[1]["plan"] == [[0, 1], []]

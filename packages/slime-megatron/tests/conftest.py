@@ -77,13 +77,15 @@ def parallel_sizes(tp: int = 1, ep: int = 1, etp: int | None = None, pp: int = 1
 
 
 @pytest.fixture(scope="session")
-def run_ranks():
+def run_ranks(rank_pool):
     """``run_ranks(fn, world_size, *args, tp=1, ep=1, etp=None, pp=1, **options) -> [result
     of each rank]``: runs ``fn(rank, sizes, *args)`` on ``world_size`` spawned processes
     joined by gloo, with megatron's parallel groups for ``sizes`` (see `parallel_sizes`), in
-    CPU mode; ``fn`` (a test module's function) is loaded from its file in each child."""
+    CPU mode; ``fn`` (a test module's function) is loaded from its file in each child. The
+    processes are the session's `rank_pool`: spawned once, not per call."""
 
     def run(fn, world_size: int, *args, **sizes) -> list:
-        return run_on_ranks((inspect.getsourcefile(fn), fn.__name__), world_size, parallel_sizes(**sizes), *args)
+        return run_on_ranks((inspect.getsourcefile(fn), fn.__name__), world_size, parallel_sizes(**sizes), *args,
+                            pool=rank_pool)
 
     return run

@@ -232,18 +232,13 @@ def _nuclei():
     return [[t for nucleus in nuclei for t in nucleus]], [offsets]
 
 
-def test_vocab_parallel_log_probs_and_entropy_equal_the_full_vocabulary_ones():
+def test_vocab_parallel_log_probs_and_entropy_equal_the_full_vocabulary_ones(run_ranks):
     """Two tensor-parallel ranks with half the vocabulary each: the values and the gradients
     of log π(y) and the entropy equal those of the whole (unpadded) vocabulary on one process;
     so do the log-probs over top-p nuclei, each rank masking its slice."""
     from slime_core.algorithms import entropy_from_logits, log_probs_from_logits, nucleus_keep_mask
 
-    from slime_megatron.processes import run_on_ranks
-
-
-    sizes = SimpleNamespace(tensor_model_parallel_size=2, pipeline_model_parallel_size=1, context_parallel_size=1,
-                            expert_model_parallel_size=1, expert_tensor_parallel_size=None, seed=1234)
-    results = run_on_ranks((__file__, "_vocab_parallel_rank"), 2, sizes)  # spawned: a fork can crash under Ray
+    results = run_ranks(_vocab_parallel_rank, 2, tp=2)  # spawned: a fork can crash under Ray
     logits, targets = _logits()
     full = logits[:, :100].clone().requires_grad_()
     log_probs, entropy = log_probs_from_logits(full, targets, 0.7), entropy_from_logits(full, 0.7)

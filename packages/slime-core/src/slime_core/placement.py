@@ -13,19 +13,31 @@ threads (`rank_threads`), less one core per CPU engine when engines generate whi
 train (``--train-mode async``, not colocated), the way disaggregated GPUs never overlap.
 Sharing cores that both sides use at once would slow both (the 2-core quickstart in async
 mode: 0.60 s per step of training instead of 0.31).
+
+Across Ray nodes the group is packed (``PACK``: as few nodes as fit it), each engine's GPUs
+in its one bundle, so on one node. ``--train-node-resource`` and ``--rollout-node-resource``
+steer the ranks' and the engines' bundles to the nodes started with that custom resource
+(e.g. inference nodes apart from training nodes). Once reserved, the group's bundles say on
+which nodes the run lies: more than one, and its servers listen on their node's address with
+a token on their control endpoints (`slime_core.network`); `record` is what the run directory
+keeps of it (``placement.json``).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from slime_core.network import LOOPBACK, Network
+from slime_core.ports import free_port
 from slime_core.train_backend import cpu_thread_options
 
 #: Colocated on a GPU: the share each side asks Ray for (they never run at the same time).
 COLOCATED_TRAIN_GPU, COLOCATED_ENGINE_GPU = 0.6, 0.3
 RESERVE_TIMEOUT_S = 120.0
+#: What a bundle asks of a ``--*-node-resource``: a node started with ``{NAME: 1}`` holds 10,000 such bundles.
+NODE_RESOURCE_SHARE = 0.0001
 
 
 @dataclass
@@ -37,6 +49,8 @@ class Placement:
     gpu: bool
     engine_bundles: list[dict[str, float]]  # the rollout backend's bundle per engine it starts
     rank_threads: int = 0  # torch threads of a CPU training rank (0 on GPUs)
+    nodes: list[tuple[str, str]] = field(default_factory=list)  # (Ray node id, node IP) of each bundle
+    network: Network = field(default_factory=Network)
 
     @classmethod
     def reserve(cls, config, engine_bundles: list[dict[str, float]]) -> Placement:
@@ -52,18 +66,23 @@ class Placement:
         if config.colocate and any(bundle.get("GPU", 0) > 1 for bundle in engine_bundles):
             raise ValueError("--colocate with --rollout-num-gpus-per-engine > 1 is not supported yet: an engine "
                              "would span several training ranks' GPUs; use 1, or run disaggregated")
-        unit = {"GPU": 1, "CPU": 1} if gpu else {"CPU": 1}
+        unit = _on_nodes_with({"GPU": 1, "CPU": 1} if gpu else {"CPU": 1}, config.get("train_node_resource"))
         colocated = config.colocate and ranks > 0  # engines alone (--debug-rollout-only) need bundles of their own
-        bundles = [unit] * (ranks + critic) + ([] if colocated else list(engine_bundles))
+        engines = [_on_nodes_with(bundle, config.get("rollout_node_resource")) for bundle in engine_bundles]
+        bundles = [unit] * (ranks + critic) + ([] if colocated else engines)
         group = placement_group(bundles, strategy="PACK")
         ready, _ = ray.wait([group.ready()], timeout=RESERVE_TIMEOUT_S)
         if not ready:
             ray.util.remove_placement_group(group)
+            steered = " (bundles naming a custom resource need nodes started with it: ray start --resources)" \
+                if config.get("train_node_resource") or config.get("rollout_node_resource") else ""
             raise RuntimeError(f"Ray could not reserve {len(bundles)} bundles {bundles} in {RESERVE_TIMEOUT_S:.0f} s "
-                               f"(cluster: {ray.cluster_resources()}); lower --actor-num-gpus-per-node or "
+                               f"(cluster: {ray.cluster_resources()}){steered}; lower --actor-num-gpus-per-node or "
                                "--rollout-num-gpus, or add nodes")
         threads = 0 if gpu else rank_threads(config, ranks, cpu_engines(engine_bundles))
-        return cls(group, ranks, critic, colocated, gpu, list(engine_bundles), threads)
+        nodes = bundle_nodes(group)
+        return cls(group, ranks, critic, colocated, gpu, list(engine_bundles), threads, nodes,
+                   Network.for_nodes(len({node for node, _ in nodes})))
 
     @classmethod
     def in_process(cls, config, engine_bundles: list[dict[str, float]]) -> Placement:
@@ -79,7 +98,44 @@ class Placement:
         parts += [f"{self.critic_ranks} critic ranks"] if self.critic_ranks else []
         if self.engine_bundles:
             parts.append("engines sharing the ranks' bundles" if self.colocate else "engines one bundle per engine")
-        return f"placement: {len(self.group.bundle_specs)} bundles ({', '.join(parts) or 'nothing'})"
+        where = f" on {len({node for node, _ in self.nodes})} nodes" if self.network.spans_nodes else ""
+        return f"placement: {len(self.group.bundle_specs)} bundles{where} ({', '.join(parts) or 'nothing'})"
+
+    def rendezvous(self, rank0_bundle: int) -> tuple[str, int]:
+        """Where a group of train ranks meets: the IP of its rank 0's node (the loopback on one
+        node) and a port free there."""
+        if not self.network.spans_nodes:
+            return LOOPBACK, free_port()
+        node, ip = self.nodes[rank0_bundle]
+        return ip, _free_port_on(node, ip)
+
+    def rank_bundle(self, rank: int, critic: bool = False) -> int:
+        """The bundle of train rank ``rank`` (the critic's with ``critic``). The ranks take their
+        bundles in node order, so those of one node are consecutive (tensor-parallel groups,
+        which want NVLink, are made of consecutive ranks) and rank 0 is on the first node."""
+        first, count = (self.num_ranks, self.critic_ranks) if critic else (0, self.num_ranks)
+        return by_node(range(first, first + count), self.nodes)[rank]
+
+    def engine_bundle(self, index: int) -> int:
+        """The bundle engine ``index`` runs in."""
+        return index if self.colocate else self.num_ranks + self.critic_ranks + index
+
+    def record(self) -> dict[str, Any]:
+        """Which node each part runs on, for ``placement.json`` in the run directory (bundles
+        as Ray reports them now: after a lost node, where its bundles were placed again)."""
+        if self.group is None:
+            return {"spans_nodes": False, "parts": {}}
+        import ray
+
+        nodes = bundle_nodes(self.group)
+        bundles = {f"train_rank_{rank}": self.rank_bundle(rank) for rank in range(self.num_ranks)}
+        bundles |= {f"critic_rank_{rank}": self.rank_bundle(rank, critic=True) for rank in range(self.critic_ranks)}
+        bundles |= {f"engine_{index}": self.engine_bundle(index) for index in range(len(self.engine_bundles))}
+        parts = {part: {"bundle": bundle, "node_id": nodes[bundle][0], "node_ip": nodes[bundle][1]}
+                 for part, bundle in bundles.items()}
+        driver = ray.get_runtime_context().get_node_id()
+        parts["driver"] = {"node_id": driver, "node_ip": _node_ips().get(driver, "")}
+        return {"spans_nodes": self.network.spans_nodes, "parts": parts}
 
     def train_options(self, rank: int) -> dict:
         """Ray actor options of training rank ``rank``."""
@@ -87,20 +143,21 @@ class Placement:
             return {}
         gpus = (COLOCATED_TRAIN_GPU if self.colocate else 1) if self.gpu else 0
         threads = {} if self.gpu else cpu_thread_options(self.rank_threads)
-        return {"num_cpus": 0, "num_gpus": gpus, "scheduling_strategy": self._bundle(rank), **threads}
+        return self.network.actor_options({"num_cpus": 0, "num_gpus": gpus,
+                                           "scheduling_strategy": self._bundle(self.rank_bundle(rank)), **threads})
 
     def critic_options(self, rank: int) -> dict:
         """Ray actor options of the PPO critic's rank ``rank`` (bundles after the policy's)."""
         if self.group is None:
             return {}
-        return {**self.train_options(rank), "scheduling_strategy": self._bundle(self.num_ranks + rank)}
+        return {**self.train_options(rank), "scheduling_strategy": self._bundle(self.rank_bundle(rank, critic=True))}
 
     def engine_options(self, index: int) -> dict:
         """Ray actor options of engine ``index``: in its own bundle, or colocated in a training
         rank's, taking a share of that rank's GPU."""
         if self.group is None:
             return {}
-        bundle = index if self.colocate else self.num_ranks + self.critic_ranks + index
+        bundle = self.engine_bundle(index)
         engine_gpus = self.engine_bundles[index].get("GPU", 0) if index < len(self.engine_bundles) else 0
         gpus = (COLOCATED_ENGINE_GPU if self.colocate else engine_gpus) if engine_gpus else 0
         return {"num_cpus": 0, "num_gpus": gpus, "scheduling_strategy": self._bundle(bundle)}
@@ -116,6 +173,43 @@ class Placement:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         return PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index)
+
+
+def _on_nodes_with(bundle: dict[str, float], resource: str | None) -> dict[str, float]:
+    """``bundle``, placed only on nodes that have the custom ``resource`` (when one is named)."""
+    return {**bundle, resource: NODE_RESOURCE_SHARE} if resource else bundle
+
+
+def by_node(bundles, nodes: list[tuple[str, str]]) -> list[int]:
+    """``bundles`` (indices) grouped by the IP of their node, in index order within a node
+    (as given when ``nodes`` is empty: nothing reserved)."""
+    return sorted(bundles, key=lambda bundle: (nodes[bundle][1], bundle)) if nodes else list(bundles)
+
+
+def bundle_nodes(group) -> list[tuple[str, str]]:
+    """(Ray node id, node IP) of each bundle of a ready placement group, in bundle order."""
+    from ray.util import placement_group_table
+
+    table = placement_group_table(group)["bundles_to_node_id"]
+    ips = _node_ips()
+    return [(table[index], ips.get(table[index], "")) for index in sorted(table)]
+
+
+def _node_ips() -> dict[str, str]:
+    import ray
+
+    return {node["NodeID"]: node["NodeManagerAddress"] for node in ray.nodes()}
+
+
+def _free_port_on(node_id: str, ip: str) -> int:
+    """A port free on node ``node_id`` (asked there by a small task unless it is the driver's)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if node_id == ray.get_runtime_context().get_node_id():
+        return free_port(ip)
+    there = NodeAffinitySchedulingStrategy(node_id, soft=False)
+    return ray.get(ray.remote(num_cpus=0)(free_port).options(scheduling_strategy=there).remote(ip))
 
 
 def train_ranks(config) -> tuple[int, int]:

@@ -119,4 +119,6 @@ class RolloutBackend(Protocol):
 
     def client(self, url: str) -> RolloutEngine:
         """A generation client for the engine or router at ``url`` (made on the rollout
-        event loop, whose connections it then uses)."""
+        event loop, whose connections it then uses). On a run that spans Ray nodes it is
+        called with ``api_key=`` the run's token as well, to send as ``Authorization: Bearer``
+        (`slime_core.network`)."""

@@ -15,6 +15,7 @@ from contextlib import nullcontext
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Protocol
 
+from slime_core.network import LOOPBACK
 from slime_core.ports import free_port
 from slime_core.rollout_batch import RolloutBatch, dp_rank_indices
 from slime_core.weight_bucket import WeightBucket
@@ -86,16 +87,18 @@ class TrainGroup:
     this process, called directly: for debugging, and for the driver's tests with fake backends."""
 
     def __init__(self, rank_class, config, num_ranks: int, num_gpus_per_rank: float = 0, actor_options=None,
-                 in_process: bool = False, env: dict[str, str] | None = None):
+                 in_process: bool = False, env: dict[str, str] | None = None, master: tuple[str, int] | None = None):
         """``actor_options(rank) -> dict`` (e.g. `slime_core.placement.Placement.train_options`)
         overrides the Ray options of each rank's actor; ``env`` adds environment variables to
-        every rank's process (`slime_core.plugins.Plugins.worker_env`: the run's plugins)."""
-        port = free_port()
+        every rank's process (`slime_core.plugins.Plugins.worker_env`: the run's plugins);
+        ``master``: the ranks' rendezvous address and port (`Placement.rendezvous`: rank 0's
+        node across nodes; default a free port on the loopback)."""
+        master_addr, port = master or (LOOPBACK, free_port())
         self.num_ranks = num_ranks
         if in_process:
             if num_ranks != 1:
                 raise ValueError(f"--actor-runtime inprocess runs one train rank, not {num_ranks}")
-            self.ranks = [_InProcessRank(rank_class(config, 0, 1, "127.0.0.1", port))]
+            self.ranks = [_InProcessRank(rank_class(config, 0, 1, master_addr, port))]
             return
         import ray
 
@@ -103,7 +106,7 @@ class TrainGroup:
         threads = {} if num_gpus_per_rank else cpu_thread_options(max(1, (os.cpu_count() or 1) // num_ranks))
         options = [with_env({**threads, **(actor_options(rank) if actor_options else {})}, env or {})
                    for rank in range(num_ranks)]
-        self.ranks = [actor.options(**options[rank]).remote(config, rank, num_ranks, "127.0.0.1", port)
+        self.ranks = [actor.options(**options[rank]).remote(config, rank, num_ranks, master_addr, port)
                       for rank in range(num_ranks)]
 
     def call(self, method: str, *args) -> list[Any]:

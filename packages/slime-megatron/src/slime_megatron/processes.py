@@ -11,19 +11,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from slime_core.rank_processes import Target, resolve, spawn_ranks
+from slime_core.network import LOOPBACK
+from slime_core.rank_processes import RankPool, Target, resolve, spawn_ranks
 
 
-def run_on_ranks(target: Target, world_size: int, sizes, *args) -> list[Any]:
-    """Each rank's return value, in rank order (one rank runs in this process)."""
-    return spawn_ranks(_megatron_rank, world_size, target, sizes, *args)
+def run_on_ranks(target: Target, world_size: int, sizes, *args, pool: RankPool | None = None) -> list[Any]:
+    """Each rank's return value, in rank order (one rank runs in this process); ``pool``: run
+    them on its processes (a test session's) instead of new ones."""
+    return (pool.run if pool else spawn_ranks)(_megatron_rank, world_size, target, sizes, *args)
 
 
 def _megatron_rank(rank: int, world_size: int, port: int, target: Target, sizes, *args) -> Any:
     from slime_megatron.parallel import destroy_parallel, init_parallel
 
     fn = resolve(target)
-    init_parallel(sizes, rank, world_size, "127.0.0.1", port)
+    init_parallel(sizes, rank, world_size, LOOPBACK, port)  # spawned on this machine
     try:
         return fn(rank, sizes, *args)
     finally:

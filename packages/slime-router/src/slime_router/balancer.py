@@ -4,7 +4,10 @@ slime's defaults, which ``--router-*`` options override (``config.router_args``,
 prefix, e.g. ``--router-policy round_robin`` or ``router: {policy: round_robin}`` in YAML):
 
 - ``host`` and ``prometheus_host`` 127.0.0.1, on free ports: nothing is reachable from other
-  machines unless the user says so (``--router-host 0.0.0.0``);
+  machines unless the user says so (``--router-host 0.0.0.0``); on a run that spans Ray
+  nodes, the driver node's IP, with the run's token as ``api_key`` (sent to the engines, and
+  required from every caller but ``/health``) and as an admin key of the control plane
+  (adding and removing engines), see ``slime_core.network``;
 - ``policy manual``: requests with the same ``X-SMG-Routing-Key`` go to the same engine
   (session affinity), requests without one are spread at random;
 - ``health_check_interval_secs 10`` (sglang-router's 60 s would keep a dead engine listed for minutes);
@@ -19,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from slime_core.child_process import die_with_parent
+from slime_core.network import LOOPBACK, Network
 from slime_core.ports import free_port
 from slime_router.servers import Server, connect_host
 
 DEFAULTS: dict[str, Any] = {
-    "host": "127.0.0.1",
-    "prometheus_host": "127.0.0.1",
+    "host": LOOPBACK,
+    "prometheus_host": LOOPBACK,
     "policy": "manual",
     "health_check_interval_secs": 10,
     "log_level": "error",
@@ -32,13 +36,28 @@ DEFAULTS: dict[str, Any] = {
 HINT = "check the --router-* options (python -m sglang_router.launch_router --help lists them)"
 
 
-def router_options(passthrough: dict[str, Any], worker_urls: list[str]) -> dict[str, Any]:
-    """slime's defaults, free ports, the engines, then the user's ``--router-*`` options."""
-    options = {**DEFAULTS, **passthrough}
+def router_options(passthrough: dict[str, Any], worker_urls: list[str], network: Network | None = None) -> dict[str, Any]:
+    """slime's defaults (for the run's ``network``), free ports, the engines, then the user's
+    ``--router-*`` options."""
+    options = {**DEFAULTS, **spanning_defaults(network or Network()), **passthrough}
     options.setdefault("port", free_port(options["host"]))
     options.setdefault("prometheus_port", free_port(options["prometheus_host"]))
     options["worker_urls"] = [*worker_urls, *_as_list(passthrough.get("worker_urls"))]
     return options
+
+
+def spanning_defaults(network: Network) -> dict[str, Any]:
+    """The address and keys of a run that spans nodes (nothing on one node)."""
+    if not network.spans_nodes:
+        return {}
+    host = network.listen_host()
+    return {"host": host, "prometheus_host": host, "api_key": network.token,
+            "control_plane_api_keys": [f"slime:slime-run:admin:{network.token}"]}
+
+
+def router_host(passthrough: dict[str, Any], network: Network) -> str:
+    """Where the router (and the middleware front beside it) listens."""
+    return str(passthrough.get("host", spanning_defaults(network).get("host", DEFAULTS["host"])))
 
 
 def command(options: dict[str, Any]) -> list[str]:

@@ -20,6 +20,7 @@ import sys
 
 from aiohttp import web
 
+from slime_core.network import LOOPBACK
 from slime_router.handlers import Handler, HTTPError, Request, Response, error_response
 
 log = logging.getLogger("slime_router.front")
@@ -68,7 +69,7 @@ def build_handler(config, plugins):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m slime_router.front", description=__doc__.split("\n")[0])
     parser.add_argument("--config", required=True, help="pickled slime Config")
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default=LOOPBACK)
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -36,13 +36,13 @@ FRONT_HINT = ("see front.log: a middleware failed to start (sessions loads the t
 class Router:
     """A running router: sglang-router, behind the middleware front when middlewares are on."""
 
-    def __init__(self, url: str, router_url: str, log_dir: Path, servers: list[Server]):
+    def __init__(self, url: str, router_url: str, log_dir: Path, servers: list[Server], api_key: str | None = None):
         self.url = url  # what clients call: the front when middlewares are on, else sglang-router
         self.router_url = router_url  # sglang-router itself
         self.log_dir = log_dir  # sglang-router.log and front.log of the processes started here
         self.processes = [server.process for server in servers if server.process]  # started here; front first
         self._servers = servers
-        self._workers = Workers(router_url)
+        self._workers = Workers(router_url, api_key=api_key)
 
     def add_worker(self, url: str) -> None:
         """Route requests to the engine at ``url`` too (returns once sglang-router lists it)."""
@@ -99,13 +99,13 @@ def start_router(config, worker_urls: list[str], plugins=None) -> Router:
         if names:
             started.append(_front(config, router.url, plugins, log_dir))
         router.wait_ready(timeout_s=30.0 if router.process is None else 120.0)
-        _register(router, worker_urls)
+        _register(router, worker_urls, config.network.token)
         started[-1].wait_ready()
     except BaseException:
         for server in reversed(started):
             server.stop()
         raise
-    handle = Router(started[-1].url, router.url, log_dir, started[::-1])
+    handle = Router(started[-1].url, router.url, log_dir, started[::-1], config.network.token)
     atexit.register(handle.stop)
     return handle
 
@@ -116,13 +116,14 @@ def _sglang_router(config, worker_urls: list[str], log_dir: Path) -> Server:
         return Server(f"http://{config.sglang_router_ip}:{config.sglang_router_port}",
                       "the sglang-router given by --sglang-router-ip/--sglang-router-port",
                       "check that it runs and that the address is right")
-    return balancer.start(balancer.router_options(dict(config.router_args), worker_urls), log_dir / "sglang-router.log")
+    options = balancer.router_options(dict(config.router_args), worker_urls, config.network)
+    return balancer.start(options, log_dir / "sglang-router.log")
 
 
-def _register(router: Server, worker_urls: list[str]) -> None:
+def _register(router: Server, worker_urls: list[str], api_key: str | None) -> None:
     """Make sure ``router`` lists ``worker_urls``: add them to a router running elsewhere, wait
     for a router started here to register them (it does so in the background)."""
-    workers = Workers(router.url)
+    workers = Workers(router.url, api_key=api_key)
     try:
         if router.process is None:
             for url in worker_urls:
@@ -135,7 +136,7 @@ def _register(router: Server, worker_urls: list[str]) -> None:
 
 def _front(config, router_url: str, plugins, log_dir: Path) -> Server:
     """Start the middleware front in front of ``router_url`` (on the router's host)."""
-    host = str(config.router_args.get("host", balancer.DEFAULTS["host"]))
+    host = balancer.router_host(dict(config.router_args), config.network)
     port = free_port(host)
     config_path = log_dir / "front-config.pkl"
     config_path.write_bytes(pickle.dumps(_front_config(config, router_url)))

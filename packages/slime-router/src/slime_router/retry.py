@@ -34,7 +34,7 @@ HEALTH_TIMEOUT_S = 2.0
 def retry_middleware(next_handler: Handler, config) -> Handler:
     attempts = 1 + config.router_middleware_retries
     timeout = config.router_middleware_timeout
-    engines = DeadEngineRemover(Workers(router_url(config)))
+    engines = DeadEngineRemover(Workers(router_url(config), api_key=config.network.token))
 
     async def retry(request: Request) -> Response:
         if request.path not in RETRIED_PATHS:

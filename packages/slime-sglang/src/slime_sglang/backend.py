@@ -41,8 +41,8 @@ class SGLangBackend:
             engines.transports = REAL_SGLANG_TRANSPORTS
         return engines
 
-    def client(self, url: str) -> EngineClient:
-        return EngineClient(url)
+    def client(self, url: str, api_key: str | None = None) -> EngineClient:
+        return EngineClient(url, api_key=api_key)
 
 
 #: The instance registered as rollout backend ``sglang``.

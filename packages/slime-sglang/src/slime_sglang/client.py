@@ -39,10 +39,12 @@ OCTET_STREAM = {"Content-Type": "application/octet-stream"}
 
 class EngineClient:
     """One HTTP client for one base URL (an engine or a router); ``timeout``: seconds a call
-    may take (None: no limit, as a long generation needs)."""
+    may take (None: no limit, as a long generation needs); ``api_key``: sent as
+    ``Authorization: Bearer`` with every call (the run's token when it spans nodes)."""
 
-    def __init__(self, url: str, timeout: float | None = None):
+    def __init__(self, url: str, timeout: float | None = None, api_key: str | None = None):
         self.url = url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the session's
@@ -52,7 +54,7 @@ class EngineClient:
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._loop is not loop:
             connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS, limit_per_host=MAX_CONNECTIONS)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, headers=self._headers)
             self._loop = loop
         return self._session
 

@@ -12,25 +12,29 @@ never shuts them down.
 `restart(index)` replaces a failed engine that the group started by a fresh one in the same
 place (``--use-fault-tolerance``: ``slime_core.loop.fault_tolerance``).
 
-Control calls (pause, weight updates, ...) go to every engine concurrently, each over a
-connection of its own made for the call, so one group serves any event loop (also one that
-``asyncio.run`` makes per phase). A call that fails on some engine raises that engine's
+Control calls (pause, weight updates, ...) go to every engine concurrently (with the run's
+token when it spans Ray nodes: ``slime_core.network``), each over a connection of its own
+made for the call, so one group serves any event loop (also one that ``asyncio.run`` makes
+per phase). A call that fails on some engine raises that engine's
 `EngineError` once every engine has answered.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Awaitable, Callable
 
 import httpx
 
+from slime_core.network import Network
 from slime_core.rollout_backend import WEIGHT_TRANSPORTS
 from slime_core.weight_bucket import WeightBucket
 from slime_sglang.client import EngineClient
-from slime_sglang.servers import start_servers, stop_servers
+from slime_sglang.servers import EnginesLost, start_servers, stop_servers
 
 HEALTH_TIMEOUT_S = 5.0  # an external engine must answer /health within this
+RESTART_ATTEMPTS, RESTART_WAIT_S = 10, 3.0  # a lost node: Ray declares it dead within ~30 s by default
 
 
 class EngineGroup:
@@ -39,8 +43,9 @@ class EngineGroup:
     transports = WEIGHT_TRANSPORTS  # the CPU engine's (and external engines', unknown) weight transports
 
     def __init__(self, urls: list[str], servers: list | None = None, request_timeout: float | None = None,
-                 launch: tuple | None = None, ranks_per_engine: int = 1):
+                 launch: tuple | None = None, ranks_per_engine: int = 1, network: Network | None = None):
         self.urls = list(urls)
+        self._network = network or Network()  # the run's: its token and where a broadcast group listens
         self._servers = list(servers or [])  # Ray actors of the servers this group started
         self._request_timeout = request_timeout  # seconds per control call (None: no limit)
         self._launch = launch  # (config, command_fn, model_path, actor_options) of started engines
@@ -65,7 +70,7 @@ class EngineGroup:
         actor_options = _loading_plugins(actor_options, plugins.worker_env())
         urls, servers = start_servers(config, command_fn, model_path, engine_count(config), actor_options)
         return cls(urls, servers, launch=(config, command_fn, model_path, actor_options),
-                   ranks_per_engine=config.rollout_num_gpus_per_engine)
+                   ranks_per_engine=config.rollout_num_gpus_per_engine, network=config.network)
 
     @classmethod
     def connect(cls, addresses: list[str], ranks_per_engine: int = 1) -> EngineGroup:
@@ -80,7 +85,7 @@ class EngineGroup:
     def only(self, index: int) -> EngineGroup:
         """Engine ``index`` alone, with a broadcast group of its own (``Engines.only``)."""
         one = EngineGroup([self.urls[index]], request_timeout=self._request_timeout,
-                          ranks_per_engine=self._ranks_per_engine)
+                          ranks_per_engine=self._ranks_per_engine, network=self._network)
         one.transports = self.transports
         return one
 
@@ -124,8 +129,11 @@ class EngineGroup:
         if self._broadcaster is None:
             from slime_sglang.weight_broadcast import WeightBroadcaster, collective_backend
 
+            self._network.use_node_interface_for_gloo()
             self._broadcaster = await WeightBroadcaster.connect(self.urls, backend=collective_backend(),
-                                                                ranks_per_engine=self._ranks_per_engine)
+                                                                master_address=self._network.listen_host(),
+                                                                ranks_per_engine=self._ranks_per_engine,
+                                                                api_key=self._network.token)
         await self._broadcaster.broadcast(WeightBucket.of(bucket), version)
 
     async def close_weight_updates(self) -> None:
@@ -163,7 +171,9 @@ class EngineGroup:
     def restart(self, index: int) -> str:
         """Kill engine ``index`` (SIGKILL: it may be hung), start a fresh one on the initial
         weights in its placement, and return its URL once it is healthy. The caller brings it to
-        the current weights and tells the router."""
+        the current weights and tells the router. When its node was lost, its bundle moves to
+        another node with room once Ray has declared the node dead; until then a start there
+        fails, and is tried again (`RESTART_ATTEMPTS` times, `RESTART_WAIT_S` apart)."""
         if not self.restartable:
             raise RuntimeError("external engines (--rollout-external-engine-addrs) cannot be restarted by slime")
         import ray
@@ -175,7 +185,14 @@ class EngineGroup:
             pass  # the actor is gone, and its server with it
         ray.kill(self._servers[index])
         place = (lambda _: actor_options(index)) if actor_options else None
-        (url,), (server,) = start_servers(config, command_fn, model_path, 1, place)
+        for attempt in range(RESTART_ATTEMPTS):
+            try:
+                (url,), (server,) = start_servers(config, command_fn, model_path, 1, place)
+                break
+            except EnginesLost:  # scheduled on a node that was being lost: Ray moves the bundle, then it starts
+                if attempt + 1 == RESTART_ATTEMPTS:
+                    raise
+                time.sleep(RESTART_WAIT_S)
         self.urls[index], self._servers[index] = url, server
         return url
 
@@ -187,7 +204,7 @@ class EngineGroup:
 
     async def _each(self, call: Callable[[EngineClient, int], Awaitable[Any]]) -> list:
         """``call(client, index)`` for every engine concurrently; their results, in order."""
-        clients = [EngineClient(url, timeout=self._request_timeout) for url in self.urls]
+        clients = [EngineClient(url, timeout=self._request_timeout, api_key=self._network.token) for url in self.urls]
         try:
             results = await asyncio.gather(*(call(client, i) for i, client in enumerate(clients)), return_exceptions=True)
         finally:

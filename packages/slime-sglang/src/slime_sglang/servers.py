@@ -3,7 +3,8 @@
 `EngineServer` is the Ray actor of one engine. It starts the server with the command of its
 kind, a registered rollout engine (``sglang``: ``python -m sglang.launch_server`` on the
 actor's GPUs with every ``--sglang-*`` option passed through; ``cpu``: ``slime engine
-serve``; a plugin's: ``command(config, model_path, port) -> argv``); `wait_healthy`
+serve``; a plugin's: ``command(config, model_path, port) -> argv``, called with ``host=`` the
+node's IP and ``api_key=`` the run's token as well when the run spans nodes); `wait_healthy`
 waits until ``/health`` answers, `shutdown` stops it. The server dies with its actor: it runs in
 its own process group and gets SIGTERM from the kernel when the actor's process exits
 (``PR_SET_PDEATHSIG``), so a crashed run leaves no orphan server behind. `start_servers`
@@ -20,13 +21,16 @@ import threading
 from pathlib import Path
 
 from slime_core.child_process import die_with_parent
+from slime_core.network import LOOPBACK
 from slime_core.ports import free_port
 from slime_sglang.cpu_engine.launch import wait_healthy
 
-def sglang_command(config, model_path: str, port: int) -> list[str]:
-    """``sglang.launch_server`` for one engine; ``config.sglang`` holds the pass-through options."""
-    command = [sys.executable, "-m", "sglang.launch_server", "--model-path", model_path, "--host", "127.0.0.1",
+def sglang_command(config, model_path: str, port: int, host: str = LOOPBACK, api_key: str | None = None) -> list[str]:
+    """``sglang.launch_server`` for one engine; ``config.sglang`` holds the pass-through options.
+    ``api_key``: SGLang's ``--api-key`` (the run's token when it spans nodes)."""
+    command = [sys.executable, "-m", "sglang.launch_server", "--model-path", model_path, "--host", host,
                "--port", str(port), "--tp-size", str(config.rollout_num_gpus_per_engine)]
+    command += ["--api-key", api_key] if api_key else []
     for key, value in config.sglang.items():
         flag = "--" + key.replace("_", "-")
         if value is True:
@@ -41,11 +45,12 @@ def sglang_command(config, model_path: str, port: int) -> list[str]:
 CPU_ENGINE_SGLANG_OPTIONS = ("max_running_requests", "context_length")
 
 
-def cpu_engine_command(config, model_path: str, port: int) -> list[str]:
+def cpu_engine_command(config, model_path: str, port: int, host: str = LOOPBACK, api_key: str | None = None) -> list[str]:
     """``slime engine serve`` for one CPU engine, with the ``--sglang-*`` options it shares
-    with SGLang (`CPU_ENGINE_SGLANG_OPTIONS`)."""
+    with SGLang (`CPU_ENGINE_SGLANG_OPTIONS`); ``api_key`` guards its control endpoints."""
     slime = str(Path(sys.executable).with_name("slime"))
-    command = [slime, "engine", "serve", "--model", model_path, "--host", "127.0.0.1", "--port", str(port)]
+    command = [slime, "engine", "serve", "--model", model_path, "--host", host, "--port", str(port)]
+    command += ["--api-key", api_key] if api_key else []
     for key in CPU_ENGINE_SGLANG_OPTIONS:
         if config.sglang.get(key) is not None:
             command += ["--" + key.replace("_", "-"), str(config.sglang[key])]
@@ -60,9 +65,15 @@ class EngineServer:
     """
 
     def __init__(self, config, command_fn, model_path: str):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        command = command_fn(config, model_path, self.port)
+        network = config.network
+        host = network.listen_host()  # this node's IP when the run spans nodes, else the loopback
+        self.port = free_port(host)
+        self.url = f"http://{host}:{self.port}"
+        if network.spans_nodes:
+            network.use_node_interface_for_gloo()  # the server's weight-update group, over gloo on CPU
+            command = command_fn(config, model_path, self.port, host=host, api_key=network.token)
+        else:
+            command = command_fn(config, model_path, self.port)
         self.log_path = Path(os.environ.get("SLIME_ENGINE_LOG_DIR", "/tmp")) / f"slime-engine-{self.port}.log"
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
@@ -130,16 +141,23 @@ def start_servers(config, command_fn, model_path: str, count: int, actor_options
     actor_class = ray.remote(num_cpus=0, num_gpus=gpus)(EngineServer)
     servers = [actor_class.options(**(actor_options(index) if actor_options else {})).remote(config, command_fn, model_path)
                for index in range(count)]
-    urls, problems = [], []
+    urls, problems, lost = [], [], 0
     for index, ready in enumerate([server.wait_healthy.remote() for server in servers]):
         try:
             urls.append(ray.get(ready))
         except ray.exceptions.RayError as exc:
+            lost += isinstance(exc, (ray.exceptions.ActorDiedError, ray.exceptions.ActorUnschedulableError))
             problems.append(f"rollout engine {index} of {count} ({config.rollout_engine}) did not start: {_reason(exc)}")
     if problems:
         stop_servers(servers)
-        raise RuntimeError("\n".join(problems))
+        raise (EnginesLost if lost == len(problems) else RuntimeError)("\n".join(problems))
     return urls, servers
+
+
+class EnginesLost(RuntimeError):
+    """Every engine that did not start died with its actor, before its server could fail: its
+    node was lost (its bundle was still placed there). Once Ray has placed the bundle on
+    another node, starting it again can succeed."""
 
 
 def stop_servers(servers: list) -> None:

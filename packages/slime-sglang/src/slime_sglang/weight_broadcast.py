@@ -27,6 +27,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from slime_core.network import LOOPBACK, Network
 from slime_core.ports import free_port
 
 NamedTensors = list[tuple[str, torch.Tensor]]
@@ -144,7 +145,8 @@ class WeightBroadcaster:
     current CUDA device; SGLang servers on GPUs). A CPU engine is one rank of the group; a
     SGLang server with tensor parallelism takes one rank per GPU, so give
     ``ranks_per_engine`` = its ``--tp-size`` there. ``master_address`` must be an address of
-    this machine that the engines reach (127.0.0.1 when they run here).
+    this machine that the engines reach (127.0.0.1 when they run here); ``api_key`` the
+    engines' control key (a run's token when it spans nodes).
 
     A failed broadcast leaves the engines' receiving side in an unknown state: the
     broadcaster then refuses further buckets; close it and connect a new one.
@@ -160,14 +162,15 @@ class WeightBroadcaster:
         self._closed = False
 
     @classmethod
-    async def connect(cls, engine_urls: list[str], backend: str = "gloo", *, master_address: str = "127.0.0.1",
+    async def connect(cls, engine_urls: list[str], backend: str = "gloo", *, master_address: str = LOOPBACK,
                       ranks_per_engine: int = 1, group_name: str | None = None,
-                      timeout_s: float = 120.0) -> WeightBroadcaster:
+                      timeout_s: float = 120.0, api_key: str | None = None) -> WeightBroadcaster:
         """Create the group with every engine in ``engine_urls``; raises `EngineError` when an
         engine refuses, or the join's error when the group does not form within ``timeout_s``."""
         from slime_sglang.engine_group import EngineGroup
 
-        engines = EngineGroup(list(engine_urls), request_timeout=timeout_s + 10)
+        engines = EngineGroup(list(engine_urls), request_timeout=timeout_s + 10,
+                              network=Network(spans_nodes=api_key is not None, token=api_key))
         group_name = group_name or f"slime-weights-{uuid.uuid4().hex[:8]}"
         port = free_port(master_address)
         world_size = 1 + len(engines.urls) * ranks_per_engine

@@ -7,6 +7,8 @@ from typing import Any
 
 import yaml
 
+from slime_core.network import Network
+
 
 class ConfigError(ValueError):
     """Every problem found in a config, reported together."""
@@ -23,6 +25,8 @@ class Config:
     not declare itself, keyed without their prefix, for the SGLang servers and the router
     (``router`` itself is the ``--router`` option: which router runs).
     ``sources`` says where each value came from: ``default``, ``FILE:LINE`` or ``command line``.
+    ``network`` (`slime_core.network.Network`) is no option: the driver sets it once the run's
+    placement is reserved (loopback until then), and it reaches every process with the config.
     """
 
     def __init__(
@@ -36,6 +40,7 @@ class Config:
         self.__dict__["sources"] = dict(sources or {})
         self.__dict__["sglang"] = dict(sglang or {})
         self.__dict__["router_args"] = dict(router or {})
+        self.__dict__["network"] = Network()
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -48,6 +53,9 @@ class Config:
         raise AttributeError(f"config has no option '{name}'{hint}")
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if name == "network":
+            self.__dict__[name] = value
+            return
         if name not in self._values:
             raise AttributeError(f"config has no option '{name}'; declare it with the slime_add_options hook")
         self._values[name] = value

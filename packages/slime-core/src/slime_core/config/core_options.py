@@ -33,6 +33,9 @@ def _cluster(o: OptionSet) -> None:
     o.add("--rollout-num-gpus", type=int, default=None, help="GPUs for rollout engines (disaggregated mode)", group=g)
     o.add("--rollout-num-gpus-per-engine", type=int, default=1, help="GPUs per rollout engine (its tensor-parallel size)", group=g)
     o.add("--colocate", type=bool, default=False, help="training and rollout share devices, taking turns", group=g)
+    o.add("--ray-address", default=None, help="attach to this running Ray cluster (HOST:PORT, or 'auto'; default: $RAY_ADDRESS, else start a local Ray for the run); an attached cluster is left as it was found", group=g)
+    o.add("--train-node-resource", default=None, help="Ray custom resource a node must have to hold train ranks (and the critic): start those nodes with `ray start --resources '{\"NAME\": 1}'`", group=g)
+    o.add("--rollout-node-resource", default=None, help="Ray custom resource a node must have to hold rollout engines (not with --colocate, where engines share the ranks' devices)", group=g)
     o.add("--actor-runtime", default="ray", choices=["ray", "inprocess"], help="ray: train ranks and engines are Ray actors; inprocess: no Ray, one train rank in this process (debugging, and backends that start no process of their own)", group=g)
 
 

@@ -81,7 +81,9 @@ def slime_register_rollout_engines(register):
 
     :param register: ``register(name, command_fn_or_ref)``; ``command_fn(config, model_path,
         port) -> argv`` starts one engine server on 127.0.0.1:port (slime-sglang runs it
-        in a Ray actor).
+        in a Ray actor). On a run that spans Ray nodes it is called with two keywords more,
+        ``host`` (the node's IP, to listen on) and ``api_key`` (the run's token, which the
+        control endpoints must require as ``Authorization: Bearer``).
     :return: nothing.
 
     Runs in the driver.

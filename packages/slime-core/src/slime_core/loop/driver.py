@@ -260,9 +260,13 @@ class Run:
         """The fault-tolerance monitor over the run's engines, stopped before them."""
         from slime_core.loop.fault_tolerance import EngineMonitor
 
+        from slime_core.loop.parts import placement_record
+
         parts = self.parts
         monitor = EngineMonitor(self.config, parts.engines, parts.router, parts.weights, parts.colocation,
-                                parts.rollouts.run, lambda: self.version, self.run_dir.log).start()
+                                parts.rollouts.run, lambda: self.version, self.run_dir.log,
+                                lambda: self.run_dir.write_placement(placement_record(parts.placement, parts.router)))
+        monitor.start()
         try:
             yield monitor
         finally:

@@ -33,12 +33,14 @@ class EngineMonitor:
 
     ``engines``, ``router``, ``weights`` (`WeightSync`) and ``colocation`` are the run's parts;
     ``run`` runs a coroutine on the rollout loop, ``version()`` is the trainer's current weight
-    version and ``log`` writes a line to the run's log."""
+    version, ``log`` writes a line to the run's log and ``replaced()`` (if given) is called after
+    each replacement (the driver records the engines' nodes again: a replaced engine may run on
+    another node when its own was lost)."""
 
     def __init__(self, config, engines, router, weights, colocation, run: Callable, version: Callable[[], int],
-                 log: Callable[[str], None]):
+                 log: Callable[[str], None], replaced: Callable[[], None] | None = None):
         self.engines, self.router, self.weights, self.colocation = engines, router, weights, colocation
-        self.run, self.version, self.log = run, version, log
+        self.run, self.version, self.log, self.replaced = run, version, log, replaced
         self.interval = config.rollout_health_check_interval
         self.timeout = config.rollout_health_check_timeout
         self.max_restarts = config.max_engine_restarts
@@ -108,3 +110,5 @@ class EngineMonitor:
             self.restarts += 1
         self.log(f"[fault tolerance] engine {index} at {old} {problem}: replaced by {new} on weight version "
                  f"{self.version()} in {time.perf_counter() - start:.1f} s")
+        if self.replaced is not None:
+            self.replaced()

@@ -15,6 +15,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -43,6 +44,7 @@ def start_parts(config, plugins, run_dir, stack: ExitStack) -> Parts:
     engine_side = _engine_side(config, plugins)
     run_dir.mark("Ray up")
     placement = stack.enter_context(_reserved(config, engine_side))
+    config.network = placement.network
     run_dir.log(placement.describe())
     run_dir.mark("placement reserved")
     training = {}
@@ -58,8 +60,9 @@ def start_parts(config, plugins, run_dir, stack: ExitStack) -> Parts:
             run_dir.mark("engines healthy")
             router = _stopped_by(stack, _start_router(config, plugins, engines.urls), "stop")
             run_dir.mark("router ready")
+        # while the ranks may still load: the rollout manager loads the tokenizer (1-2 s of imports)
+        rollouts = _stopped_by(stack, _rollouts(config, plugins, engine_side, engines, router), "close")
     trainer, critic = training.get("trainer"), training.get("critic")
-    rollouts = _stopped_by(stack, _rollouts(config, plugins, engine_side, engines, router), "close")
     from slime_core.loop.colocation import Colocation
 
     colocation = Colocation(config.colocate, trainer, engines, rollouts.run if engines else None)
@@ -71,9 +74,18 @@ def start_parts(config, plugins, run_dir, stack: ExitStack) -> Parts:
                               "close")
     parts = Parts(placement, trainer, critic, engine_side, engines, router, rollouts, colocation, weights,
                   training.get("start", 0), training.get("version", 0))
+    run_dir.write_placement(placement_record(placement, router))
     if parts.start > 0:
         _resume(config, parts)
     return parts
+
+
+def placement_record(placement, router) -> dict[str, Any]:
+    """``placement.json``: the node of each rank, engine, the driver and the router it started."""
+    record = placement.record()
+    if router is not None and "driver" in record["parts"]:
+        record["parts"]["router"] = {**record["parts"]["driver"], "url": router.url}
+    return record
 
 
 def _engine_side(config, plugins):
@@ -138,25 +150,28 @@ def _start_training(config, plugins, placement, stack: ExitStack) -> dict[str, A
     if config.debug_rollout_only:
         return {}
     rank_class = plugins.registry("train_backends").get(config.train_backend)
-    trainer = _stopped_by(stack, _train_group(config, plugins, rank_class, placement, placement.train_options), "shutdown")
+    trainer = _stopped_by(stack, _train_group(config, plugins, rank_class, placement, placement.train_options,
+                                              placement.rank_bundle(0)), "shutdown")
     started = {"trainer": trainer, "start": trainer.init()["rollout_id"], "version": trainer.weight_version()}
     if config.advantage_estimator == "ppo":
         critic_class = plugins.registry("critics").get(config.train_backend)
         started["critic"] = _stopped_by(stack, _train_group(config, plugins, critic_class, placement,
-                                                             placement.critic_options), "shutdown")
+                                                             placement.critic_options,
+                                                             placement.rank_bundle(0, critic=True)), "shutdown")
         started["critic"].init()
     return started
 
 
-def _train_group(config, plugins, rank_class, placement, actor_options):
+def _train_group(config, plugins, rank_class, placement, actor_options, rank0_bundle: int):
     """One rank per ``--actor-num-nodes × --actor-num-gpus-per-node``, each placed by
     ``actor_options(rank)`` in its bundle (in this process with ``--actor-runtime inprocess``)
-    and loading the run's plugins."""
+    and loading the run's plugins; they rendezvous on the node of bundle ``rank0_bundle``."""
     from slime_core.train_backend import TrainGroup
 
     ranks = config.actor_num_nodes * config.actor_num_gpus_per_node
     return TrainGroup(rank_class, config, ranks, actor_options=actor_options,
-                      in_process=config.actor_runtime == "inprocess", env=plugins.worker_env())
+                      in_process=config.actor_runtime == "inprocess", env=plugins.worker_env(),
+                      master=placement.rendezvous(rank0_bundle))
 
 
 def _start_router(config, plugins, worker_urls: list[str]):
@@ -177,8 +192,12 @@ def _rollouts(config, plugins, backend, engines, router):
     if engines is not None:
         from slime_core.router import generation_client
 
+        client_for = backend.client  # a run across nodes: the engines and the router want its token
+        if config.network.token:
+            client_for = partial(backend.client, api_key=config.network.token)
+
         async def make_client():  # on the rollout loop, which the client's connections belong to
-            return generation_client(router, backend.client)
+            return generation_client(router, client_for)
 
     return RolloutManager(config, plugins, rollout_fn, make_client, engines)
 

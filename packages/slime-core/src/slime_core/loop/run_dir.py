@@ -3,6 +3,8 @@
     runs/20261122-171500/            (--output-dir, default a new timestamped folder)
       config.yaml                    the resolved config
       plugins.json                   the installed plugins with their versions
+      placement.json                 the Ray node (id, IP) of each train rank, engine, the driver
+                                     and the router (rewritten when an engine is replaced)
       metrics.jsonl                  one line per rollout (and one per evaluation)
       status.json                    running, then completed / failed / interrupted
       slime.log                      what the console showed (with the start-up timeline)
@@ -60,6 +62,10 @@ class RunDir:
     def write_status(self, status: str) -> None:
         """``status.json``: what `slime report` shows as the run's state."""
         (self.path / "status.json").write_text(json.dumps({"status": status, "time": round(time.time(), 3)}) + "\n")
+
+    def write_placement(self, record: dict[str, Any]) -> None:
+        """``placement.json``: on which node each part of the run is (`Placement.record`)."""
+        (self.path / "placement.json").write_text(json.dumps(record, indent=2) + "\n")
 
     @property
     def metrics_file(self) -> Path:

@@ -9,8 +9,11 @@ from contextlib import contextmanager
 @contextmanager
 def ray_runtime(config):
     """Use the Ray instance this process is already connected to, or the cluster named by
-    ``RAY_ADDRESS``, or start a local one for the run (shut down after it). A local Ray keeps
-    its files under ``RAY_TMPDIR`` when that is set. ``--actor-runtime inprocess`` needs none."""
+    ``--ray-address`` or ``RAY_ADDRESS`` (set by ``ray job submit`` for the job's command), or
+    start a local one for the run (shut down after it). Attached, the run starts no Ray of its
+    own and at its end only disconnects: its actors and placement group are gone by then (the
+    run's parts stop them), so the cluster is left as it was found. A local Ray keeps its files
+    under ``RAY_TMPDIR`` when that is set. ``--actor-runtime inprocess`` needs none."""
     if config.actor_runtime == "inprocess":
         yield
         return
@@ -22,8 +25,9 @@ def ray_runtime(config):
     # Ray starts its workers at nice 15; here the workers (train ranks, engines) are the work,
     # and on a shared machine that priority alone made steps about 3x slower.
     kwargs = {"include_dashboard": False, "log_to_driver": True, "_system_config": {"worker_niceness": 0}}
-    if os.environ.get("RAY_ADDRESS"):
-        kwargs = {"log_to_driver": True, "address": os.environ["RAY_ADDRESS"]}
+    address = config.get("ray_address") or os.environ.get("RAY_ADDRESS")
+    if address:
+        kwargs = {"log_to_driver": True, "address": address}
     else:
         kwargs["num_cpus"] = max(os.cpu_count() or 1, _actors_needed(config))
         if os.environ.get("RAY_TMPDIR"):

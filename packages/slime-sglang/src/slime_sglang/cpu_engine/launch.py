@@ -37,15 +37,19 @@ def start_cpu_engine(model: str | Path, port: int | None = None, *extra: str,
 
 
 def wait_healthy(process: subprocess.Popen, url: str, timeout_s: float = 120.0) -> None:
-    """Return once ``url/health`` answers 200; raise if the process exits or time runs out."""
+    """Return once ``url/health`` answers 200; raise if the process exits or time runs out.
+
+    One client for every try: a new one per request builds a TLS context each time, ~25 ms
+    of CPU per try, which the loading engine needs more."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the engine server for {url} exited with code {process.returncode}; see its log")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
-                return
-        time.sleep(0.2)
+    with httpx.Client(timeout=2.0) as client:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"the engine server for {url} exited with code {process.returncode}; see its log")
+            with contextlib.suppress(httpx.HTTPError):
+                if client.get(f"{url}/health").status_code == 200:
+                    return
+            time.sleep(0.1)
     raise TimeoutError(f"the engine server at {url} did not answer /health within {timeout_s:.0f} s")
 
 

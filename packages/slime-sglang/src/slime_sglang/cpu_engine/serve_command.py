@@ -20,6 +20,10 @@ def add_engine_command(subparsers) -> None:
     serve.add_argument("--model", required=True, help="Hugging Face model directory (config, safetensors, tokenizer)")
     serve.add_argument("--port", type=int, required=True, help="TCP port to listen on")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
+    serve.add_argument("--api-key", default=None,
+                       help="require 'Authorization: Bearer KEY' on the control endpoints (weight updates, pause, "
+                       "abort, memory release), as SGLang's --api-key; slime passes its per-run token when a run "
+                       "spans nodes")
     serve.add_argument("--max-running-requests", type=_positive, default=256,
                        help="requests decoded together, at most (default 256, a rollout batch of 32 prompts x 8)")
     serve.add_argument("--context-length", type=_positive, default=None,
@@ -42,7 +46,7 @@ def run_serve(args) -> int:
         print(f"slime engine: serving {args.model} on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
 
     try:
-        web.run_app(create_app(engine), host=args.host, port=args.port, print=announce, access_log=None,
+        web.run_app(create_app(engine, args.api_key), host=args.host, port=args.port, print=announce, access_log=None,
                     handler_cancellation=True)
     except OSError as exc:
         print(f"slime engine serve: cannot listen on {args.host}:{args.port} ({exc.strerror}); "

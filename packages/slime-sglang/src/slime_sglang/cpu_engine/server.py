@@ -7,11 +7,16 @@ Routes (SGLang's paths): ``/generate``; the control endpoints of :mod:`control` 
 (the message says how to fix it), 404 / 405 for a wrong path or method, 500 for a failure
 inside the engine. The event loop only parses and answers; the model runs on the scheduler
 thread, so health checks stay fast while the engine generates.
+
+With an API key (``slime engine serve --api-key``) the control endpoints answer 401 to a
+request without ``Authorization: Bearer KEY``; generation, health and info stay open (a run
+that spans nodes passes its token: ``slime_core.network``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 
@@ -47,9 +52,11 @@ CONTROL_ROUTES = {
 }
 
 
-def create_app(engine: Engine) -> web.Application:
+def create_app(engine: Engine, api_key: str | None = None) -> web.Application:
+    """The app serving ``engine``; ``api_key`` guards the control endpoints (see the module docstring)."""
     logging.getLogger("aiohttp.server").addFilter(RouterProbeFilter())
-    app = web.Application(middlewares=[_errors_as_json], client_max_size=MAX_BODY_BYTES)
+    middlewares = [_errors_as_json] + ([_control_key_required(api_key)] if api_key else [])
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app[ENGINE] = engine
     app.router.add_post("/generate", generate)
     for path, (handler, keys) in CONTROL_ROUTES.items():
@@ -165,6 +172,25 @@ async def _json_body(request: web.Request) -> dict:
     if not isinstance(body, dict):
         raise BadRequest(f"the body must be a JSON object, got {type(body).__name__}")
     return body
+
+
+#: the paths that change the engine's state, which an API key guards
+GUARDED_PATHS = frozenset([*CONTROL_ROUTES, "/update_weights_from_tensor"])
+
+
+def _control_key_required(api_key: str):
+    """A middleware that answers 401 to a control call without ``Authorization: Bearer api_key``."""
+    expected = f"Bearer {api_key}"
+
+    @web.middleware
+    async def control_key_required(request: web.Request, handler):
+        if request.path in GUARDED_PATHS and not hmac.compare_digest(request.headers.get("Authorization", ""), expected):
+            return web.json_response({"error": f"{request.path} needs this engine's API key: send 'Authorization: "
+                                      "Bearer KEY' with the key given to --api-key (slime's clients send the run's "
+                                      "token themselves)"}, status=401)
+        return await handler(request)
+
+    return control_key_required
 
 
 @web.middleware

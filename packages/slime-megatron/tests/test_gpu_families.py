@@ -10,11 +10,9 @@ below is the one slime-megatron builds.
 import json
 
 import pytest
-import torch
 
-from slime_core.testing import log_probs_alone, make_config, synthetic_rollout_batch, train_one_rollout
-from slime_core.tiny_models import TINY_FAMILIES, build_tiny_model
-from slime_core.train_backend import TrainGroup
+from slime_core.testing import check_gpu_train_step
+from slime_core.tiny_models import TINY_FAMILIES
 
 MEGATRON_FAMILIES = ["qwen3", "qwen2", "llama", "qwen3_moe", "glm4", "glm4_moe", "deepseek_v3"]
 SETTINGS = dict(train_backend="megatron", bf16=True, rollout_batch_size=2, n_samples_per_prompt=4, lr=1e-3,
@@ -37,25 +35,7 @@ def prompts(tmp_path_factory):
 @pytest.mark.gpu
 @pytest.mark.parametrize("family", MEGATRON_FAMILIES)
 def test_one_bf16_train_step_on_one_gpu(prompts, tmp_path, family):
-    from transformers import AutoModelForCausalLM
-
     from slime_megatron.parallel import destroy_parallel
     from slime_megatron.rank import MegatronTrainRank
 
-    model_dir = build_tiny_model(tmp_path / family, family, hidden_size=128, max_positions=512)
-    batch = synthetic_rollout_batch(num_groups=2, max_response=24, seed=1)
-    reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).cuda().eval()
-    expected = [log_probs_alone(reference, t, r).cpu() for t, r in zip(batch.tokens, batch.response_lengths)]
-    del reference
-    try:
-        group = TrainGroup(MegatronTrainRank, make_config(prompts, model_dir, **SETTINGS), 1, in_process=True)
-        group.init()
-        assert torch.cuda.memory_allocated() > 0  # the rank's model is on the GPU
-        log_probs, metrics, moved = train_one_rollout(group, batch)
-    finally:
-        destroy_parallel()
-    for got, want in zip(log_probs, expected):
-        torch.testing.assert_close(torch.tensor(got), want, rtol=0.0, atol=0.1)  # bf16 against float32
-    assert max((torch.tensor(got) - want).abs().mean().item() for got, want in zip(log_probs, expected)) < 0.02
-    assert torch.isfinite(torch.tensor(metrics["loss"])) and metrics["grad_norm"] > 0
-    assert "model.embed_tokens.weight" in moved
+    check_gpu_train_step(MegatronTrainRank, destroy_parallel, prompts, tmp_path, family, **SETTINGS)

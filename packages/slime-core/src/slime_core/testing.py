@@ -218,3 +218,34 @@ def check_rank_resume(rank_class, teardown, prompts: Path, tmp_path: Path, famil
     assert weights.keys() == want_weights.keys()
     different = [name for name in weights if not torch.equal(weights[name], want_weights[name])]
     assert not different, f"not bit-exact after the resume: {different}"
+
+
+def check_gpu_train_step(rank_class, teardown, prompts: Path, tmp_path: Path, family: str, **options) -> None:
+    """Assert one bf16 train step of a tiny ``family`` model (hidden size 128: head dims the
+    flash kernels take) on one CUDA GPU through a ``rank_class`` rank in this process: its
+    log-probs before the step are transformers' own in float32 to bf16 precision, the loss is
+    finite, the gradient is not zero and the weights move. ``teardown()`` destroys the
+    backend's process groups after."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from slime_core.tiny_models import build_tiny_model
+    from slime_core.train_backend import TrainGroup
+
+    model_dir = build_tiny_model(tmp_path / family, family, hidden_size=128, max_positions=512)
+    batch = synthetic_rollout_batch(num_groups=2, max_response=24, seed=1)
+    reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).cuda().eval()
+    expected = [log_probs_alone(reference, t, r).cpu() for t, r in zip(batch.tokens, batch.response_lengths)]
+    del reference
+    try:
+        group = TrainGroup(rank_class, make_config(prompts, model_dir, **options), 1, in_process=True)
+        group.init()
+        assert torch.cuda.memory_allocated() > 0  # the rank's weights are on the GPU
+        log_probs, metrics, moved = train_one_rollout(group, batch)
+    finally:
+        teardown()
+    for got, want in zip(log_probs, expected):
+        torch.testing.assert_close(torch.tensor(got), want, rtol=0.0, atol=0.1)  # bf16 against float32
+    assert max((torch.tensor(got) - want).abs().mean().item() for got, want in zip(log_probs, expected)) < 0.02
+    assert torch.isfinite(torch.tensor(metrics["loss"])) and metrics["grad_norm"] > 0
+    assert "model.embed_tokens.weight" in moved

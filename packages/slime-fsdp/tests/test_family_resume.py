@@ -5,9 +5,8 @@ sparse-attention indexer), at the rank level:
 driver's side of a resume (data source, rollout id) is tests/test_loop.py's."""
 
 import pytest
-import torch.distributed as dist
 
-from slime_core.testing import check_rank_resume
+from slime_core.testing import check_rank_resume, destroy_default_group
 from slime_fsdp.rank import FSDPTrainRank
 
 pytestmark = pytest.mark.integration
@@ -17,11 +16,6 @@ SETTINGS = dict(train_backend="fsdp", rollout_batch_size=4, n_samples_per_prompt
                 rollout_max_response_len=8, entropy_coef=0.01, weight_decay=0.01, lr_warmup_iters=1)
 
 
-def destroy_process_group() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
-
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_resumed_rank_continues_bit_for_bit(prompt_file, tmp_path, family):
-    check_rank_resume(FSDPTrainRank, destroy_process_group, prompt_file, tmp_path, family, **SETTINGS)
+    check_rank_resume(FSDPTrainRank, destroy_default_group, prompt_file, tmp_path, family, **SETTINGS)

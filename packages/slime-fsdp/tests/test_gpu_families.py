@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from slime_core.testing import check_gpu_train_step
+from slime_core.testing import check_gpu_train_step, destroy_default_group
 from slime_core.tiny_models import TINY_FAMILIES
 
 pytestmark = pytest.mark.gpu
@@ -29,12 +29,6 @@ def prompts(tmp_path_factory):
 
 @pytest.mark.parametrize("family", list(TINY_FAMILIES))
 def test_one_bf16_train_step_on_one_gpu(prompts, tmp_path, family):
-    import torch.distributed as dist
-
     from slime_fsdp.rank import FSDPTrainRank
 
-    def destroy_process_group() -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-    check_gpu_train_step(FSDPTrainRank, destroy_process_group, prompts, tmp_path, family, **SETTINGS)
+    check_gpu_train_step(FSDPTrainRank, destroy_default_group, prompts, tmp_path, family, **SETTINGS)

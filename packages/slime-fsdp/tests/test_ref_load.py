@@ -10,7 +10,7 @@ import pytest
 from slime_core.cli.main import main
 from slime_core.rank_processes import spawn_ranks
 from slime_core.testing import make_config
-from slime_core.testing import synthetic_rollout_batch as rollout_batch
+from slime_core.testing import actor_and_reference_log_probs, destroy_default_group
 
 
 @pytest.fixture(scope="module")
@@ -36,20 +36,9 @@ def config_with(prompt_file, tiny_model_dir):
 
 def _log_probs(rank, world_size, port, configs):
     """Per config: (actor, reference) log-probs of one rollout batch on a fresh FSDP rank."""
-    import torch.distributed as dist
-
     from slime_fsdp.rank import FSDPTrainRank
 
-    results = []
-    for config in configs:
-        train_rank = FSDPTrainRank(config, rank, world_size, "127.0.0.1", port)
-        try:
-            train_rank.init()
-            batch = rollout_batch(seed=0)
-            results.append((train_rank.compute_log_probs(batch), train_rank.compute_log_probs(batch, "ref")))
-        finally:
-            dist.destroy_process_group()
-    return results
+    return actor_and_reference_log_probs(FSDPTrainRank, destroy_default_group, rank, world_size, port, configs)
 
 
 def test_a_megatron_ref_load_gives_the_reference_and_the_starting_weights(reference, config_with):

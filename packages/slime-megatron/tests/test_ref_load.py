@@ -11,7 +11,7 @@ from slime_core.cli.main import main
 from slime_core.checkpoint_dir import megatron_checkpoint
 from slime_core.rank_processes import spawn_ranks
 from slime_core.testing import make_config
-from slime_core.testing import synthetic_rollout_batch as rollout_batch
+from slime_core.testing import actor_and_reference_log_probs
 from slime_megatron.torch_dist import stored_key
 
 
@@ -37,16 +37,7 @@ def _log_probs(rank, world_size, port, configs):
     from slime_megatron.parallel import destroy_parallel
     from slime_megatron.rank import MegatronTrainRank
 
-    results = []
-    for config in configs:
-        train_rank = MegatronTrainRank(config, rank, world_size, "127.0.0.1", port)
-        try:
-            train_rank.init()
-            batch = rollout_batch(seed=0)
-            results.append((train_rank.compute_log_probs(batch), train_rank.compute_log_probs(batch, "ref")))
-        finally:
-            destroy_parallel()
-    return results
+    return actor_and_reference_log_probs(MegatronTrainRank, destroy_parallel, rank, world_size, port, configs)
 
 
 def test_a_megatron_ref_load_gives_the_reference_and_the_starting_weights(reference, tiny_model_dir, tmp_path):

@@ -249,3 +249,28 @@ def check_gpu_train_step(rank_class, teardown, prompts: Path, tmp_path: Path, fa
     assert max((torch.tensor(got) - want).abs().mean().item() for got, want in zip(log_probs, expected)) < 0.02
     assert torch.isfinite(torch.tensor(metrics["loss"])) and metrics["grad_norm"] > 0
     assert "model.embed_tokens.weight" in moved
+
+
+def destroy_default_group() -> None:
+    """Destroy torch's default process group if one is up (the FSDP backend's teardown between
+    ranks built in one process)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def actor_and_reference_log_probs(rank_class, teardown, rank: int, world_size: int, port: int, configs) -> list:
+    """Per config: the (actor, reference) log-probs of one synthetic rollout batch on a fresh
+    ``rank_class`` rank (a `slime_core.rank_processes.spawn_ranks` target's body);
+    ``teardown()`` destroys the backend's process groups after each."""
+    results = []
+    for config in configs:
+        train_rank = rank_class(config, rank, world_size, "127.0.0.1", port)
+        try:
+            train_rank.init()
+            batch = synthetic_rollout_batch(seed=0)
+            results.append((train_rank.compute_log_probs(batch), train_rank.compute_log_probs(batch, "ref")))
+        finally:
+            teardown()
+    return results

@@ -264,9 +264,11 @@ def actor_and_reference_log_probs(rank_class, teardown, rank: int, world_size: i
     """Per config: the (actor, reference) log-probs of one synthetic rollout batch on a fresh
     ``rank_class`` rank (a `slime_core.rank_processes.spawn_ranks` target's body);
     ``teardown()`` destroys the backend's process groups after each."""
+    from slime_core.network import LOOPBACK
+
     results = []
     for config in configs:
-        train_rank = rank_class(config, rank, world_size, "127.0.0.1", port)
+        train_rank = rank_class(config, rank, world_size, LOOPBACK, port)
         try:
             train_rank.init()
             batch = synthetic_rollout_batch(seed=0)

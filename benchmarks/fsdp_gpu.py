@@ -48,9 +48,9 @@ def measure(args, model_dir: Path, batch: dict, packed: bool) -> dict:
     import torch
     import torch.distributed as dist
 
-    from slime_core.ports import free_port
     from slime_core.rollout_batch import RolloutBatch
     from slime_core.testing import make_config
+    from slime_core.train_backend import TrainGroup
     from slime_fsdp.rank import FSDPTrainRank
 
     prompts = model_dir / "prompts.jsonl"
@@ -60,35 +60,36 @@ def measure(args, model_dir: Path, batch: dict, packed: bool) -> dict:
     config = make_config(prompts, model_dir, train_backend="fsdp", rollout_batch_size=args.groups,
                          n_samples_per_prompt=args.group_size, num_steps_per_rollout=1, lr=1e-6, clip_grad=1.0,
                          bf16=True, calculate_per_token_loss=True, rollout_max_response_len=args.max_response,
-                         gradient_checkpointing=args.gradient_checkpointing, **batching)
+                         gradient_checkpointing=args.gradient_checkpointing,
+                         fsdp_torch_compile=args.fsdp_torch_compile, **batching)
     responses = batch["response_lengths"]
     rollout = RolloutBatch(batch["tokens"], responses, [[1] * r for r in responses], batch["rewards"],
                            batch["group_ids"], [[0.0] * r for r in responses])
-    rank = FSDPTrainRank(config, 0, 1, "127.0.0.1", free_port())
+    group = TrainGroup(FSDPTrainRank, config, 1, in_process=True)
     try:
-        rank.init()
-        rank.train(0, rollout)
+        group.init()
+        group.train(0, rollout)
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
         for step in range(args.steps):
-            rank.train(step + 1, rollout)
+            group.train(step + 1, rollout)
         torch.cuda.synchronize()
         seconds = (time.perf_counter() - start) / args.steps
         if args.profile:
-            profile_step(rank, rollout)
+            profile_step(group, rollout)
         return {"seconds": seconds, "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
-                "attention": rank.attn_implementation}
+                "attention": group.ranks[0]._rank.attn_implementation}
     finally:
         dist.destroy_process_group()
 
 
-def profile_step(rank, rollout) -> None:
+def profile_step(group, rollout) -> None:
     """One more step under torch's profiler: the operators that took the most GPU time."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        rank.train(99, rollout)
+        group.train(99, rollout)
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25), flush=True)
 
 
@@ -102,7 +103,9 @@ def main() -> None:
     parser.add_argument("--micro-batch-size", type=int, default=4, help="padded variant")
     parser.add_argument("--max-tokens-per-gpu", type=int, default=16384, help="packed variant")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--variants", default="packed,padded", help="comma-separated: packed, padded")
     parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--fsdp-torch-compile", action="store_true", help="compile the decoder layers (slime's option)")
     parser.add_argument("--profile", action="store_true", help="print the GPU-time profile of one more step")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the GPU (H100 SXM: 989)")
     args = parser.parse_args()
@@ -111,7 +114,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as root:
         model_dir, params = build_model(Path(root), args)
         print(f"model: {params / 1e9:.2f} B params; batch: {describe(batch)}")
-        for name, packed in (("packed", True), ("padded", False)):
+        for name in args.variants.split(","):
+            packed = {"packed": True, "padded": False}[name]
             result = measure(args, model_dir, batch, packed)
             mfu = 6 * params * tokens / result["seconds"] / (args.peak_tflops * 1e12)
             print(f"{name:7s} {result['attention']:>14s}  {result['seconds']:.3f} s/step  "

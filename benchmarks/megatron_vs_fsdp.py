@@ -4,6 +4,7 @@ model, batch and settings, one GRPO step.
     .venv/bin/python benchmarks/megatron_vs_fsdp.py                         # CPU: tiny, 1 rank, 3 repeats
     .venv/bin/python benchmarks/megatron_vs_fsdp.py --sizes tiny 100m --num-ranks 2 --tensor-parallel 2
     python benchmarks/megatron_vs_fsdp.py --gpu                             # one CUDA GPU per rank, bf16, MFU
+    python benchmarks/megatron_vs_fsdp.py --gpu --in-process --repeats 1    # one GPU, the rank without Ray
 
 CPU: the models and the long-tailed batch of ``benchmarks/fsdp_train.py`` (``--sizes``;
 log-normal response lengths, a few reach the maximum). GPU: the ~0.6B-parameter Qwen3
@@ -26,6 +27,7 @@ response), padding excluded; MFU (GPU) = 6 · parameters · tokens / s against
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -55,9 +57,9 @@ def run_backend(args, model_dir: Path, batch: dict) -> dict:
     responses = batch["response_lengths"]
     rollout = RolloutBatch(batch["tokens"], responses, [[1] * r for r in responses], batch["rewards"],
                            batch["group_ids"], [[0.0] * r for r in responses])
-    with ray_session(num_cpus=max(4, args.num_ranks)):
+    with contextlib.nullcontext() if args.in_process else ray_session(num_cpus=max(4, args.num_ranks)):
         group = TrainGroup(rank_class(args.variant.split()[0]), config(args, model_dir), args.num_ranks,
-                           num_gpus_per_rank=1 if args.gpu else 0)
+                           num_gpus_per_rank=1 if args.gpu else 0, in_process=args.in_process)
         try:
             group.init()
             group.train(0, rollout)
@@ -112,7 +114,7 @@ def shared_flags(args) -> list[str]:
              "--max-tokens-per-gpu", str(args.max_tokens_per_gpu),
              "--max-response", str(args.max_response), "--steps", str(args.steps), "--sizes", args.size,
              "--hidden-size", str(args.hidden_size), "--num-layers", str(args.num_layers)]
-    return flags + (["--gpu"] if args.gpu else [])
+    return flags + (["--gpu"] if args.gpu else []) + (["--in-process"] if args.in_process else [])
 
 
 def table(args, batch: dict, num_params: int, runs: dict[str, list[dict]]) -> str:
@@ -148,6 +150,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes per variant; the median is shown")
     parser.add_argument("--steps", type=int, default=1, help="timed steps per run")
     parser.add_argument("--num-ranks", type=int, default=1, help="training ranks of both backends")
+    parser.add_argument("--in-process", action="store_true",
+                        help="one rank in the child process itself, no Ray (a GPU machine without Ray)")
     parser.add_argument("--tensor-parallel", type=int, default=1, help="Megatron's tensor-parallel size")
     parser.add_argument("--groups", type=int, help="prompts in the batch (default: the size's, 16 on GPU)")
     parser.add_argument("--group-size", type=int, help="samples per prompt (default 4, 8 on GPU)")

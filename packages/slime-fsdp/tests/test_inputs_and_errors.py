@@ -60,3 +60,18 @@ def test_a_tokenizer_that_does_not_fit_the_model_is_an_error(tmp_path):
 def test_a_sample_longer_than_the_token_budget_is_an_error():
     with pytest.raises(ValueError, match="sample of 30 tokens does not fit in --max-tokens-per-gpu 16"):
         token_budget_micro_batches([0, 1], [10, 30], max_tokens=16)
+
+
+def test_fsdp_torch_compile_compiles_every_decoder_layer_and_warns_with_megatron(tiny_model_dir, tmp_path):
+    """What the option does to the model (the compiled forward's equality with the eager one
+    is checked on a GPU, `test_gpu.py`), and that it is reported as inert elsewhere."""
+    from slime_core.config.no_effect import no_effect_warnings
+    from slime_core.testing import make_config
+
+    layers = load_model(tiny_model_dir, compile_layers=True).model.layers
+    assert len(layers) > 1 and all(hasattr(layer.forward, "_torchdynamo_orig_callable") for layer in layers)
+    assert not any(hasattr(layer.forward, "_torchdynamo_orig_callable") for layer in load_model(tiny_model_dir).model.layers)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "1+1=", "label": "2"}\n')
+    config = make_config(prompts, tiny_model_dir, train_backend="megatron", fsdp_torch_compile=True, rollout_batch_size=1)
+    assert any(w.startswith("--fsdp-torch-compile has no effect here") for w in no_effect_warnings(config))

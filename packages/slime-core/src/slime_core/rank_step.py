@@ -69,7 +69,7 @@ class StepTensors:
     ref: torch.Tensor | None  # (N, R) log π_ref(y_t), with a reference model
     rollout: torch.Tensor | None  # (N, R) the engine's log-probs (not for SFT, unless an option reads them)
     advantages: torch.Tensor  # (N, R)
-    old_from_forward: bool = False  # ``old`` is filled by `loss_inputs` from the step's own forward
+    old_from_forward: bool = False  # π_old is the step's own forward, detached (`loss_inputs`); ``old`` stays zeros
     rollout_ids: list[tuple] | None = None  # (N,) with --rollout-id-key: samples of one rollout share an id
     sample_tokens: torch.Tensor | None = None  # (N,) their sample-mean denominators (`share_rollout_denominators`)
     response_lengths: torch.Tensor | None = None  # (N,) int, response tokens of each sample
@@ -77,14 +77,14 @@ class StepTensors:
 
     def loss_inputs(self, indices: list[int], log_probs: torch.Tensor, entropy: torch.Tensor | None) -> PolicyLossInputs:
         """The loss inputs of the micro-batch ``indices``, given its (B, W) log-probs (with
-        gradient) and entropy; the stored rows are cut to width W and moved to its device.
-        With ``old_from_forward`` the detached log-probs are first stored as the rows' π_old."""
+        gradient) and entropy; the stored rows are cut to width W and moved to its device
+        without waiting for the device's queued work (a GPU keeps computing the forward while
+        they travel). With ``old_from_forward`` π_old is the detached log-probs themselves."""
         width, device = log_probs.shape[1], log_probs.device
-        if self.old_from_forward:
-            self.old[indices, :width] = log_probs.detach().to(self.old.device, self.old.dtype)
-        rows = lambda t: None if t is None else t[indices, :width].to(device)  # noqa: E731
-        per_sample = lambda t: None if t is None else t[indices].to(device)  # noqa: E731
-        return PolicyLossInputs(log_probs, rows(self.old), rows(self.advantages), rows(self.mask), entropy,
+        rows = lambda t: None if t is None else t[indices, :width].to(device, non_blocking=True)  # noqa: E731
+        per_sample = lambda t: None if t is None else t[indices].to(device, non_blocking=True)  # noqa: E731
+        old = log_probs.detach() if self.old_from_forward else rows(self.old)
+        return PolicyLossInputs(log_probs, old, rows(self.advantages), rows(self.mask), entropy,
                                 rows(self.ref), rows(self.rollout), per_sample(self.sample_tokens),
                                 per_sample(self.response_lengths), per_sample(self.total_lengths))
 

@@ -24,6 +24,7 @@ Registered with transformers' attention and mask interfaces by `register()`.
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -48,20 +49,28 @@ def _no_mask(*args, **kwargs) -> None:
 
 
 def packed_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
-                     position_ids: torch.Tensor | None = None, **kwargs) -> tuple[torch.Tensor, None]:
+                     position_ids: torch.Tensor | None = None, cu_seq_lens_q: torch.Tensor | None = None,
+                     max_length_q: int | None = None, **kwargs) -> tuple[torch.Tensor, None]:
     """query/key (B, Hq|Hkv, T, D), value (B, Hkv, T, Dv) → ((B, T, Hq, Dv), None), causal within
-    each sample; samples start where ``position_ids`` is 0. (Dv differs from D with MLA.)"""
+    each sample; samples start where ``position_ids`` is 0. (Dv differs from D with MLA.)
+
+    ``cu_seq_lens_q`` / ``max_length_q`` (transformers' flash-attention keywords, which
+    `slime_fsdp.inputs.MicroBatch.model_inputs` passes for packed rows) give the boundaries
+    directly: reading them off the position ids on a GPU would wait for the device in every layer."""
     if position_ids is None:
         raise ValueError(f"{NAME} attention needs position_ids (restarting at 0 per sample) in the model's forward call")
     batch, heads, length, _ = query.shape
     dim = value.shape[-1]
-    starts = _sample_starts(position_ids.reshape(-1))
     q, k, v = (x.transpose(1, 2).reshape(batch * length, x.shape[1], x.shape[-1]) for x in (query, key, value))
     dropout = dropout if module.training else 0.0
     if _use_varlen(q, dropout):
-        out = _varlen(q, k, v, starts, scaling)
+        if cu_seq_lens_q is None:
+            starts = _sample_starts(position_ids.reshape(-1))
+            cu_seq_lens_q = torch.tensor(starts, device=q.device, dtype=torch.int32)
+            max_length_q = max(end - begin for begin, end in zip(starts, starts[1:]))
+        out = _varlen(q, k, v, cu_seq_lens_q, max_length_q, scaling)
     else:
-        out = _bucketed_sdpa(q, k, v, starts, scaling, dropout)
+        out = _bucketed_sdpa(q, k, v, _sample_starts(position_ids.reshape(-1)), scaling, dropout)
     return out.reshape(batch, length, heads, dim), None
 
 
@@ -122,10 +131,16 @@ def _varlen_attn():
     return varlen_attn
 
 
-def _varlen(q, k, v, starts: list[int], scaling) -> torch.Tensor:
-    """All samples in one varlen flash call (cumulative sequence offsets = ``starts``)."""
-    varlen_attn = _varlen_attn()
-    params = inspect.signature(varlen_attn).parameters
+def _varlen(q, k, v, cu_seq_lens: torch.Tensor, longest: int, scaling) -> torch.Tensor:
+    """All samples in one varlen flash call (``cu_seq_lens``: int32 offsets where each sample
+    starts, then the total; ``longest``: the longest sample).
+
+    The flash kernel needs one head size for q, k and v; MLA's value heads are narrower
+    (DeepSeek-V3: 128 vs 192), so v is zero-padded to q's size and the output's padding cut."""
+    value_dim = v.shape[-1]
+    if value_dim != q.shape[-1]:
+        v = F.pad(v, (0, q.shape[-1] - value_dim))
+    varlen_attn, params = _varlen_attn(), _varlen_parameters()
     if q.shape[1] != k.shape[1] and "enable_gqa" not in params:
         k, v = (x.repeat_interleave(q.shape[1] // x.shape[1], dim=1) for x in (k, v))
     kwargs = {"scale": scaling}
@@ -135,6 +150,11 @@ def _varlen(q, k, v, starts: list[int], scaling) -> torch.Tensor:
         kwargs["window_size"] = (-1, 0)  # causal
     else:
         kwargs["is_causal"] = True
-    cu = torch.tensor(starts, device=q.device, dtype=torch.int32)
-    longest = max(end - begin for begin, end in zip(starts, starts[1:]))
-    return varlen_attn(q, k, v, cu, cu, longest, longest, **kwargs)
+    out = varlen_attn(q, k, v, cu_seq_lens, cu_seq_lens, longest, longest, **kwargs)
+    return out[..., :value_dim]
+
+
+@functools.cache
+def _varlen_parameters() -> frozenset[str]:
+    """The keyword names of this torch's ``varlen_attn`` (they changed between releases)."""
+    return frozenset(inspect.signature(_varlen_attn()).parameters)

@@ -53,7 +53,7 @@ class FSDPCriticRank(FSDPTrainRank):
             raise ValueError("the critic's returns have no KL penalty: set --kl-coef 0 (use --use-kl-loss instead)")
         torch.manual_seed(cfg.seed)
         causal_lm = load_model(cfg.critic_load or cfg.hf_checkpoint, gradient_checkpointing=cfg.gradient_checkpointing,
-                               attn_implementation=cfg.attn_implementation)
+                               attn_implementation=cfg.attn_implementation, compile_layers=cfg.fsdp_torch_compile)
         self.tokenizer = load_tokenizer(cfg.critic_load or cfg.hf_checkpoint, causal_lm)
         self.attn_implementation = causal_lm.config._attn_implementation
         self.model = shard(ValueModel(causal_lm).to(self.device), self.mesh, cfg.bf16, cfg.fsdp_cpu_offload)

@@ -8,10 +8,11 @@ import torch
 
 
 def load_model(path: str, dtype: torch.dtype = torch.float32, gradient_checkpointing: bool = False,
-               attn_implementation: str | None = None):
+               attn_implementation: str | None = None, compile_layers: bool = False):
     """``AutoModelForCausalLM`` from a local directory, on CPU, in ``dtype`` (master weights).
 
-    ``attn_implementation`` None picks `default_attention()`.
+    ``attn_implementation`` None picks `default_attention()`; ``compile_layers``: see
+    `compile_decoder_layers`.
     """
     from transformers import AutoModelForCausalLM
 
@@ -26,7 +27,20 @@ def load_model(path: str, dtype: torch.dtype = torch.float32, gradient_checkpoin
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
     freeze_indexers(model)
+    if compile_layers:
+        compile_decoder_layers(model)
     return model
+
+
+def compile_decoder_layers(model) -> None:
+    """``--fsdp-torch-compile``: each decoder layer's ``forward`` through ``torch.compile``.
+
+    Only the forward method is compiled, not the module call: FSDP2's hooks (all-gather before,
+    free after) stay outside the graph. The layers share one code object, and torch inlines
+    module parameters as graph inputs, so one compiled graph serves every layer; shapes are
+    dynamic (packed rows change length every micro-batch)."""
+    for layer in decoder_layers(model):
+        layer.forward = torch.compile(layer.forward, dynamic=True)
 
 
 def freeze_indexers(model) -> None:

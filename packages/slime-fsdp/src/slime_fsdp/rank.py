@@ -50,7 +50,7 @@ class FSDPTrainRank:
         cfg = self.config
         torch.manual_seed(cfg.seed)
         model = load_model(cfg.hf_checkpoint, gradient_checkpointing=cfg.gradient_checkpointing,
-                           attn_implementation=cfg.attn_implementation)
+                           attn_implementation=cfg.attn_implementation, compile_layers=cfg.fsdp_torch_compile)
         self.tokenizer = load_tokenizer(cfg.hf_checkpoint, model)
         self.attn_implementation = model.config._attn_implementation
         self.model = shard(model.to(self.device), self.mesh, cfg.bf16, cfg.fsdp_cpu_offload)

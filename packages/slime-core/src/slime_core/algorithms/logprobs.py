@@ -22,6 +22,8 @@ Double backward is not supported. Vocabulary-parallel logits (Megatron TP) need 
 all-reduces and are not handled here.
 """
 
+import importlib.util
+
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -40,9 +42,14 @@ def log_probs_from_logits(
     Shapes: logits (..., V) any float dtype, tokens (...) int64, keep_mask (..., V) bool or
     None -> (...) float32 (float64 for float64 logits). ``chunk_size=None`` processes all
     rows at once. Differentiable with respect to the logits (the module docstring says what
-    the backward keeps).
+    the backward keeps). CUDA logits in half, bfloat16 or float32 without a keep mask go
+    through two Triton kernels instead (`slime_core.algorithms.logprobs_triton`; no chunks).
     """
     flat, keep = _flatten(logits, keep_mask)
+    if keep is None and triton_applies(flat):
+        from slime_core.algorithms.logprobs_triton import TritonLogProbs
+
+        return TritonLogProbs.apply(flat, tokens.reshape(-1), temperature).view(tokens.shape)
     out = _ChunkedLogProbs.apply(flat, tokens.reshape(-1), keep, temperature, chunk_size)
     return out.view(tokens.shape)
 
@@ -168,6 +175,13 @@ def _flatten(logits: torch.Tensor, keep_mask: torch.Tensor | None):
     vocab = logits.shape[-1]
     keep = None if keep_mask is None else keep_mask.reshape(-1, vocab)
     return logits.reshape(-1, vocab), keep
+
+
+def triton_applies(logits: torch.Tensor) -> bool:
+    """Whether `logprobs_triton` computes these (N, V) logits: CUDA, a kernel dtype, contiguous
+    rows, and Triton installed."""
+    return (logits.is_cuda and logits.dtype in (torch.bfloat16, torch.float16, torch.float32)
+            and logits.stride(-1) == 1 and importlib.util.find_spec("triton") is not None)
 
 
 def _chunks(num_rows: int, chunk_size: int | None):

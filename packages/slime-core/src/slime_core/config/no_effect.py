@@ -73,6 +73,7 @@ RULES: dict[str, tuple[Callable, str]] = {
     "generate_max_retries": (lambda c: c.use_fault_tolerance, "samples are generated again with --use-fault-tolerance"),
     "mtp_loss_scaling_factor": (lambda c: c.get("enable_mtp_training"),
                                 "it weights the MTP loss, which --enable-mtp-training adds (slime-megatron)"),
+    "fsdp_torch_compile": (lambda c: c.train_backend == "fsdp", "it compiles the FSDP backend's layers (--train-backend fsdp)"),
     # slime-megatron's layer options (its model-parallel sizes are refused with another backend)
     **dict.fromkeys(("sequence_parallel", "recompute_granularity", "recompute_method", "recompute_num_layers",
                      "use_distributed_optimizer", "megatron_config"),

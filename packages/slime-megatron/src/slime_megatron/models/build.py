@@ -13,6 +13,7 @@ def build_model(hf_config, config, mtp_layers: int = 0):
 
     Uses megatron's local (non-Transformer-Engine) layers (with ``--sequence-parallel``, the
     norms of `slime_megatron.models.norms`) as the family edits them (``Family.layer_spec``),
+    with the core attention fused (`slime_megatron.models.core_attention`),
     float32 weights, or bf16 with ``config.bf16``; the weights are randomly initialised: load
     them with :func:`slime_megatron.models.load_hf_weights`. Megatron's parallel groups must exist
     (:func:`slime_megatron.parallel.init_parallel`).
@@ -22,6 +23,7 @@ def build_model(hf_config, config, mtp_layers: int = 0):
 
     from slime_megatron.models.family import model_family
     from slime_megatron.models.norms import with_sequence_parallel_norms
+    from slime_megatron.models.specs import with_fused_core_attention
     from slime_megatron.models.transformer_config import transformer_config
 
     _without_transformer_engine()
@@ -31,7 +33,7 @@ def build_model(hf_config, config, mtp_layers: int = 0):
     spec = get_gpt_decoder_block_spec(tc, use_transformer_engine=False, normalization="RMSNorm")
     if tc.sequence_parallel:
         spec = with_sequence_parallel_norms(spec)
-    spec = family.layer_spec(spec)
+    spec = with_fused_core_attention(family.layer_spec(spec))
     # each MTP layer's decoder layer is built as the last decoder layer is (a MoE layer here)
     mtp_spec = get_gpt_mtp_block_spec(tc, spec, use_transformer_engine=False) if mtp_layers else None
     if mtp_spec is not None and tc.sequence_parallel:

@@ -3,8 +3,8 @@
 Megatron builds its layers from nested ``ModuleSpec`` dataclasses; where the local (non-
 Transformer-Engine) spec of megatron-core 0.16 cannot build an architecture,
 :func:`replace_module` puts a module of ours in place of megatron's: the norms
-(`slime_megatron.models.norms`), multi-latent attention's core attention
-(:class:`MLACoreAttention`), GLM-4's output projections with their norms
+(`slime_megatron.models.norms`), the core attention (:class:`SDPACoreAttention`, and for
+multi-latent attention :class:`MLACoreAttention`), GLM-4's output projections with their norms
 (:class:`PostNormRowParallelLinear`). Importing this module imports megatron.
 """
 
@@ -17,6 +17,7 @@ from megatron.core.transformer.dot_product_attention import DotProductAttention
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.utils import divide
 
+from slime_megatron.models.core_attention import SDPACoreAttention
 from slime_megatron.models.norms import RMSNorm
 
 
@@ -36,10 +37,16 @@ def replace_module(spec, old: type, new: type):
     return visit(spec)
 
 
-class MLACoreAttention(DotProductAttention):
+def with_fused_core_attention(spec):
+    """``spec`` with megatron's local ``DotProductAttention`` replaced by
+    :class:`~slime_megatron.models.core_attention.SDPACoreAttention` (no score matrix)."""
+    return replace_module(spec, DotProductAttention, SDPACoreAttention)
+
+
+class MLACoreAttention(SDPACoreAttention):
     """megatron-core 0.16's multi-latent attention builds its core attention with the key and
     value head sizes (``k_channels``, ``v_channels``), which only Transformer Engine's accepts;
-    this is the local ``DotProductAttention`` taking them: its output is ``v_channels`` wide per
+    this is the local core attention (fused, :class:`SDPACoreAttention`) taking them: its output is ``v_channels`` wide per
     head (the keys' size needs nothing: the scale comes from MLA as ``softmax_scale``). Without
     them (megatron's ``Attention`` base builds one first, which MLA replaces) it is the local one."""
 

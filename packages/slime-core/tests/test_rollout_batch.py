@@ -55,3 +55,10 @@ def test_steps_and_micro_batches():
     plan = token_budget_micro_batches([0, 1, 2, 3, 4], lengths, max_tokens=10)
     assert sorted(i for mb in plan for i in mb) == [0, 1, 2, 3, 4]
     assert all(sum(lengths[i] for i in mb) <= 10 for mb in plan) and len(plan) == 3  # 23 tokens: 3 is optimal
+    # one right-padded row per sample: rows × the longest sample within the budget
+    lengths = [9, 2, 2, 2, 2, 5]
+    plan = token_budget_micro_batches(list(range(6)), lengths, max_tokens=10, padded_rows=True)
+    assert sorted(i for mb in plan for i in mb) == list(range(6))
+    assert all(len(mb) * max(lengths[i] for i in mb) <= 10 for mb in plan)
+    assert plan == [[0], [1, 5], [2, 3, 4]]
+    assert [1, 2, 5] in token_budget_micro_batches(list(range(6)), lengths, max_tokens=10)  # 9 real tokens, 3 × 5 padded

@@ -5,7 +5,10 @@ step into micro-batches:
 
 - fixed: ``--micro-batch-size`` samples each (padded to the longest by the backend);
 - by token budget (``--use-dynamic-batch-size``): samples packed, without padding, into
-  micro-batches of at most ``--max-tokens-per-gpu`` tokens (first-fit decreasing).
+  micro-batches of at most ``--max-tokens-per-gpu`` tokens (first-fit decreasing); or, for a
+  backend that gives every sample a right-padded row of its own (Megatron without packed
+  sequences), micro-batches whose rows × longest sample stay within the budget, so the
+  budget bounds what the device holds there too.
 """
 
 from __future__ import annotations
@@ -34,10 +37,12 @@ def fixed_micro_batches(indices: list[int], micro_batch_size: int) -> list[list[
     return [indices[i : i + micro_batch_size] for i in range(0, len(indices), micro_batch_size)]
 
 
-def token_budget_micro_batches(indices: list[int], lengths: list[int], max_tokens: int) -> list[list[int]]:
+def token_budget_micro_batches(indices: list[int], lengths: list[int], max_tokens: int,
+                               padded_rows: bool = False) -> list[list[int]]:
     """Pack samples into as few micro-batches of at most ``max_tokens`` tokens as first-fit
     decreasing finds; ``lengths[i]`` is sample ``i``'s token count. Each micro-batch keeps
-    its samples in index order."""
+    its samples in index order. ``padded_rows``: a micro-batch costs its sample count times
+    its longest sample (one right-padded row per sample)."""
     too_long = [i for i in indices if lengths[i] > max_tokens]
     if too_long:
         longest = max(lengths[i] for i in too_long)
@@ -48,11 +53,13 @@ def token_budget_micro_batches(indices: list[int], lengths: list[int], max_token
     bins: list[list[int]] = []
     loads: list[int] = []
     for i in sorted(indices, key=lambda i: -lengths[i]):
-        target = next((b for b, load in enumerate(loads) if load + lengths[i] <= max_tokens), None)
+        # decreasing order: a bin's first sample is its longest, the width of its rows
+        cost = (lambda b: lengths[bins[b][0]]) if padded_rows else (lambda b: lengths[i])
+        target = next((b for b, load in enumerate(loads) if load + cost(b) <= max_tokens), None)
         if target is None:
             bins.append([])
             loads.append(0)
             target = len(bins) - 1
         bins[target].append(i)
-        loads[target] += lengths[i]
+        loads[target] += cost(target)
     return [sorted(b) for b in bins]

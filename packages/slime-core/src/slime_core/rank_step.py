@@ -132,12 +132,14 @@ class RolloutSteps:
 class RankStep:
     """The RL math of one rank: options, advantage estimator and loss from the plugins."""
 
-    def __init__(self, config, group=None):
+    def __init__(self, config, group=None, padded_rows: bool = False):
         """``group``: the data-parallel process group the share's statistics are summed over
-        (default: every rank)."""
+        (default: every rank); ``padded_rows``: the backend gives each sample a right-padded row
+        of its own, so a token budget counts rows × the longest sample (`token_budget_micro_batches`)."""
         plugins = Plugins.in_worker(config)  # the driver's -p and --custom-*-path plugins too
         self.config = config
         self.group = group or dist.group.WORLD
+        self.padded_rows = padded_rows
         self.estimator = plugins.registry("advantage_estimators").get(config.advantage_estimator)
         self.loss_config = PolicyLossConfig.from_config(config)
         self.loss_fn = plugins.registry("policy_losses").get(self.loss_config.loss_type)
@@ -191,7 +193,8 @@ class RankStep:
         the same number."""
         cfg = self.config
         if cfg.use_dynamic_batch_size:
-            plan = token_budget_micro_batches(indices, [len(t) for t in batch.tokens], cfg.max_tokens_per_gpu)
+            plan = token_budget_micro_batches(indices, [len(t) for t in batch.tokens], cfg.max_tokens_per_gpu,
+                                              self.padded_rows)
         else:
             plan = fixed_micro_batches(indices, cfg.micro_batch_size)
         count = torch.tensor(len(plan))

@@ -71,7 +71,7 @@ class MegatronTrainRank:
         cuda = torch.cuda.is_available()
         self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
         self.parallel = parallel_state
-        self.step = RankStep(config, group=parallel_state.get_data_parallel_group())
+        self.step = RankStep(config, group=parallel_state.get_data_parallel_group(), padded_rows=True)
         self.version = 0  # rollouts trained (the weight version the engines see)
         self.rollout_id = 0  # the rollout being trained on (set by start_train)
         self.updates = 0  # optimizer steps taken (the learning-rate schedule's step)

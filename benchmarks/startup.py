@@ -1,7 +1,7 @@
 """Start-up of ``slime run`` on the quickstart's GRPO config: seconds from launching the
 command to the first rollout's generation, against the 10 s goal, with the run's own
 timeline (``start-up ...`` lines of its slime.log: Ray up, placement, train ranks loaded,
-engines healthy, router ready, first rollout submitted / generated).
+engines healthy, router ready, engines routed, first rollout submitted / generated).
 
     .venv/bin/python benchmarks/startup.py [--rounds 3] [--keep DIR]
 
@@ -10,6 +10,15 @@ rank) on a tiny random model of the quickstart's architecture, for one rollout w
 evaluation. The figure is the median over the rounds. Each round also prints the CPU time
 its processes had used by the first generation, per part (driver, train rank, engine,
 router, Ray's own processes): on a shared machine that moves much less than wall time.
+
+Latest (2026-11-25, 2 cores shared with other work at load average 5-19): median 70.1 s, so
+the wall time says little; 24.7-29.0 CPU-s by the first generation (Ray's own processes 7.3-8.6
+with ``ray[default]`` installed, train rank 5.9-7.4, engine 4.6-5.8, driver 4.4-5.0), against
+28.3-31.0 before the router started alongside the engines and Ray stopped prestarting idle
+workers. On a quiet machine (2026-11-24, before those changes): median 11.1 s. The figures
+assume compiled bytecode: where the venv has none and ``PYTHONDONTWRITEBYTECODE`` is set,
+point ``PYTHONPYCACHEPREFIX`` at a folder filled once with ``python -m compileall``, or every
+process compiles torch and transformers again (about twice the CPU).
 """
 
 from __future__ import annotations

@@ -58,13 +58,14 @@ def test_async_run_learns_with_one_version_of_staleness(slime_run):
     assert records[-1]["weight_version"] == 6 and records[-1]["weight_update/bytes"] > 0
     log = (slime_run.tmp_path / "run" / "slime.log").read_text()
     assert "placement: 2 bundles (1 training ranks, engines one bundle per engine)" in log
-    # The start-up timeline: each part once, in the order it became ready (ranks and engines
-    # load side by side, so those two may come in either order).
+    # The start-up timeline: each part once, in the order it became ready (ranks, engines and
+    # the router start side by side, so those three may come in any order; the router is
+    # given the engines once both are up).
     events = [line.split("s  ", 1)[1] for line in log.splitlines() if line.startswith("start-up ")]
     assert events[:2] == ["Ray up", "placement reserved"]
-    assert sorted(events[2:5]) == ["engines healthy", "router ready", "train ranks loaded"]
-    assert events.index("engines healthy") < events.index("router ready")
-    assert events[5:] == ["first rollout submitted", "first rollout generated"]
+    assert sorted(events[2:6]) == ["engines healthy", "engines routed", "router ready", "train ranks loaded"]
+    assert events.index("engines routed") > max(events.index("engines healthy"), events.index("router ready"))
+    assert events[6:] == ["first rollout submitted", "first rollout generated"]
     seconds = [float(line.split()[1].rstrip("s")) for line in log.splitlines() if line.startswith("start-up ")]
     assert seconds == sorted(seconds)
 

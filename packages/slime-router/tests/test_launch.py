@@ -55,6 +55,33 @@ def test_nothing_listens_beyond_the_loopback(router):
     assert all(host in ("127.0.0.1", "::1") for host, _ in listening), listening
 
 
+def test_the_run_token_guards_the_router_and_stays_out_of_the_run_directory(engines, make_run_config, test_plugins,
+                                                                            tmp_path):
+    """A run across nodes: sglang-router refuses generation without the token, and the front's
+    middlewares have it (by environment) although no file in the run directory does (the
+    front's pickled config included)."""
+    import hashlib
+    import pickle
+    import secrets
+
+    from slime_core.network import Network
+
+    token = secrets.token_urlsafe(24)
+    config = make_run_config(router_middleware=["tag"], output_dir=str(tmp_path))
+    config.network = Network(spans_nodes=True, token=token)
+    with start_router(config, engines[:1], test_plugins) as router:
+        refused = httpx.post(f"{router.url}/generate", json=ONE_TOKEN, timeout=60)
+        answered = httpx.post(f"{router.url}/generate", json=ONE_TOKEN, headers={"Authorization": f"Bearer {token}"},
+                              timeout=60)
+    assert refused.status_code == 401, refused.text
+    assert answered.status_code == 200, answered.text
+    assert answered.headers["x-test-token-sha256"] == hashlib.sha256(token.encode()).hexdigest()
+    pickled = tmp_path / "router" / "front-config.pkl"
+    assert pickle.loads(pickled.read_bytes()).network == Network(spans_nodes=True, token=None)
+    holding = [path for path in tmp_path.rglob("*") if path.is_file() and token.encode() in path.read_bytes()]
+    assert holding == []
+
+
 def test_an_existing_router_is_used_and_left_running(router, engines, make_run_config, tmp_path):
     host, port = router.router_url.removeprefix("http://").split(":")
     reuse = start_router(make_run_config(sglang_router_ip=host, sglang_router_port=port, output_dir=str(tmp_path)), engines)

@@ -2,9 +2,10 @@
 
 A router is registered by name (``slime_register_routers``; slime-router registers
 ``sglang``, the core registers ``none``) as a start function ``start(config, worker_urls,
-plugins) -> Router``, selected with ``--router``. The loop starts it once the engines answer,
-sends generation to ``router.url`` (through the rollout backend's client), tells it when
-fault tolerance replaces an engine, and logs its metrics with every rollout.
+plugins) -> Router``, selected with ``--router``. The loop starts it while the engines start,
+with no engine (``worker_urls`` empty), adds each engine once it answers, sends generation
+to ``router.url`` (through the rollout backend's client), tells it when fault tolerance
+replaces an engine, and logs its metrics with every rollout.
 
 ``--router none`` starts nothing: `DirectRouter` keeps the engines' addresses, and generation
 goes to them in turn (`EnginesInTurn`), one request (or one group) to the next engine.

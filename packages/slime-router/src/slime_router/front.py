@@ -3,8 +3,10 @@ front of sglang-router.
 
 ``start_router`` runs it as ``python -m slime_router.front --config FILE --host H --port P``:
 the file is the run's pickled ``Config`` (with ``sglang_router_ip`` / ``sglang_router_port``
-naming the sglang-router behind it). Plugins are loaded as in the driver: installed ones
-through their entry points, local ``-p`` modules through ``SLIME_PLUGINS``.
+naming the sglang-router behind it), without the run's token when it has one: that comes in
+the environment (``SLIME_ROUTER_TOKEN``), so no file in the run directory holds it. Plugins
+are loaded as in the driver: installed ones through their entry points, local ``-p`` modules
+through ``SLIME_PLUGINS``.
 
 Every request is read completely and handed to the chain; a middleware's ``HTTPError``
 becomes its status and message, any other exception a 500 that names it (and is logged), so
@@ -14,7 +16,9 @@ a bad request never takes the front down.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
+import os
 import pickle
 import sys
 
@@ -22,6 +26,7 @@ from aiohttp import web
 
 from slime_core.network import LOOPBACK
 from slime_router.handlers import Handler, HTTPError, Request, Response, error_response
+from slime_router.launch import TOKEN_ENV
 
 log = logging.getLogger("slime_router.front")
 MAX_BODY_BYTES = 1 << 30
@@ -66,6 +71,17 @@ def build_handler(config, plugins):
     return compose(list(config.router_middleware or []), proxy, config, plugins), proxy
 
 
+def load_config(path: str):
+    """The pickled config at ``path``, with the run's token from the environment (`TOKEN_ENV`),
+    which is taken out of it so that nothing this process starts inherits it."""
+    with open(path, "rb") as file:
+        config = pickle.load(file)
+    token = os.environ.pop(TOKEN_ENV, None)
+    if token:
+        config.network = dataclasses.replace(config.network, token=token)
+    return config
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m slime_router.front", description=__doc__.split("\n")[0])
     parser.add_argument("--config", required=True, help="pickled slime Config")
@@ -76,8 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # the retry middleware's health probes
     from slime_core.plugins import Plugins
 
-    with open(args.config, "rb") as file:
-        config = pickle.load(file)
+    config = load_config(args.config)
     handler, proxy = build_handler(config, Plugins())
     app = create_app(handler)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import copy
+import dataclasses
 import os
 import pickle
 import subprocess
@@ -29,6 +30,8 @@ from slime_router import balancer
 from slime_router.servers import RouterError, Server, connect_host, log_tail
 from slime_router.workers import WorkerError, Workers
 
+#: The environment variable that hands the run's token to the front (its pickled config has none).
+TOKEN_ENV = "SLIME_ROUTER_TOKEN"
 FRONT_HINT = ("see front.log: a middleware failed to start (sessions loads the tokenizer of --hf-checkpoint; "
               "a plugin's middleware may need its own options)")
 
@@ -143,19 +146,23 @@ def _front(config, router_url: str, plugins, log_dir: Path) -> Server:
     command = [sys.executable, "-m", "slime_router.front", "--config", str(config_path), "--host", host, "--port", str(port)]
     log_path = log_dir / "front.log"
     with open(log_path, "ab") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_front_env(plugins),
-                                   preexec_fn=die_with_parent)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                   env=_front_env(plugins, config.network.token), preexec_fn=die_with_parent)
     return Server(f"http://{connect_host(host)}:{port}", "slime-router's middleware front", FRONT_HINT, process, log_path)
 
 
 def _front_config(config, router_url: str):
-    """A copy of ``config`` whose ``sglang_router_ip/port`` name the sglang-router behind the front."""
+    """A copy of ``config`` whose ``sglang_router_ip/port`` name the sglang-router behind the
+    front, without the run's token: the copy is a file in the run directory, and the token
+    reaches the front by its environment (`_front_env`)."""
     front_config = copy.deepcopy(config)
     host, _, port = router_url.removeprefix("http://").rpartition(":")
     front_config.sglang_router_ip, front_config.sglang_router_port = host, int(port)
+    front_config.network = dataclasses.replace(config.network, token=None)
     return front_config
 
 
-def _front_env(plugins) -> dict[str, str]:
-    """The environment, with the run's local ``-p`` plugins (`Plugins.worker_env`)."""
-    return {**os.environ, **plugins.worker_env()}
+def _front_env(plugins, token: str | None) -> dict[str, str]:
+    """The environment, with the run's local ``-p`` plugins (`Plugins.worker_env`) and its
+    token, if any (`TOKEN_ENV`)."""
+    return {**os.environ, **plugins.worker_env(), **({TOKEN_ENV: token} if token else {})}

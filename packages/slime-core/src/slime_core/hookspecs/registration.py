@@ -64,7 +64,8 @@ def slime_register_routers(register):
 
     :param register: ``register(name, start_fn_or_ref)``; ``start(config, worker_urls,
         plugins) -> slime_core.router.Router`` starts (or connects to) the router in front of
-        the engines at ``worker_urls`` and returns once it routes to them.
+        the engines at ``worker_urls`` and returns once it routes to them. The loop starts
+        it with none, while the engines start, and adds each with ``add_worker``.
     :return: nothing.
 
     Runs in the driver.

@@ -2,11 +2,11 @@
 
 In order: the placement (a Ray placement group with the bundles the train backend's ranks,
 a PPO critic and the rollout backend's engines need), the train ranks (and a critic, from the
-``slime_register_critics`` registration of ``--train-backend``), the rollout engines
-(``--rollout-backend``) and the router (``--router``), the rollout manager, colocation and
-the weight sync; on resume, the data source's state and the trainer's weights pushed to the
-engines. Every part is looked up by name in the plugin registries: nothing here knows which
-package provides it.
+``slime_register_critics`` registration of ``--train-backend``) alongside the rollout engines
+(``--rollout-backend``) and the router (``--router``, started empty while the engines start,
+then given them), the rollout manager, colocation and the weight sync; on resume, the data
+source's state and the trainer's weights pushed to the engines. Every part is looked up by
+name in the plugin registries: nothing here knows which package provides it.
 """
 
 from __future__ import annotations
@@ -56,10 +56,7 @@ def start_parts(config, plugins, run_dir, stack: ExitStack) -> Parts:
     with _alongside(start_training, parallel=not (config.colocate and placement.gpu)):
         engines = router = None
         if engine_side is not None:
-            engines = _stopped_by(stack, engine_side.start(config, placement.engine_options, plugins), "shutdown")
-            run_dir.mark("engines healthy")
-            router = _stopped_by(stack, _start_router(config, plugins, engines.urls), "stop")
-            run_dir.mark("router ready")
+            engines, router = _engines_and_router(config, plugins, engine_side, placement, run_dir, stack)
         # while the ranks may still load: the rollout manager loads the tokenizer (1-2 s of imports)
         rollouts = _stopped_by(stack, _rollouts(config, plugins, engine_side, engines, router), "close")
     trainer, critic = training.get("trainer"), training.get("critic")
@@ -127,11 +124,12 @@ def _stopped_by(stack: ExitStack, part, method: str):
 
 @contextmanager
 def _alongside(start: Callable[[], None], parallel: bool):
-    """``start()`` in a thread while the body starts the engines and the router, so the train
-    ranks load (imports, weights, process groups) while the engine servers do the same (a
-    2-rollout run of the tiny CPU model: 45 s → 38 s on 2 cores). Waits for it at the end (also when the body
-    fails, so what it started can be stopped) and raises its error. Colocated on GPUs the two
-    would size their memory against each other, so there ``start()`` runs first."""
+    """``start()`` in a thread while the body starts other parts: the train ranks load
+    (imports, weights, process groups) while the engine servers do the same (a 2-rollout run
+    of the tiny CPU model: 45 s → 38 s on 2 cores), and the router starts while the engines
+    do. Waits for it at the end (also when the body fails, so what it started can be stopped)
+    and raises its error. Colocated on GPUs the ranks and the engines would size their memory
+    against each other, so there ``start()`` runs first."""
     if not parallel:
         start()
         yield
@@ -174,9 +172,25 @@ def _train_group(config, plugins, rank_class, placement, actor_options, rank0_bu
                       master=placement.rendezvous(rank0_bundle))
 
 
-def _start_router(config, plugins, worker_urls: list[str]):
-    start = plugins.registry("routers").get(config.router)
-    return start(config, worker_urls, plugins)
+def _engines_and_router(config, plugins, backend, placement, run_dir, stack: ExitStack):
+    """The engines, and the router (``--router``) started alongside them with no engine and
+    given each once they answer: neither waits for the other to start. The router starts in
+    this thread: the processes it starts die with the thread that started them
+    (``slime_core.child_process.die_with_parent``), and the engines' thread ends."""
+    started = {}
+
+    def start_engines():
+        started["engines"] = _stopped_by(stack, backend.start(config, placement.engine_options, plugins), "shutdown")
+        run_dir.mark("engines healthy")
+
+    with _alongside(start_engines, parallel=True):
+        router = _stopped_by(stack, plugins.registry("routers").get(config.router)(config, [], plugins), "stop")
+        run_dir.mark("router ready")
+    engines = started["engines"]
+    for url in engines.urls:
+        router.add_worker(url)
+    run_dir.mark("engines routed")
+    return engines, router
 
 
 def _rollouts(config, plugins, backend, engines, router):

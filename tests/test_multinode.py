@@ -1,8 +1,9 @@
-"""``slime run`` across Ray nodes, on one machine: three Ray nodes in network namespaces
-joined by a bridge, each with its own IP. The train rank sits on the head node (custom
-resource ``train``), the engine on one of two ``rollout`` nodes; mid-run that node is killed
-(every process in its namespace, raylet included) and ``--use-fault-tolerance`` starts the
-engine again on the other one, with no sample lost.
+"""``slime run`` across Ray nodes, on one machine: four Ray nodes in network namespaces
+joined by a bridge, each with its own IP. Two train ranks (``--actor-num-nodes 2``) sit on
+the two ``train`` nodes, one CPU each, so one rank each: their gloo group spans nodes. The
+engine runs on one of two ``rollout`` nodes; as rollout 1 starts, that node is killed (every
+process in its namespace, raylet included) and ``--use-fault-tolerance`` starts the engine
+again on the other one, with no sample lost and the default ``--generate-max-retries``.
 
 Needs root and ``ip`` (network namespaces); without them the test skips and says why.
 """
@@ -24,7 +25,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 VENV_BIN = Path(sys.executable).parent
 REWARD_PLUGIN = '''
+import time
+from pathlib import Path
+
 from slime_core import hookimpl
+
+MARKS = Path(__file__).parent
 
 
 def digit_share(sample, config) -> float:
@@ -34,6 +40,16 @@ def digit_share(sample, config) -> float:
 @hookimpl
 def slime_register_reward_functions(register):
     register("digit_share", digit_share)
+
+
+@hookimpl
+def slime_before_rollout(rollout_id, config):
+    """Before rollout 1 sends a request, the test kills the engine's node: every request of
+    the rollout then fails until the engine is back on another node."""
+    if rollout_id == 1:
+        (MARKS / "kill-engine-node").touch()
+        while not (MARKS / "engine-node-killed").exists():
+            time.sleep(0.05)
 '''
 
 
@@ -52,9 +68,9 @@ def _namespaces_problem() -> str | None:
 
 
 class Nodes:
-    """Namespaces ``<prefix>0..2`` on a bridge, 10.X.Y.1..3; a Ray node in each (see `start`)."""
+    """Namespaces ``<prefix>0..3`` on a bridge, 10.X.Y.1..4; a Ray node in each (`start_ray`)."""
 
-    def __init__(self, tmp: Path, count: int = 3):
+    def __init__(self, tmp: Path, count: int = 4):
         tag = uuid.uuid4().hex[:6]
         self.prefix, self.bridge = f"sl{tag}n", f"sl{tag}br"
         subnet = int(tag[:4], 16)
@@ -127,7 +143,7 @@ def _ip(*args: str) -> None:
 
 @pytest.fixture
 def cluster(tmp_path):
-    """Three Ray nodes: 0 the head (2 CPUs, ``train``), 1 and 2 (1 CPU each, ``rollout``)."""
+    """Four Ray nodes of 1 CPU each: 0 (the head) and 1 ``train``, 2 and 3 ``rollout``."""
     problem = _namespaces_problem()
     if problem:
         print(f"test_multinode skipped: {problem}")
@@ -137,9 +153,9 @@ def cluster(tmp_path):
     nodes = Nodes(ray_dir)
     try:
         nodes.create()
-        nodes.start_ray(0, 2, {"train": 1})
-        nodes.start_ray(1, 1, {"rollout": 1})
-        nodes.start_ray(2, 1, {"rollout": 1})
+        # one after the other: started side by side, a loaded machine misses Ray's start timeouts
+        for node, role in enumerate(["train", "train", "rollout", "rollout"]):
+            nodes.start_ray(node, 1, {role: 1})
         (ray_dir / "multinode_rewards.py").write_text(REWARD_PLUGIN)
         yield nodes
     finally:
@@ -148,25 +164,29 @@ def cluster(tmp_path):
 
 
 def test_run_spans_nodes_and_survives_losing_the_engine_node(cluster, tiny_model_dir, tmp_path):
+    """Two train ranks on two nodes learn together; the engine's node is lost mid-run."""
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n"
                             for a in range(10) for b in range(10)))
     run_dir = tmp_path / "run"
     command = [str(VENV_BIN / "slime"), "run", "-p", "multinode_rewards", "--ray-address", f"{cluster.ips[0]}:6379",
-               "--train-node-resource", "train", "--rollout-node-resource", "rollout",
+               "--train-node-resource", "train", "--rollout-node-resource", "rollout", "--actor-num-nodes", "2",
                "--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--rollout-engine", "cpu",
                "--rm-type", "digit_share", "--rollout-batch-size", "8", "--n-samples-per-prompt", "8",
                "--rollout-max-response-len", "8", "--lr", "5e-3", "--use-dynamic-batch-size",
                "--max-tokens-per-gpu", "2048", "--num-rollout", "6", "--update-weight-transport", "broadcast",
                "--check-weight-update-equal", "--use-fault-tolerance", "--rollout-health-check-interval", "0.5",
-               "--rollout-health-check-timeout", "3", "--generate-max-retries", "30", "--output-dir", str(run_dir)]
+               "--rollout-health-check-timeout", "3", "--output-dir", str(run_dir)]
     with open(tmp_path / "driver.log", "wb") as log:
         driver = subprocess.Popen(cluster.in_node(0, *command), env=cluster.env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        placed = _wait_for_first_rollout(driver, run_dir)
+        _wait_for(cluster.tmp / "kill-engine-node", driver)  # rollout 0 is done, rollout 1 about to start
+        placed = json.loads((run_dir / "placement.json").read_text())["parts"]
         engine_node = cluster.ips.index(placed["engine_0"]["node_ip"])
-        assert placed["train_rank_0"]["node_ip"] == cluster.ips[0] and engine_node in (1, 2), placed
+        ranks_at = [placed[f"train_rank_{rank}"]["node_ip"] for rank in range(2)]
+        assert ranks_at == cluster.ips[:2] and engine_node in (2, 3), placed  # rank 0 on the first node
         assert cluster.kill(engine_node)  # the engine's node is lost, raylet and all
+        (cluster.tmp / "engine-node-killed").touch()
         assert driver.wait(timeout=600) == 0, (tmp_path / "driver.log").read_text()[-3000:]
     finally:
         if driver.poll() is None:
@@ -174,15 +194,16 @@ def test_run_spans_nodes_and_survives_losing_the_engine_node(cluster, tiny_model
     records = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["rollout_id"] >= 0]
     assert [r["rollout_id"] for r in records] == list(range(6))
     assert all(r["rollout/samples"] == 64 for r in records)  # 8 prompts x 8 samples: none lost
+    assert records[1]["rollout/samples_regenerated"] > 0  # its requests failed, and were sent again
     assert sum(r["fault/engine_restarts"] for r in records) == 1
     rewards = [r["rollout/reward_mean"] for r in records]
     assert sum(rewards[-2:]) / 2 > sum(rewards[:2]) / 2 + 0.02, rewards  # it learns, as on one node
     assert records[-1]["weight_update/max_logprob_diff"] < 1e-3  # the new engine serves the trainer's weights
     moved = json.loads((run_dir / "placement.json").read_text())
-    assert moved["spans_nodes"] and moved["parts"]["engine_0"]["node_ip"] == cluster.ips[3 - engine_node], moved
+    assert moved["spans_nodes"] and moved["parts"]["engine_0"]["node_ip"] == cluster.ips[5 - engine_node], moved
     log = (run_dir / "slime.log").read_text()
-    assert "on 2 nodes" in log and "[fault tolerance] engine 0 at" in log
-    assert _cluster_state(cluster) == {"alive_nodes": 2, "placement_groups_left": 0, "ray_heads_in_node_0": 1}
+    assert "on 3 nodes" in log and "[fault tolerance] engine 0 at" in log
+    assert _cluster_state(cluster) == {"alive_nodes": 3, "placement_groups_left": 0, "ray_heads_in_node_0": 1}
 
 
 def _cluster_state(cluster: Nodes) -> dict:
@@ -207,13 +228,10 @@ def _command_line(pid: str) -> str:
         return ""
 
 
-def _wait_for_first_rollout(driver: subprocess.Popen, run_dir: Path, timeout_s: float = 400) -> dict:
-    """The placement record's parts, once the run has finished its first rollout."""
+def _wait_for(mark: Path, driver: subprocess.Popen, timeout_s: float = 400) -> None:
+    """Until the file ``mark`` exists (the run's plugin made it)."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    while not mark.exists():
         assert driver.poll() is None, f"the run ended early (exit code {driver.returncode})"
-        metrics = run_dir / "metrics.jsonl"
-        if metrics.is_file() and any(r["rollout_id"] >= 0 for r in read_metrics(metrics)):
-            return json.loads((run_dir / "placement.json").read_text())["parts"]
+        assert time.monotonic() < deadline, f"no {mark.name} within {timeout_s:.0f} s"
         time.sleep(0.2)
-    raise TimeoutError(f"no rollout finished within {timeout_s:.0f} s")

@@ -58,21 +58,23 @@ class Network:
         if name:
             os.environ["GLOO_SOCKET_IFNAME"] = name
 
-    def actor_options(self, options: dict) -> dict:
-        """Ray actor ``options`` of a process that joins gloo groups across nodes (a train rank):
-        with `gloo_on_node_interface` as its worker's setup hook when the run spans nodes."""
-        if not self.spans_nodes:
+    def actor_options(self, options: dict, gloo_interface: str | None) -> dict:
+        """Ray actor ``options`` of a process that joins gloo groups across nodes (a train rank),
+        with ``GLOO_SOCKET_IFNAME`` set to ``gloo_interface`` (`gloo_interface` of its node's IP,
+        found on that node) when the run spans nodes and one was found. (Ray runs a
+        ``worker_process_setup_hook`` only when given to ``ray.init``, not to one actor, so the
+        variable travels in the actor's runtime_env.)"""
+        if not self.spans_nodes or not gloo_interface:
             return options
-        runtime_env = {**(options.get("runtime_env") or {}), "worker_process_setup_hook": GLOO_SETUP_HOOK}
+        runtime_env = dict(options.get("runtime_env") or {})
+        runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), "GLOO_SOCKET_IFNAME": gloo_interface}
         return {**options, "runtime_env": runtime_env}
 
 
-def gloo_on_node_interface() -> None:
-    """Ray's setup hook of a worker on a run that spans nodes: `Network.use_node_interface_for_gloo`."""
-    Network(spans_nodes=True).use_node_interface_for_gloo()
-
-
-GLOO_SETUP_HOOK = f"{__name__}.gloo_on_node_interface"
+def gloo_interface(ip: str) -> str | None:
+    """The interface gloo should use on this node, whose IP is ``ip``: ``GLOO_SOCKET_IFNAME`` if
+    the node's processes have it (the user set it), else the interface that holds ``ip``."""
+    return os.environ.get("GLOO_SOCKET_IFNAME") or interface_of(ip)
 
 
 def interface_of(ip: str) -> str | None:

@@ -1,4 +1,4 @@
-"""Where a run's actors go: one Ray placement group with a bundle per device.
+"""Where a run's actors go: Ray placement groups with a bundle per device.
 
 Training ranks get one bundle each (a GPU, or on a CPU machine a CPU slot), and so do the
 ranks of a PPO critic (``--advantage-estimator ppo``). Disaggregated
@@ -14,13 +14,20 @@ train (``--train-mode async``, not colocated), the way disaggregated GPUs never 
 Sharing cores that both sides use at once would slow both (the 2-core quickstart in async
 mode: 0.60 s per step of training instead of 0.31).
 
-Across Ray nodes the group is packed (``PACK``: as few nodes as fit it), each engine's GPUs
-in its one bundle, so on one node. ``--train-node-resource`` and ``--rollout-node-resource``
-steer the ranks' and the engines' bundles to the nodes started with that custom resource
-(e.g. inference nodes apart from training nodes). Once reserved, the group's bundles say on
-which nodes the run lies: more than one, and its servers listen on their node's address with
-a token on their control endpoints (`slime_core.network`); `record` is what the run directory
-keeps of it (``placement.json``).
+Across Ray nodes, what NCCL wants on one node is kept on one node, with slime's meaning of
+the options: each of the ``--actor-num-nodes`` train nodes is a placement group of its
+``--actor-num-gpus-per-node`` bundles with Ray's ``STRICT_PACK`` (all on one Ray node; a PPO
+critic gets as many groups again), and the engines share one ``PACK`` group (as few nodes as
+fit it) with a bundle per engine holding its ``--rollout-num-gpus-per-engine`` GPUs, so an
+engine's tensor-parallel group is on one node too (Ray never splits a bundle; an engine is
+one actor that starts one server over all its GPUs). Train nodes may share a Ray node that
+has room for both. The run's bundles are numbered across its groups: train nodes first,
+then the critic's, then the engines'. ``--train-node-resource`` and
+``--rollout-node-resource`` steer the ranks' and the engines' bundles to the nodes started
+with that custom resource (e.g. inference nodes apart from training nodes). Once reserved,
+the bundles say on which nodes the run lies: more than one, and its servers listen on their
+node's address with a token on their control endpoints (`slime_core.network`); `record` is
+what the run directory keeps of it (``placement.json``).
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from slime_core.network import LOOPBACK, Network
+from slime_core.network import LOOPBACK, Network, gloo_interface
 from slime_core.ports import free_port
 from slime_core.train_backend import cpu_thread_options
 
@@ -42,7 +49,7 @@ NODE_RESOURCE_SHARE = 0.0001
 
 @dataclass
 class Placement:
-    group: Any  # ray.util.placement_group.PlacementGroup
+    groups: list[Any]  # ray.util.placement_group.PlacementGroup: train nodes, critic nodes, engines ([] in process)
     num_ranks: int
     critic_ranks: int  # as many as num_ranks for PPO, else 0
     colocate: bool
@@ -53,53 +60,41 @@ class Placement:
     network: Network = field(default_factory=Network)
 
     @classmethod
-    def reserve(cls, config, engine_bundles: list[dict[str, float]]) -> Placement:
-        """The run's placement group, ready; an error naming what could not be reserved.
+    def reserve(cls, config, engine_bundles: list[dict[str, float]], gpu: bool | None = None) -> Placement:
+        """The run's placement groups, ready; an error naming what could not be reserved.
         ``engine_bundles``: one per engine the rollout backend starts
-        (`slime_core.rollout_backend.RolloutBackend.engine_bundles`)."""
-        import ray
+        (`slime_core.rollout_backend.RolloutBackend.engine_bundles`); ``gpu``: whether the
+        ranks take GPUs (default: whether this process sees CUDA)."""
         import torch
-        from ray.util.placement_group import placement_group
 
-        gpu = torch.cuda.is_available()
+        gpu = torch.cuda.is_available() if gpu is None else gpu
         ranks, critic = train_ranks(config)
         if config.colocate and any(bundle.get("GPU", 0) > 1 for bundle in engine_bundles):
             raise ValueError("--colocate with --rollout-num-gpus-per-engine > 1 is not supported yet: an engine "
                              "would span several training ranks' GPUs; use 1, or run disaggregated")
-        unit = _on_nodes_with({"GPU": 1, "CPU": 1} if gpu else {"CPU": 1}, config.get("train_node_resource"))
         colocated = config.colocate and ranks > 0  # engines alone (--debug-rollout-only) need bundles of their own
-        engines = [_on_nodes_with(bundle, config.get("rollout_node_resource")) for bundle in engine_bundles]
-        bundles = [unit] * (ranks + critic) + ([] if colocated else engines)
-        group = placement_group(bundles, strategy="PACK")
-        ready, _ = ray.wait([group.ready()], timeout=RESERVE_TIMEOUT_S)
-        if not ready:
-            ray.util.remove_placement_group(group)
-            steered = " (bundles naming a custom resource need nodes started with it: ray start --resources)" \
-                if config.get("train_node_resource") or config.get("rollout_node_resource") else ""
-            raise RuntimeError(f"Ray could not reserve {len(bundles)} bundles {bundles} in {RESERVE_TIMEOUT_S:.0f} s "
-                               f"(cluster: {ray.cluster_resources()}){steered}; lower --actor-num-gpus-per-node or "
-                               "--rollout-num-gpus, or add nodes")
+        groups = _reserved(group_layout(config, engine_bundles, gpu, colocated), config)
         threads = 0 if gpu else rank_threads(config, ranks, cpu_engines(engine_bundles))
-        nodes = bundle_nodes(group)
-        return cls(group, ranks, critic, colocated, gpu, list(engine_bundles), threads, nodes,
+        nodes = [node for group in groups for node in bundle_nodes(group)]
+        return cls(groups, ranks, critic, colocated, gpu, list(engine_bundles), threads, nodes,
                    Network.for_nodes(len({node for node, _ in nodes})))
 
     @classmethod
     def in_process(cls, config, engine_bundles: list[dict[str, float]]) -> Placement:
         """``--actor-runtime inprocess``: nothing reserved, every part in this process."""
         ranks, critic = train_ranks(config)
-        return cls(None, ranks, critic, config.colocate, False, list(engine_bundles))
+        return cls([], ranks, critic, config.colocate, False, list(engine_bundles))
 
     def describe(self) -> str:
         """What was reserved, and for what (only the parts this run has)."""
-        if self.group is None:
+        if not self.groups:
             return f"placement: in process ({self.num_ranks} training rank, no Ray)"
         parts = [f"{self.num_ranks} training ranks"] if self.num_ranks else []
         parts += [f"{self.critic_ranks} critic ranks"] if self.critic_ranks else []
         if self.engine_bundles:
             parts.append("engines sharing the ranks' bundles" if self.colocate else "engines one bundle per engine")
         where = f" on {len({node for node, _ in self.nodes})} nodes" if self.network.spans_nodes else ""
-        return f"placement: {len(self.group.bundle_specs)} bundles{where} ({', '.join(parts) or 'nothing'})"
+        return f"placement: {len(self.nodes)} bundles{where} ({', '.join(parts) or 'nothing'})"
 
     def rendezvous(self, rank0_bundle: int) -> tuple[str, int]:
         """Where a group of train ranks meets: the IP of its rank 0's node (the loopback on one
@@ -107,7 +102,7 @@ class Placement:
         if not self.network.spans_nodes:
             return LOOPBACK, free_port()
         node, ip = self.nodes[rank0_bundle]
-        return ip, _free_port_on(node, ip)
+        return ip, _on_node(node, free_port, ip)
 
     def rank_bundle(self, rank: int, critic: bool = False) -> int:
         """The bundle of train rank ``rank`` (the critic's with ``critic``). The ranks take their
@@ -123,11 +118,11 @@ class Placement:
     def record(self) -> dict[str, Any]:
         """Which node each part runs on, for ``placement.json`` in the run directory (bundles
         as Ray reports them now: after a lost node, where its bundles were placed again)."""
-        if self.group is None:
+        if not self.groups:
             return {"spans_nodes": False, "parts": {}}
         import ray
 
-        nodes = bundle_nodes(self.group)
+        nodes = [node for group in self.groups for node in bundle_nodes(group)]
         bundles = {f"train_rank_{rank}": self.rank_bundle(rank) for rank in range(self.num_ranks)}
         bundles |= {f"critic_rank_{rank}": self.rank_bundle(rank, critic=True) for rank in range(self.critic_ranks)}
         bundles |= {f"engine_{index}": self.engine_bundle(index) for index in range(len(self.engine_bundles))}
@@ -139,23 +134,28 @@ class Placement:
 
     def train_options(self, rank: int) -> dict:
         """Ray actor options of training rank ``rank``."""
-        if self.group is None:
-            return {}
-        gpus = (COLOCATED_TRAIN_GPU if self.colocate else 1) if self.gpu else 0
-        threads = {} if self.gpu else cpu_thread_options(self.rank_threads)
-        return self.network.actor_options({"num_cpus": 0, "num_gpus": gpus,
-                                           "scheduling_strategy": self._bundle(self.rank_bundle(rank)), **threads})
+        return self._rank_options(self.rank_bundle(rank))
 
     def critic_options(self, rank: int) -> dict:
         """Ray actor options of the PPO critic's rank ``rank`` (bundles after the policy's)."""
-        if self.group is None:
+        return self._rank_options(self.rank_bundle(rank, critic=True))
+
+    def _rank_options(self, bundle: int) -> dict:
+        """A train rank's actor options in ``bundle``: its GPU (or torch threads on CPU), and
+        across nodes the network interface its gloo groups use there."""
+        if not self.groups:
             return {}
-        return {**self.train_options(rank), "scheduling_strategy": self._bundle(self.rank_bundle(rank, critic=True))}
+        gpus = (COLOCATED_TRAIN_GPU if self.colocate else 1) if self.gpu else 0
+        threads = {} if self.gpu else cpu_thread_options(self.rank_threads)
+        node, ip = self.nodes[bundle]
+        interface = _on_node(node, gloo_interface, ip) if self.network.spans_nodes else None
+        return self.network.actor_options({"num_cpus": 0, "num_gpus": gpus, "scheduling_strategy": self._bundle(bundle),
+                                           **threads}, interface)
 
     def engine_options(self, index: int) -> dict:
         """Ray actor options of engine ``index``: in its own bundle, or colocated in a training
         rank's, taking a share of that rank's GPU."""
-        if self.group is None:
+        if not self.groups:
             return {}
         bundle = self.engine_bundle(index)
         engine_gpus = self.engine_bundles[index].get("GPU", 0) if index < len(self.engine_bundles) else 0
@@ -163,16 +163,56 @@ class Placement:
         return {"num_cpus": 0, "num_gpus": gpus, "scheduling_strategy": self._bundle(bundle)}
 
     def release(self) -> None:
-        if self.group is None:
-            return
         import ray
 
-        ray.util.remove_placement_group(self.group)
+        for group in self.groups:
+            ray.util.remove_placement_group(group)
 
     def _bundle(self, index: int):
+        """The scheduling strategy that puts an actor in the run's bundle ``index``."""
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        return PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index)
+        for group in self.groups:
+            if index < len(group.bundle_specs):
+                return PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
+            index -= len(group.bundle_specs)
+        raise IndexError("bundle index past the run's placement groups")
+
+
+def group_layout(config, engine_bundles: list[dict[str, float]], gpu: bool,
+                 colocated: bool) -> list[tuple[str, list[dict[str, float]]]]:
+    """(Ray strategy, bundles) of each placement group the run reserves: a ``STRICT_PACK``
+    group per train node (the policy's, then a PPO critic's), each holding that node's GPUs
+    (CPU slots on a CPU cluster), and one ``PACK`` group of the engines' bundles unless they
+    share the ranks' (colocated)."""
+    ranks, critic = train_ranks(config)
+    train_nodes = config.actor_num_nodes * (2 if critic else 1) if ranks else 0
+    unit = _on_nodes_with({"GPU": 1, "CPU": 1} if gpu else {"CPU": 1}, config.get("train_node_resource"))
+    layout = [("STRICT_PACK", [unit] * config.actor_num_gpus_per_node) for _ in range(train_nodes)]
+    engines = [_on_nodes_with(bundle, config.get("rollout_node_resource")) for bundle in engine_bundles]
+    return layout + ([("PACK", engines)] if engines and not colocated else [])
+
+
+def _reserved(layout: list[tuple[str, list[dict[str, float]]]], config) -> list[Any]:
+    """The placement groups of ``layout``, all ready within `RESERVE_TIMEOUT_S`; otherwise none
+    is kept and the error names what was asked and what the cluster has."""
+    import ray
+    from ray.util.placement_group import placement_group
+
+    groups = [placement_group(bundles, strategy=strategy) for strategy, bundles in layout]
+    if not groups:
+        return groups
+    ready, _ = ray.wait([group.ready() for group in groups], num_returns=len(groups), timeout=RESERVE_TIMEOUT_S)
+    if len(ready) == len(groups):
+        return groups
+    for group in groups:
+        ray.util.remove_placement_group(group)
+    asked = "; ".join(f"{strategy} {bundles}" for strategy, bundles in layout)
+    steered = " (bundles naming a custom resource need nodes started with it: ray start --resources)" \
+        if config.get("train_node_resource") or config.get("rollout_node_resource") else ""
+    raise RuntimeError(f"Ray could not reserve the run's placement groups [{asked}] in {RESERVE_TIMEOUT_S:.0f} s "
+                       f"(cluster: {ray.cluster_resources()}; STRICT_PACK: all on one node){steered}; lower "
+                       "--actor-num-gpus-per-node or --rollout-num-gpus, or add nodes")
 
 
 def _on_nodes_with(bundle: dict[str, float], resource: str | None) -> dict[str, float]:
@@ -201,15 +241,16 @@ def _node_ips() -> dict[str, str]:
     return {node["NodeID"]: node["NodeManagerAddress"] for node in ray.nodes()}
 
 
-def _free_port_on(node_id: str, ip: str) -> int:
-    """A port free on node ``node_id`` (asked there by a small task unless it is the driver's)."""
+def _on_node(node_id: str, fn, *args):
+    """``fn(*args)`` on Ray node ``node_id`` (here when it is the driver's, else as a small
+    task pinned there): what only that node can tell, such as a free port or an interface name."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if node_id == ray.get_runtime_context().get_node_id():
-        return free_port(ip)
+        return fn(*args)
     there = NodeAffinitySchedulingStrategy(node_id, soft=False)
-    return ray.get(ray.remote(num_cpus=0)(free_port).options(scheduling_strategy=there).remote(ip))
+    return ray.get(ray.remote(num_cpus=0)(fn).options(scheduling_strategy=there).remote(*args))
 
 
 def train_ranks(config) -> tuple[int, int]:

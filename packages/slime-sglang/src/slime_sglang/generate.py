@@ -23,6 +23,7 @@ import uuid
 import zlib
 
 from slime_core.engine import EngineUnavailable, SamplingParams, append_result, parallel_sample_seed
+from slime_core.loop.fault_tolerance import engine_fault_handled
 from slime_core.rollout_parts import GenerateContext
 from slime_core.sample import Sample, SampleStatus
 
@@ -84,8 +85,9 @@ def group_seed(config, sample: Sample) -> int:
 async def generate_resilient(sample: Sample, sampling: SamplingParams, ctx: GenerateContext, generate) -> int:
     """``generate(sample, sampling, ctx)``; with ``--use-fault-tolerance``, a failure of the
     engine (`EngineUnavailable`: it died or hung mid-request) puts the sample back as it was and
-    generates it again once the engines answer, up to ``--generate-max-retries`` times, waiting
-    1, 2, 4 … 10 s in between. Returns how many times the sample was generated again.
+    generates it again: at once when the fault-tolerance monitor replaced an engine meanwhile
+    (not counted), otherwise up to ``--generate-max-retries`` times, waiting 1, 2, 4 … 10 s in
+    between (`_retried`). Returns how many times the sample was generated again.
 
     The sample's sampling seed depends only on the sample (`sample_seed`), so a regenerated
     sample is drawn exactly as the lost one would have been on the same weights."""
@@ -126,19 +128,31 @@ async def generate_group_resilient(group: list[Sample], sampling: SamplingParams
 
 async def _retried(samples: list[Sample], attempt, config) -> int:
     """Await ``attempt()``; on `EngineUnavailable` (with fault tolerance) restore ``samples``
-    as they were and try again, as `generate_resilient` says. Returns the number of retries."""
-    retries = config.generate_max_retries if config.get("use_fault_tolerance") else 0
-    before, retry = (copy.deepcopy(samples) if retries else None), 0
+    as they were and try again, as `generate_resilient` says. A failure that an engine's
+    replacement explains (`engine_fault_handled`: the sample waits for the fault-tolerance
+    monitor's check and replacement) is tried again at once and counts against none of
+    ``--generate-max-retries``, so a lost node cannot use them up; the others count, tried again
+    after 1, 2, 4 … 10 s. Returns how many times the samples were generated again."""
+    fault_tolerant = bool(config.get("use_fault_tolerance"))
+    before = copy.deepcopy(samples) if fault_tolerant else None
+    again = counted = 0
     while True:
         try:
             await attempt()
-            return retry
+            return again
         except EngineUnavailable as exc:
-            if retry == retries:
+            if not fault_tolerant:
                 raise
-            retry += 1
-            log.info("samples %s: %s; generating again (retry %d of %d)",
-                     ", ".join(f"{s.group_index}-{s.index}" for s in samples), exc, retry, retries)
+            replaced = await engine_fault_handled()
+            if not replaced:
+                if counted == config.generate_max_retries:
+                    raise
+                counted += 1
+            again += 1
+            why = "an engine was replaced" if replaced else f"retry {counted} of {config.generate_max_retries}"
+            log.info("samples %s: %s; generating again (%s)",
+                     ", ".join(f"{s.group_index}-{s.index}" for s in samples), exc, why)
             for sample, saved in zip(samples, copy.deepcopy(before)):
                 sample.__dict__.update(saved.__dict__)
-            await asyncio.sleep(min(2.0 ** (retry - 1), 10.0))
+            if not replaced:
+                await asyncio.sleep(min(2.0 ** (counted - 1), 10.0))

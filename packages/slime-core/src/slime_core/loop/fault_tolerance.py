@@ -13,19 +13,38 @@ API, ``/health``); an engine that died or gives no answer within
 4. the router sends it requests again.
 
 Requests that were in flight on the failed engine fail at the client
-(`slime_core.engine.EngineUnavailable`) and
-their samples are generated again once an engine answers (``--generate-max-retries``), so a
-rollout keeps its sample count. Each replacement is logged to ``slime.log`` and counted in
-the next rollout's ``fault/engine_restarts``.
+(`slime_core.engine.EngineUnavailable`) and their samples are generated again, so a rollout
+keeps its sample count. A failed request asks the monitor to check the engines at once
+(`engine_fault_handled`), and its sample waits for that check, and for any replacement it
+starts: a failure that a replacement explains costs the sample none of its
+``--generate-max-retries``; only failures while every engine answers ``/health`` count. So
+losing a node, which takes Ray's health checks (about 30 s) plus an engine's start to
+recover from, does not exhaust a sample's retries. Each replacement is logged to
+``slime.log`` and counted in the next rollout's ``fault/engine_restarts``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import Callable
 
 from slime_core.engine import EngineUnavailable
+
+#: The monitor of the run in this process while it watches (`engine_fault_handled` asks it).
+_watching: EngineMonitor | None = None
+
+
+async def engine_fault_handled() -> bool:
+    """After a request failed with `EngineUnavailable` (in the driver's rollout loop): wait
+    until the fault-tolerance monitor has checked every engine since the failure, replacing
+    those that failed, and say whether it replaced one meanwhile. True: an engine failed and
+    was replaced, so the request is worth sending again without counting it as a retry; False:
+    no monitor watches (no ``--use-fault-tolerance``, or it gave up), or every engine was
+    healthy."""
+    monitor = _watching
+    return await monitor.replaced_since_now() if monitor is not None else False
 
 
 class EngineMonitor:
@@ -47,16 +66,37 @@ class EngineMonitor:
         self.restarts = 0  # replacements so far
         self.failure: BaseException | None = None  # why monitoring stopped, if it did
         self._reported = 0
+        self._sweeps_started = self._sweeps_done = 0  # health checks of every engine
         self._stop = threading.Event()
+        self._check_now = threading.Event()  # a request failed: check without waiting for the interval
         self._thread = threading.Thread(target=self._watch, name="slime-engine-monitor", daemon=True)
 
     def start(self) -> EngineMonitor:
+        global _watching
         self._thread.start()
+        _watching = self
         return self
 
     def stop(self) -> None:
+        global _watching
+        if _watching is self:
+            _watching = None
         self._stop.set()
+        self._check_now.set()
         self._thread.join(timeout=self.timeout + 60)
+
+    async def replaced_since_now(self, poll_s: float = 0.1) -> bool:
+        """Wait (on the rollout loop) until a health check of every engine begun from now has
+        finished, or a replacement under way has; whether an engine was replaced meanwhile
+        (see `engine_fault_handled`). Returns False at once if the monitor has stopped."""
+        sweep, restarts = self._sweeps_started, self.restarts
+        self._check_now.set()
+        while self._sweeps_done <= sweep and self.restarts == restarts and self._watches():
+            await asyncio.sleep(poll_s)
+        return self.restarts > restarts
+
+    def _watches(self) -> bool:
+        return not self._stop.is_set() and self.failure is None and self._thread.is_alive()
 
     def metrics(self) -> dict[str, float]:
         """``fault/engine_restarts`` since the last call; raises if monitoring itself failed
@@ -84,11 +124,17 @@ class EngineMonitor:
 
     def _watch(self) -> None:
         try:
-            while not self._stop.wait(self.interval):
+            while True:
+                self._check_now.wait(self.interval)
+                self._check_now.clear()
+                if self._stop.is_set():
+                    return
+                self._sweeps_started += 1
                 for index in range(len(self.engines.urls)):
                     problem = self.engines.health_problem(index, self.timeout)
                     if problem and not self._stop.is_set():
                         self._replace(index, problem)
+                self._sweeps_done = self._sweeps_started
         except BaseException as exc:  # noqa: BLE001 - kept and raised in the driver by `metrics`
             self.failure = exc
             self.log(f"[fault tolerance] stopped: {type(exc).__name__}: {exc}")

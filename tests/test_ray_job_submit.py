@@ -99,10 +99,7 @@ rollout_max_response_len: 8
 output_dir: {run_dir}
 """)
     before = job_cluster.state()
-    submission = f"slime-{uuid.uuid4().hex[:8]}"
-    submitted = subprocess.run([str(VENV_BIN / "ray"), "job", "submit", "--address", job_cluster.url,
-                                "--submission-id", submission, "--", str(VENV_BIN / "slime"), "run", str(config)],
-                               env=job_cluster.env, capture_output=True, text=True, timeout=500)
+    submission, submitted = _submit(job_cluster, str(VENV_BIN / "slime"), "run", str(config))
     assert submitted.returncode == 0 and f"Job '{submission}' succeeded" in submitted.stdout, \
         (submitted.stdout + submitted.stderr)[-3000:]
 
@@ -115,6 +112,22 @@ output_dir: {run_dir}
     after = _settled(job_cluster, before)
     assert after == before, after  # no actor or placement group left, and no second Ray session
     assert before == {"actors": [], "placement_groups": 0, "sessions": 1, "nodes": before["nodes"]}
+
+
+def _submit(cluster: JobCluster, *entrypoint: str, agent_wait_s: float = 120) -> tuple[str, subprocess.CompletedProcess]:
+    """``ray job submit --address URL -- ENTRYPOINT``; its submission id and result. The head
+    refuses jobs until its node's dashboard agent has registered ("No available agent to submit
+    job, please try again later"), which on a loaded machine can come well after ``ray start``
+    returns: that answer is tried again, with a new submission id, until ``agent_wait_s``."""
+    deadline = time.monotonic() + agent_wait_s
+    while True:
+        submission = f"slime-{uuid.uuid4().hex[:8]}"
+        result = subprocess.run([str(VENV_BIN / "ray"), "job", "submit", "--address", cluster.url,
+                                 "--submission-id", submission, "--", *entrypoint],
+                                env=cluster.env, capture_output=True, text=True, timeout=500)
+        if "No available agent to submit job" not in result.stdout + result.stderr or time.monotonic() > deadline:
+            return submission, result
+        time.sleep(2)
 
 
 def _settled(cluster: JobCluster, want: dict, timeout_s: float = 30) -> dict:

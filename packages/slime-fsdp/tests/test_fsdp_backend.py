@@ -98,6 +98,7 @@ def check_hf_export(path, batch, expected):
 
     model = AutoModelForCausalLM.from_pretrained(path)
     assert len(AutoTokenizer.from_pretrained(path)) == model.config.vocab_size
+    assert model.config.use_cache and model.generation_config.use_cache is not False  # generate keeps its KV cache
     for tokens, length, want in zip(batch.tokens, batch.response_lengths, expected):
         with torch.no_grad():
             logits = model(torch.tensor([tokens])).logits[0]

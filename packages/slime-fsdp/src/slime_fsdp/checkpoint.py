@@ -58,14 +58,22 @@ def load_checkpoint(path: Path, model, optimizer) -> dict:
 
 
 def save_hf(path: str, model, tokenizer) -> None:
-    """A Hugging Face directory from the sharded model: gathered on rank 0, written there."""
+    """A Hugging Face directory from the sharded model: gathered on rank 0, written there.
+
+    Training turns the KV cache off in the model's config (`slime_fsdp.model.load_model`); the
+    exported config has it on again, or ``generate`` on the exported model would recompute the
+    whole sequence for every token."""
+    import copy
+
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from transformers import AutoModelForCausalLM
 
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if dist.get_rank() == 0:
+        config = copy.deepcopy(model.config)
+        config.use_cache = True
         with torch.device("meta"):
-            plain = AutoModelForCausalLM.from_config(model.config)
+            plain = AutoModelForCausalLM.from_config(config)
         plain.load_state_dict(full, assign=True)
         plain.tie_weights()
         plain.save_pretrained(path)

@@ -32,6 +32,10 @@ class JobCluster:
     def __init__(self, folder: Path):
         self.folder = folder
         self.gcs_port, self.dashboard_port, self.client_port = free_port(), free_port(), free_port()
+        # the agent's ports too: its default HTTP port (52365) is held by the agent of any other Ray
+        # on this machine (this session's own, with ray[default]), and without it no job is taken
+        self.agent_ports = {"--dashboard-agent-listen-port": free_port(), "--dashboard-agent-grpc-port": free_port(),
+                            "--metrics-export-port": free_port(), "--runtime-env-agent-port": free_port()}
         self.url = f"http://127.0.0.1:{self.dashboard_port}"
         # not the settings an in-process Ray of this test session left (RAY_ADDRESS, ...)
         inherited = {key: value for key, value in os.environ.items() if not key.startswith("RAY_")}
@@ -43,7 +47,8 @@ class JobCluster:
         subprocess.run([str(VENV_BIN / "ray"), "start", "--head", "--node-ip-address", "127.0.0.1",
                         "--port", str(self.gcs_port), "--include-dashboard", "true", "--dashboard-host", "127.0.0.1",
                         "--dashboard-port", str(self.dashboard_port), "--ray-client-server-port", str(self.client_port),
-                        "--temp-dir", str(self.folder), "--num-cpus", "4", "--disable-usage-stats"],
+                        "--temp-dir", str(self.folder), "--num-cpus", "4", "--disable-usage-stats",
+                        *[str(part) for pair in self.agent_ports.items() for part in pair]],
                        env=self.env, check=True, capture_output=True, timeout=240)
         return time.perf_counter() - started
 

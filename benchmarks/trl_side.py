@@ -1,0 +1,109 @@
+"""TRL's side of ``benchmarks/trl_vs_slime.py``: ``GRPOTrainer`` in this process, its phases
+timed by wrapping the trainer's methods and its steps by a callback."""
+
+from __future__ import annotations
+
+import resource
+import time
+from pathlib import Path
+
+from grpo_benchmark import IDLE, Result, Setup, eval_rows, exact_match, greedy_accuracy, load_model, read_jsonl
+
+
+class PhaseTimer:
+    """Seconds spent in wrapped methods of one object, summed per phase name."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    def wrap(self, obj, method: str, phase: str) -> None:
+        inner = getattr(obj, method)
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+
+        setattr(obj, method, timed)
+
+
+def trl_step_callback(timer: PhaseTimer, result: Result):
+    """A TrainerCallback recording each optimizer step's wall time (end to end, dataloader
+    included) and the optimizer step itself."""
+    from transformers import TrainerCallback
+
+    class StepClock(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.last = time.perf_counter()
+            self.cpu_marks: list[float] = []  # this process's CPU seconds at each step's end
+
+        def on_pre_optimizer_step(self, args, state, control, **kwargs):
+            self.optimizer_start = time.perf_counter()
+
+        def on_optimizer_step(self, args, state, control, **kwargs):
+            timer.seconds["optimizer"] = timer.seconds.get("optimizer", 0.0) + time.perf_counter() - self.optimizer_start
+
+        def on_step_end(self, args, state, control, **kwargs):
+            now = time.perf_counter()
+            result.step_seconds.append(now - self.last)
+            self.last = now
+            cpu = resource.getrusage(resource.RUSAGE_SELF)
+            self.cpu_marks.append(cpu.ru_utime + cpu.ru_stime)
+
+    return StepClock()
+
+
+def trl_config(workdir: Path, setup: Setup):
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(workdir / "trl"), use_cpu=True, bf16=False, report_to="none", save_strategy="no",
+        max_steps=setup.steps, per_device_train_batch_size=setup.samples_per_step, gradient_accumulation_steps=1,
+        num_generations=setup.group_size, max_completion_length=setup.max_response_len,
+        temperature=setup.temperature, top_p=1.0, top_k=0, learning_rate=setup.lr, lr_scheduler_type="constant",
+        warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, beta=0.0, num_iterations=1, epsilon=0.2,
+        loss_type="grpo", scale_rewards="group", seed=setup.seed, logging_steps=1, dataloader_num_workers=0,
+        disable_tqdm=True)
+
+
+def run_trl(init: Path, workdir: Path, setup: Setup) -> Result:
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
+
+    def reward(prompts, completions, label, **kwargs):
+        return [exact_match(c, l) for c, l in zip(completions, label)]
+
+    start = time.perf_counter()
+    result, timer = Result("TRL"), PhaseTimer()
+    tokenizer = AutoTokenizer.from_pretrained(init)
+    clock = trl_step_callback(timer, result)
+    trainer = GRPOTrainer(model=load_model(init), reward_funcs=reward,
+                          args=trl_config(workdir, setup), processing_class=tokenizer,
+                          train_dataset=Dataset.from_list(read_jsonl(setup.train_data)),
+                          callbacks=[clock])
+    timer.wrap(trainer, "_generate", "generation")
+    timer.wrap(trainer, "_calculate_rewards", "reward")
+    timer.wrap(trainer, "_generate_and_score_completions", "generate and score")
+    timer.wrap(trainer, "training_step", "training step")
+    trainer.train()
+    result.total_seconds = time.perf_counter() - start
+    marks = clock.cpu_marks
+    result.cpu = {"TRL's process": (marks[-1] - marks[0]) / (len(marks) - 1)}
+    result.phases = trl_phases(timer.seconds, sum(result.step_seconds), len(result.step_seconds))
+    result.rewards = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry][-5:]
+    result.eval_after = [greedy_accuracy(trainer.model, tokenizer, eval_rows(setup), setup.max_response_len)]
+    return result
+
+
+def trl_phases(seconds: dict[str, float], wall: float, steps: int) -> dict[str, float]:
+    """Mean seconds per step: generation, reward, training (scoring the completions' log-probs,
+    loss, backward, optimizer), weight sync (none) and what is left (dataloader, logging)."""
+    generation, reward = seconds.get("generation", 0.0), seconds.get("reward", 0.0)
+    scoring = seconds.get("generate and score", 0.0) - generation - reward
+    training = seconds.get("training step", 0.0) - seconds.get("generate and score", 0.0) + seconds.get("optimizer", 0.0)
+    totals = {"generation + reward": generation + reward, "training": training + scoring, "weight sync": 0.0}
+    totals[IDLE] = wall - sum(totals.values())
+    return {name: value / steps for name, value in totals.items()} | {"  of which reward": reward / steps}

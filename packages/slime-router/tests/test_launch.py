@@ -59,14 +59,15 @@ def test_the_run_token_guards_the_router_and_stays_out_of_the_run_directory(engi
                                                                             tmp_path):
     """A run across nodes: sglang-router refuses generation without the token, and the front's
     middlewares have it (by environment) although no file in the run directory does (the
-    front's pickled config included)."""
+    front's pickled config included). The token starts with ``-``, as a random one may: the
+    router's command line must still read it as the value of ``--api-key``."""
     import hashlib
     import pickle
     import secrets
 
     from slime_core.network import Network
 
-    token = secrets.token_urlsafe(24)
+    token = "-" + secrets.token_urlsafe(24)
     config = make_run_config(router_middleware=["tag"], output_dir=str(tmp_path))
     config.network = Network(spans_nodes=True, token=token)
     with start_router(config, engines[:1], test_plugins) as router:

@@ -36,7 +36,7 @@ class Network:
     @classmethod
     def for_nodes(cls, node_count: int) -> Network:
         """Loopback for one node; node addresses and a fresh token for more."""
-        return cls(True, secrets.token_urlsafe(24)) if node_count > 1 else cls()
+        return cls(True, secrets.token_hex(24)) if node_count > 1 else cls()
 
     def listen_host(self) -> str:
         """The address a server started in this process listens on: this node's IP when the run

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from slime_core.child_process import die_with_parent
+from slime_core.command_flags import as_flags
 from slime_core.network import LOOPBACK, Network
 from slime_core.ports import free_port
 from slime_router.servers import Server, connect_host
@@ -61,15 +62,8 @@ def router_host(passthrough: dict[str, Any], network: Network) -> str:
 
 
 def command(options: dict[str, Any]) -> list[str]:
-    """``python -m sglang_router.launch_router`` with ``options`` as flags (True: a bare flag)."""
-    argv = [sys.executable, "-m", "sglang_router.launch_router"]
-    for key, value in options.items():
-        if value is None or value is False or value == []:
-            continue
-        argv.append("--" + key.replace("_", "-"))
-        if value is not True:
-            argv += [str(item) for item in _as_list(value)]
-    return argv
+    """``python -m sglang_router.launch_router`` with ``options`` as flags (`as_flags`)."""
+    return [sys.executable, "-m", "sglang_router.launch_router", *as_flags(options)]
 
 
 def start(options: dict[str, Any], log_path: Path) -> Server:

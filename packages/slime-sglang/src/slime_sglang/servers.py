@@ -21,23 +21,18 @@ import threading
 from pathlib import Path
 
 from slime_core.child_process import die_with_parent
+from slime_core.command_flags import as_flags
 from slime_core.network import LOOPBACK
 from slime_core.ports import free_port
 from slime_sglang.cpu_engine.launch import wait_healthy
 
+
 def sglang_command(config, model_path: str, port: int, host: str = LOOPBACK, api_key: str | None = None) -> list[str]:
     """``sglang.launch_server`` for one engine; ``config.sglang`` holds the pass-through options.
     ``api_key``: SGLang's ``--api-key`` (the run's token when it spans nodes)."""
-    command = [sys.executable, "-m", "sglang.launch_server", "--model-path", model_path, "--host", host,
-               "--port", str(port), "--tp-size", str(config.rollout_num_gpus_per_engine)]
-    command += ["--api-key", api_key] if api_key else []
-    for key, value in config.sglang.items():
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            command.append(flag)
-        elif value not in (False, None):
-            command += [flag, *(map(str, value) if isinstance(value, (list, tuple)) else [str(value)])]
-    return command
+    own = {"model_path": model_path, "host": host, "port": port, "tp_size": config.rollout_num_gpus_per_engine,
+           "api_key": api_key}
+    return [sys.executable, "-m", "sglang.launch_server", *as_flags(own), *as_flags(config.sglang)]
 
 
 #: The ``--sglang-*`` options that the CPU engine takes as well (same meaning as SGLang's);
@@ -49,12 +44,9 @@ def cpu_engine_command(config, model_path: str, port: int, host: str = LOOPBACK,
     """``slime engine serve`` for one CPU engine, with the ``--sglang-*`` options it shares
     with SGLang (`CPU_ENGINE_SGLANG_OPTIONS`); ``api_key`` guards its control endpoints."""
     slime = str(Path(sys.executable).with_name("slime"))
-    command = [slime, "engine", "serve", "--model", model_path, "--host", host, "--port", str(port)]
-    command += ["--api-key", api_key] if api_key else []
-    for key in CPU_ENGINE_SGLANG_OPTIONS:
-        if config.sglang.get(key) is not None:
-            command += ["--" + key.replace("_", "-"), str(config.sglang[key])]
-    return command
+    own = {"model": model_path, "host": host, "port": port, "api_key": api_key}
+    shared = {key: config.sglang.get(key) for key in CPU_ENGINE_SGLANG_OPTIONS}
+    return [slime, "engine", "serve", *as_flags(own), *as_flags(shared)]
 
 
 class EngineServer:

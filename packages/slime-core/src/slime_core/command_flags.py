@@ -1,0 +1,31 @@
+"""Options as command-line flags for the servers slime starts (SGLang, sglang-router, the CPU engine).
+
+A one-value option is written ``--name=value`` rather than ``--name value``: argparse takes a
+separate value that starts with ``-`` (a random token can) for the next flag and refuses the
+command line, while the ``=`` form is read whatever the value is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def flag(key: str) -> str:
+    """``mem_fraction_static`` → ``--mem-fraction-static``."""
+    return "--" + key.replace("_", "-")
+
+
+def as_flags(options: dict[str, Any]) -> list[str]:
+    """``options`` as flags: True is a bare flag; False, None and [] are left out; a list or tuple
+    is the flag followed by its items; anything else is ``--name=value``."""
+    argv: list[str] = []
+    for key, value in options.items():
+        if value is None or value is False or value == [] or value == ():
+            continue
+        if value is True:
+            argv.append(flag(key))
+        elif isinstance(value, (list, tuple)):
+            argv += [flag(key), *map(str, value)]
+        else:
+            argv.append(f"{flag(key)}={value}")
+    return argv

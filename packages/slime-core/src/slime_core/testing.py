@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from slime_core.local_ray import start_local_ray
+
 HEAVY_MODULES = ("torch", "ray", "transformers", "megatron", "sglang")
 
 
@@ -65,8 +67,8 @@ def ray_session(num_cpus: int = 4):
     saved = {key: os.environ.get(key) for key in ("HOME", "RAY_TMPDIR")}
     os.environ.update(HOME=str(work_dir), RAY_TMPDIR=str(work_dir))
     try:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(work_dir), log_to_driver=False,
-                 _system_config={"worker_niceness": 0})
+        start_local_ray(num_cpus=num_cpus, _temp_dir=str(work_dir), log_to_driver=False,
+                        _system_config={"worker_niceness": 0})
         yield
     finally:
         ray.shutdown()

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
+from slime_core.local_ray import start_local_ray
+
 
 @contextmanager
 def ray_runtime(config):
     """Use the Ray instance this process is already connected to, or the cluster named by
     ``--ray-address`` or ``RAY_ADDRESS`` (set by ``ray job submit`` for the job's command), or
-    start a local one for the run (shut down after it). Attached, the run starts no Ray of its
+    start a local one for the run (`start_local_ray`; shut down after it). Attached, the run starts no Ray of its
     own and at its end only disconnects: its actors and placement group are gone by then (the
     run's parts stop them), so the cluster is left as it was found. A local Ray keeps its files
     under ``RAY_TMPDIR`` when that is set. ``--actor-runtime inprocess`` needs none."""
@@ -28,16 +30,13 @@ def ray_runtime(config):
     # idle (the train ranks need workers with environment variables of their own); without
     # them the engine's actor starts its worker on demand, and start-up used 1.5-2 CPU-s less
     # on 2 cores (benchmarks/startup.py).
-    kwargs = {"include_dashboard": False, "log_to_driver": True,
-              "_system_config": {"worker_niceness": 0, "prestart_worker_first_driver": False}}
     address = config.get("ray_address") or os.environ.get("RAY_ADDRESS")
     if address:
-        kwargs = {"log_to_driver": True, "address": address}
+        ray.init(address=address, log_to_driver=True)
     else:
-        kwargs["num_cpus"] = max(os.cpu_count() or 1, _actors_needed(config))
-        if os.environ.get("RAY_TMPDIR"):
-            kwargs["_temp_dir"] = os.environ["RAY_TMPDIR"]
-    ray.init(**kwargs)
+        temp_dir = {"_temp_dir": os.environ["RAY_TMPDIR"]} if os.environ.get("RAY_TMPDIR") else {}
+        start_local_ray(num_cpus=max(os.cpu_count() or 1, _actors_needed(config)), log_to_driver=True,
+                        _system_config={"worker_niceness": 0, "prestart_worker_first_driver": False}, **temp_dir)
     try:
         yield
     finally:

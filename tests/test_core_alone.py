@@ -37,8 +37,11 @@ NEEDED_PARTS = {
 
 
 def _env(**extra: str) -> dict[str, str]:
-    """This environment without what could put the dev venv's packages on the fresh venv's path."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    """This environment without what could put the dev venv's packages on the fresh venv's path,
+    and with bytecode written: the fresh venv has none, and each process (Ray's own, the ranks)
+    would compile torch, transformers and ray again where ``PYTHONDONTWRITEBYTECODE`` is set."""
+    dropped = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONDONTWRITEBYTECODE")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     return {**env, **extra}
 
 

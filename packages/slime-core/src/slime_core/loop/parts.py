@@ -12,7 +12,7 @@ name in the plugin registries: nothing here knows which package provides it.
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -54,11 +54,11 @@ def start_parts(config, plugins, run_dir, stack: ExitStack) -> Parts:
         run_dir.mark("train ranks loaded")
 
     with _alongside(start_training, parallel=not (config.colocate and placement.gpu)):
+        tokenizer = _tokenizer_loading(config)
         engines = router = None
         if engine_side is not None:
             engines, router = _engines_and_router(config, plugins, engine_side, placement, run_dir, stack)
-        # while the ranks may still load: the rollout manager loads the tokenizer (1-2 s of imports)
-        rollouts = _stopped_by(stack, _rollouts(config, plugins, engine_side, engines, router), "close")
+        rollouts = _stopped_by(stack, _rollouts(config, plugins, engine_side, engines, router, tokenizer), "close")
     trainer, critic = training.get("trainer"), training.get("critic")
     from slime_core.loop.colocation import Colocation
 
@@ -193,8 +193,27 @@ def _engines_and_router(config, plugins, backend, placement, run_dir, stack: Exi
     return engines, router
 
 
-def _rollouts(config, plugins, backend, engines, router):
-    """Where rollouts come from: generated (the rollout manager), or replayed from files."""
+def _tokenizer_loading(config) -> Future | None:
+    """The rollout manager's tokenizer, loaded in a thread while the engines and the ranks start:
+    after them it cost 1.1 s of transformers imports on the way to the first generation
+    (benchmarks/startup.py). None where rollouts are replayed from files."""
+    if config.load_debug_rollout_data:
+        return None
+
+    def load():
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(config.hf_checkpoint, local_files_only=True)
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slime-load-tokenizer")
+    loading = pool.submit(load)
+    pool.shutdown(wait=False)
+    return loading
+
+
+def _rollouts(config, plugins, backend, engines, router, tokenizer: Future | None):
+    """Where rollouts come from: generated (the rollout manager, given the ``tokenizer`` being
+    loaded), or replayed from files."""
     if config.load_debug_rollout_data:
         from slime_core.loop.debug_rollouts import ReplayedRollouts
 
@@ -213,7 +232,7 @@ def _rollouts(config, plugins, backend, engines, router):
         async def make_client():  # on the rollout loop, which the client's connections belong to
             return generation_client(router, client_for)
 
-    return RolloutManager(config, plugins, rollout_fn, make_client, engines)
+    return RolloutManager(config, plugins, rollout_fn, make_client, engines, tokenizer=tokenizer.result())
 
 
 def _resume(config, parts: Parts) -> None:

@@ -11,11 +11,11 @@ evaluation. The figure is the median over the rounds. Each round also prints the
 its processes had used by the first generation, per part (driver, train rank, engine,
 router, Ray's own processes): on a shared machine that moves much less than wall time.
 
-Latest (2026-11-25, 2 cores shared with other work at load average 5-19): median 70.1 s, so
-the wall time says little; 24.7-29.0 CPU-s by the first generation (Ray's own processes 7.3-8.6
-with ``ray[default]`` installed, train rank 5.9-7.4, engine 4.6-5.8, driver 4.4-5.0), against
-28.3-31.0 before the router started alongside the engines and Ray stopped prestarting idle
-workers. On a quiet machine (2026-11-24, before those changes): median 11.1 s. The figures
+Latest (2026-11-25, quiet machine, bytecode compiled): median 11.1 s over 3 rounds, 16.3-17.6
+CPU-s by the first generation (train rank 4.2-4.8, driver 3.6-4.3, engine 3.5-3.9, Ray's own
+processes 3.1-3.5), after a local Ray started its dashboard processes minimal and the driver
+loaded the tokenizer while the engines start. Earlier that day, under load average 5-19: 24.7-29.0
+CPU-s (Ray's own 7.3-8.6 with ``ray[default]`` installed). The figures
 assume compiled bytecode: where the venv has none and ``PYTHONDONTWRITEBYTECODE`` is set,
 point ``PYTHONPYCACHEPREFIX`` at a folder filled once with ``python -m compileall``, or every
 process compiles torch and transformers again (about twice the CPU).

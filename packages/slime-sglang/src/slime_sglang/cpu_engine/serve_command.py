@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -52,7 +53,16 @@ def run_serve(args) -> int:
         print(f"slime engine serve: cannot listen on {args.host}:{args.port} ({exc.strerror}); "
               "pick a free --port", file=sys.stderr)
         return 1
-    return 0
+    _exit_now()
+
+
+def _exit_now() -> None:
+    """Leave without the interpreter's teardown: the server holds nothing to flush but its
+    output, and tearing down torch's and transformers' modules took 0.9 s of every stop, on the
+    way out of each run (its engines stop one after another)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _load(args):

@@ -138,12 +138,20 @@ def test_the_model_calls_the_tool_and_the_results_are_context_not_training_data(
     assert len(called) >= 6, [sample.response for sample in samples]  # the warmed-up model uses its tool
     for sample in called:
         sample.check()
-        assert sample.status == SampleStatus.COMPLETED and sample.weight_versions == [0]
+        assert sample.weight_versions == [0]
+        # sampled at 0.8, a rare sample goes on after the answer and stops at a limit (truncated)
+        assert sample.status in (SampleStatus.COMPLETED, SampleStatus.TRUNCATED), sample.status
+    completed = [sample for sample in called if sample.status == SampleStatus.COMPLETED]
+    assert len(completed) >= len(called) - 1, [sample.response for sample in called]
+    for sample in called:
         response = sample.tokens[sample.prompt_length:]
         masked = [token for token, mask in zip(response, sample.loss_mask) if mask == 0]
         expression = pending_call(sample.response.partition("<result>")[0])
-        assert tokenizer.decode(masked) == tool_result(expression)  # exactly the tool's answer, untrained
         assert tool_result(expression) in sample.response
+        first_result = tokenizer.decode(masked)[:len(tool_result(expression))]
+        assert first_result == tool_result(expression)  # the tool's answer is context, untrained
+        if sample.status == SampleStatus.COMPLETED:  # one call: exactly its answer is untrained
+            assert tokenizer.decode(masked) == tool_result(expression)
         assert all(lp == 0.0 for lp, mask in zip(sample.rollout_log_probs, sample.loss_mask) if mask == 0)
         assert sum(sample.loss_mask) == len(response) - len(masked) > 0  # the model's own tokens are trained on
 

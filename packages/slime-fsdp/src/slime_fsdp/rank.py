@@ -12,9 +12,9 @@ import os
 from contextlib import contextmanager, nullcontext
 
 import torch
-import torch.distributed as dist
 
 from slime_core.checkpoint_dir import is_megatron_checkpoint, starts_from_ref_load
+from slime_core.process_group import init_default_group
 from slime_core.rank_step import RankStep, RolloutSteps, StepTensors, check_prompts, memory_gib, pad_rows, sum_over_ranks
 from slime_core.rollout_batch import RolloutBatch
 from slime_core.weight_bucket import WeightBucket
@@ -34,11 +34,10 @@ class FSDPTrainRank:
         self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
         if not cuda:  # ranks share the CPU cores: their share from the placement, else an equal one
             torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // world_size)))
-        url = f"tcp://{master_addr}:{master_port}"
         # On GPUs, CUDA tensors go over nccl and the small CPU-side reductions (micro-batch
         # counts, loss denominators, metrics) over gloo, so neither has to move devices.
         backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
-        dist.init_process_group(backend, init_method=url, rank=rank, world_size=world_size)
+        init_default_group(backend, master_addr, master_port, rank, world_size)
         self.mesh = init_device_mesh(self.device.type, (world_size,))
         self.step = RankStep(config)
         self.version = 0

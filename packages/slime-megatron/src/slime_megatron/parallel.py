@@ -8,6 +8,8 @@ import os
 import torch
 import torch.distributed as dist
 
+from slime_core.process_group import init_default_group
+
 
 def init_parallel(config, rank: int, world_size: int, master_addr: str, master_port: int) -> None:
     """Join the ``world_size`` training ranks and build Megatron's parallel groups.
@@ -27,7 +29,7 @@ def init_parallel(config, rank: int, world_size: int, master_addr: str, master_p
         # ranks share the cores (a caller that asked for fewer threads keeps its setting)
         torch.set_num_threads(min(torch.get_num_threads(), max(1, (os.cpu_count() or 1) // world_size)))
     backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
-    dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=rank, world_size=world_size)
+    init_default_group(backend, master_addr, master_port, rank, world_size)
     initialize_model_parallel(config)
     seed_parallel_rng(config.seed)
 

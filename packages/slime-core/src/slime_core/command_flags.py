@@ -9,10 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def flag(key: str) -> str:
-    """``mem_fraction_static`` → ``--mem-fraction-static``."""
-    return "--" + key.replace("_", "-")
+from slime_core.config.options import key_to_flag as flag
 
 
 def as_flags(options: dict[str, Any]) -> list[str]:

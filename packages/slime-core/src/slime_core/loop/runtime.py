@@ -24,16 +24,16 @@ def ray_runtime(config):
     if ray.is_initialized():
         yield
         return
-    # Ray starts its workers at nice 15; here the workers (train ranks, engines) are the work,
-    # and on a shared machine that priority alone made steps about 3x slower. Ray also starts
-    # workers for the driver ahead of time: one became the engine's actor, the others stayed
-    # idle (the train ranks need workers with environment variables of their own); without
-    # them the engine's actor starts its worker on demand, and start-up used 1.5-2 CPU-s less
-    # on 2 cores (benchmarks/startup.py).
     address = config.get("ray_address") or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, log_to_driver=True)
     else:
+        # Ray starts its workers at nice 15; here the workers (train ranks, engines) are the work,
+        # and on a shared machine that priority alone made steps about 3x slower. Ray also starts
+        # workers for the driver ahead of time: one became the engine's actor, the others stayed
+        # idle (the train ranks need workers with environment variables of their own); without
+        # them the engine's actor starts its worker on demand, and start-up used 1.5-2 CPU-s less
+        # on 2 cores (benchmarks/startup.py).
         temp_dir = {"_temp_dir": os.environ["RAY_TMPDIR"]} if os.environ.get("RAY_TMPDIR") else {}
         start_local_ray(num_cpus=max(os.cpu_count() or 1, _actors_needed(config)), log_to_driver=True,
                         _system_config={"worker_niceness": 0, "prestart_worker_first_driver": False}, **temp_dir)

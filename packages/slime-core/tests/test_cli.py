@@ -26,6 +26,27 @@ def test_import_and_help_do_not_import_torch():
     assert result.returncode == 0, result.stderr
 
 
+def test_run_checks_a_config_without_importing_torch(tiny_model_dir):
+    """`slime run` checks its config before it starts Ray; torch (~1.4 CPU-s) is imported later,
+    by the tokenizer loading while Ray starts, so these checks must not import it."""
+    quickstart = Path(__file__).resolve().parents[3] / "examples" / "quickstart" / "grpo_addition.yaml"
+    code = (
+        "import sys\n"
+        "from slime_core.cli.run import run_problems\n"
+        "from slime_core.config import OptionSet, load_config\n"
+        "from slime_core.plugins import Plugins\n"
+        "plugins, options = Plugins(), OptionSet()\n"
+        "plugins.add_options(options)\n"
+        f"argv = [{str(quickstart)!r}, '--hf-checkpoint', {str(tiny_model_dir)!r}]\n"
+        "config = load_config(argv, options, plugins, checks=lambda c: run_problems(c, plugins))\n"
+        "print(config.loss_type, [name for name in ('torch', 'transformers') if name in sys.modules])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                            cwd=quickstart.parents[2])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["policy_loss", "[]"], result.stdout
+
+
 def test_help_answers_fast():
     run("--help")  # warm the file cache
     start = time.perf_counter()

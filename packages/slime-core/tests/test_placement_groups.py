@@ -32,8 +32,9 @@ def test_actors_go_to_their_train_node_group_and_the_engines_group(ray_cluster):
     import ray
     from ray.util import placement_group_table
 
-    placement = Placement.reserve(_config(actor_num_nodes=2), [{"CPU": 1}], gpu=False)
+    placement = Placement.reserve(_config(actor_num_nodes=2), [{"CPU": 1}])
     try:
+        assert placement.gpu is False and placement.rank_threads >= 1  # asked the cluster, which has no GPU
         table = [placement_group_table(group) for group in placement.groups]
         assert [(t["strategy"], len(t["bundles"])) for t in table] == [("STRICT_PACK", 1)] * 2 + [("PACK", 1)]
         chosen = [(options["scheduling_strategy"].placement_group.id, options["scheduling_strategy"]

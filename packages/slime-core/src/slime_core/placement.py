@@ -64,10 +64,8 @@ class Placement:
         """The run's placement groups, ready; an error naming what could not be reserved.
         ``engine_bundles``: one per engine the rollout backend starts
         (`slime_core.rollout_backend.RolloutBackend.engine_bundles`); ``gpu``: whether the
-        ranks take GPUs (default: whether this process sees CUDA)."""
-        import torch
-
-        gpu = torch.cuda.is_available() if gpu is None else gpu
+        ranks take GPUs (default: whether the cluster has any, `cluster_has_gpus`)."""
+        gpu = cluster_has_gpus() if gpu is None else gpu
         ranks, critic = train_ranks(config)
         if config.colocate and any(bundle.get("GPU", 0) > 1 for bundle in engine_bundles):
             raise ValueError("--colocate with --rollout-num-gpus-per-engine > 1 is not supported yet: an engine "
@@ -177,6 +175,15 @@ class Placement:
                 return PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
             index -= len(group.bundle_specs)
         raise IndexError("bundle index past the run's placement groups")
+
+
+def cluster_has_gpus() -> bool:
+    """Whether the Ray cluster this process is connected to has GPUs, where the ranks and the
+    engines run. Not whether this process sees CUDA: a driver may sit on a CPU-only head node,
+    and asking Ray spares the driver a torch import on the way to the first rollout."""
+    import ray
+
+    return ray.cluster_resources().get("GPU", 0) > 0
 
 
 def group_layout(config, engine_bundles: list[dict[str, float]], gpu: bool,

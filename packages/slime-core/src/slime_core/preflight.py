@@ -114,7 +114,7 @@ def data_problems(config) -> list[str]:
 
 def loss_problems(config) -> list[str]:
     """The loss options as a train rank reads them (e.g. a dual-clip bound that is not > 1)."""
-    from slime_core.algorithms import PolicyLossConfig
+    from slime_core.policy_loss_config import PolicyLossConfig
 
     try:
         PolicyLossConfig.from_config(config)

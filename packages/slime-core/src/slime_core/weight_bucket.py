@@ -14,11 +14,12 @@ Reading them back can only ever produce tensors, never run pickled code.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-import torch
+if TYPE_CHECKING:  # no torch import here: a run's config checks import this module before Ray starts
+    import torch
 
-NamedTensors = list[tuple[str, torch.Tensor]]
+    NamedTensors = list[tuple[str, torch.Tensor]]
 
 
 class WeightBucket:
@@ -40,7 +41,7 @@ class WeightBucket:
         """
         from safetensors.torch import save
 
-        tensors: dict[str, torch.Tensor] = {}
+        tensors = {}
         storages: set[int] = set()
         for name, tensor in named_tensors:
             if name in tensors:

@@ -17,8 +17,12 @@ Safetensors rather than ``torch.save``: writing and reading it is a copy of the 
 from __future__ import annotations
 
 import base64
+from typing import TYPE_CHECKING
 
-from slime_core.weight_bucket import NamedTensors, WeightBucket
+from slime_core.weight_bucket import WeightBucket
+
+if TYPE_CHECKING:
+    from slime_core.weight_bucket import NamedTensors
 
 
 def encode_bucket(bucket: WeightBucket | NamedTensors) -> str:

@@ -67,7 +67,8 @@ def start_parts(config, plugins, run_dir, stack: ExitStack) -> Parts:
     if engines is not None and trainer is not None:
         from slime_core.loop.weight_sync import WeightSync
 
-        weights = _stopped_by(stack, WeightSync(config, trainer, engines, rollouts.run, Path(run_dir.path) / "weights"),
+        weights = _stopped_by(stack, WeightSync(config, trainer, engines, rollouts.run, Path(run_dir.path) / "weights",
+                                                  gpu=placement.gpu),
                               "close")
     parts = Parts(placement, trainer, critic, engine_side, engines, router, rollouts, colocation, weights,
                   training.get("start", 0), training.get("version", 0))
@@ -98,12 +99,12 @@ def _engine_side(config, plugins):
 @contextmanager
 def _reserved(config, backend):
     """The run's placement: the ranks' bundles and the engines' the backend asks for."""
-    from slime_core.placement import Placement
+    from slime_core.placement import Placement, cluster_has_gpus
 
-    gpu = _has_cuda()
+    in_process = config.actor_runtime == "inprocess"
+    gpu = _has_cuda() if in_process else cluster_has_gpus()
     bundles = backend.engine_bundles(config, gpu) if backend is not None else []
-    placement = Placement.in_process(config, bundles) if config.actor_runtime == "inprocess" else \
-        Placement.reserve(config, bundles)
+    placement = Placement.in_process(config, bundles) if in_process else Placement.reserve(config, bundles, gpu)
     try:
         yield placement
     finally:

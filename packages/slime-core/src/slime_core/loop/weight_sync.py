@@ -26,14 +26,13 @@ import time
 from pathlib import Path
 
 
-def default_transport(config, supported: tuple[str, ...]) -> str:
-    """``--update-weight-transport`` if given; else ``tensor`` when colocated or without CUDA and
-    ``broadcast`` otherwise, or ``disk`` (then the first) when the engines do not take that one."""
+def default_transport(config, supported: tuple[str, ...], gpu: bool) -> str:
+    """``--update-weight-transport`` if given; else ``tensor`` when colocated or without GPUs
+    (``gpu``: the placement's) and ``broadcast`` otherwise, or ``disk`` (then the first) when the
+    engines do not take that one."""
     if config.update_weight_transport:
         return config.update_weight_transport
-    import torch
-
-    preferred = "tensor" if config.colocate or not torch.cuda.is_available() else "broadcast"
+    preferred = "tensor" if config.colocate or not gpu else "broadcast"
     if preferred in supported:
         return preferred
     return "disk" if "disk" in supported else supported[0]
@@ -43,8 +42,8 @@ class WeightSync:
     """Sends the trainer's current weights to the engines (`slime_core.rollout_backend.Engines`)
     and reports time and bytes. ``run`` runs a coroutine on the rollout loop."""
 
-    def __init__(self, config, trainer, engines, run, weights_dir: Path):
-        self.transport = default_transport(config, tuple(engines.transports))
+    def __init__(self, config, trainer, engines, run, weights_dir: Path, gpu: bool):
+        self.transport = default_transport(config, tuple(engines.transports), gpu)
         if self.transport not in engines.transports:
             raise ValueError(f"--update-weight-transport {self.transport}: these engines take "
                              f"{', '.join(engines.transports)}; pick one of those")

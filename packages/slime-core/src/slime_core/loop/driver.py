@@ -33,6 +33,7 @@ def run(config, plugins) -> int:
     run_dir = RunDir.create(config, plugins)
     run_dir.log(f"slime run: writing to {run_dir.path}")
     plugins.before_run(config)
+    _import_torch_before_ray()
     status = "failed"
     try:
         with ray_runtime(config), _sigterm_as_interrupt(), Run(config, plugins, run_dir) as loop:
@@ -45,6 +46,15 @@ def run(config, plugins) -> int:
         run_dir.close(status)
         plugins.after_run(config, status)
     return 0
+
+
+def _import_torch_before_ray() -> None:
+    """Import torch now, which the driver needs for its tokenizer (transformers imports it):
+    before Ray starts, one of two cores is idle; from then to the first rollout the train ranks
+    and engines keep every core busy, and importing it there made start-up ~0.5-1 s slower
+    (benchmarks/startup.py). The config checks before this point import no torch, so a config
+    mistake is answered at once."""
+    import torch  # noqa: F401
 
 
 @contextmanager

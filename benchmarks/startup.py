@@ -11,11 +11,11 @@ evaluation. The figure is the median over the rounds. Each round also prints the
 its processes had used by the first generation, per part (driver, train rank, engine,
 router, Ray's own processes): on a shared machine that moves much less than wall time.
 
-Latest (2026-11-25, quiet machine, bytecode compiled): median 11.1 s over 3 rounds, 16.3-17.6
-CPU-s by the first generation (train rank 4.2-4.8, driver 3.6-4.3, engine 3.5-3.9, Ray's own
-processes 3.1-3.5), after a local Ray started its dashboard processes minimal and the driver
-loaded the tokenizer while the engines start. Earlier that day, under load average 5-19: 24.7-29.0
-CPU-s (Ray's own 7.3-8.6 with ``ray[default]`` installed). The figures
+Latest (2026-11-25 at 17eb4c7, quiet machine, bytecode compiled): median 8.9 s over 5 rounds
+(8.8-10.0 s; the slow rounds are those where ``ray.init`` waited a whole second more for the
+raylet to register), about 14 CPU-s by the first generation (train rank 3.5-3.9, engine 3.1-3.4,
+driver 3.0-3.3, Ray's own processes 2.6-3.0). The same machine gave 8.9 s at b03b898, where an earlier
+session had measured 11.1 s: the machine moves these figures as much as slime does. The figures
 assume compiled bytecode: where the venv has none and ``PYTHONDONTWRITEBYTECODE`` is set,
 point ``PYTHONPYCACHEPREFIX`` at a folder filled once with ``python -m compileall``, or every
 process compiles torch and transformers again (about twice the CPU).

@@ -60,6 +60,7 @@ def trl_config(workdir: Path, setup: Setup):
 
     return GRPOConfig(
         output_dir=str(workdir / "trl"), use_cpu=True, bf16=False, report_to="none", save_strategy="no",
+        gradient_checkpointing=False,  # TRL's default recomputes activations (~20% slower); slime's FSDP rank does not
         max_steps=setup.steps, per_device_train_batch_size=setup.samples_per_step, gradient_accumulation_steps=1,
         num_generations=setup.group_size, max_completion_length=setup.max_response_len,
         temperature=setup.temperature, top_p=1.0, top_k=0, learning_rate=setup.lr, lr_scheduler_type="constant",

@@ -3,9 +3,9 @@ N steps, on CPU, on one of two tasks:
 
 - ``--task quickstart`` (default): the quickstart's 0.8 M-parameter model on addition, answers
   of 1-2 tokens (20 steps of 32 prompts × 8);
-- ``--task counting``: a 25.2 M-parameter Qwen3 counting out ranges (benchmarks/counting_task.py),
-  answers from 1 to 250 tokens, long-tailed (median 25, mean 49): 10 steps of 4 prompts × 8,
-  lr 5e-5, up to 256 new tokens. Here static batches waste the most: TRL generates every group
+- ``--task counting``: a 25.2 M-parameter Qwen3 counting down by a step (benchmarks/counting_task.py),
+  answers from 1 to 289 tokens, long-tailed (median 28, mean 45): 10 steps of 4 prompts × 8,
+  lr 5e-5, up to 296 new tokens. Here static batches waste the most: TRL generates every group
   of a step until its longest answer ends and trains on the padded batch, while slime's CPU
   engine batches continuously and its FSDP rank trains on packed rows.
 
@@ -54,18 +54,17 @@ Eval reward: greedy exact-match accuracy on the task's held-out prompts (quickst
 of examples/quickstart/data/addition_eval.jsonl; counting: the first 100 of its 200), measured the same way (transformers
 ``generate``) on the starting weights and on each side's weights after N steps.
 
-Counting, 2026-11-25, from the warm-up's step-200 weights, one round each on 2 cores shared
-with other engineers' test runs (the load moved under them, so the two runs disagree):
+Counting, 2026-11-25, quiet 2-core machine (load average 1.5-2.0), 2 rounds, from the step-300
+weights of the warm-up's flags (`counting_task.sft_flags`, what this script makes without ``--init``):
 
-    .venv/bin/python benchmarks/trl_vs_slime.py --task counting --quick --init runs/bench-counting/sft/hf/iter_0000199
-    .venv/bin/python benchmarks/trl_vs_slime.py --task counting --steps 5 --init runs/bench-counting/sft/hf/iter_0000199
+    .venv/bin/python benchmarks/trl_vs_slime.py --task counting --rounds 2
 
---quick (2 prompts × 8, 3 steps, load 3.5-4.2): slime 7.2 s/step (generation 2.8, training 3.6,
-weight sync 0.8) vs TRL 56.5 s (generation 35.0, training 21.2); 7.9 vs 42.8 CPU-s per step.
---steps 5 (4 prompts × 8; slime at load 8-16, TRL at ~3): slime 25.8 s/step (generation 4.7,
-training 20.0, weight sync 1.1) vs TRL 16.3 s (generation 7.0, training 9.3); 19.7 vs 28.0
-CPU-s per step. Greedy eval 0.000 before on both sides, 0.000 (slime) / 0.030 (TRL) after 5
-steps: this warm-up's greedy answers are all wrong, sampled ones sometimes right.
+slime 5.67 s/step (median 5.44: generation 3.20, training 1.80, weight sync 0.67, idle 0.00)
+vs TRL 13.67 s (median 11.76: generation 6.36, training 7.29): 0.41x TRL's step (goal <= 0.7x),
+7.5 vs 26.0 CPU-s per step. Greedy eval on 100 held-out prompts: 0.190 before; after 10 steps
+slime 0.230, TRL 0.190 (the same in both rounds). TRL runs without gradient checkpointing,
+which its config turns on by default and slime's FSDP rank leaves off; with it (the first run
+that day) TRL took 14.91 s/step and its eval was the same.
 """
 
 from __future__ import annotations
@@ -99,7 +98,7 @@ def warm_start(workdir: Path, setup: Setup) -> Path:
 
 def counting_setup(workdir: Path, quick: bool) -> Setup:
     """The counting task (benchmarks/counting_task.py): a 25 M-parameter Qwen3, answers of 1 to
-    250 tokens, 4 prompts × 8 per step (--quick: 3 steps of 2 prompts), data written to ``workdir``.
+    289 tokens, 4 prompts × 8 per step (--quick: 3 steps of 2 prompts), data written to ``workdir``.
     slime runs no eval of its own here, and this script evaluates the first 100 held-out prompts
     only: 256-token greedy answers cost minutes on 2 cores."""
     train, evaluation = counting_task.write_split(workdir / "data")
@@ -143,7 +142,7 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, Setup]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", choices=["quickstart", "counting"], default="quickstart",
                         help="quickstart: the tiny model on addition (answers of 1-2 tokens); counting: a 25 M-parameter "
-                        "model counting out ranges (answers of 1 to 250 tokens, long-tailed; benchmarks/counting_task.py)")
+                        "model counting down by a step (answers of 1 to 289 tokens, long-tailed; benchmarks/counting_task.py)")
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps on each side (default 20, counting 10; --quick: 3)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 3 steps of 8 prompts (counting: 2) after a "
                         "60-step warm-up (counting: its full warm-up, reused from the workdir)")

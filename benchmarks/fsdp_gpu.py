@@ -23,6 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from fsdp_train import describe, long_tailed_batch  # noqa: E402
 
+#: The MFU the FSDP step should reach on this 0.45 B config (an H100).
+GOAL_MFU = 0.35
+
 
 def build_model(root: Path, args) -> tuple[Path, int]:
     """A random Qwen3 config with the character tokenizer, saved as a Hugging Face directory."""
@@ -120,8 +123,8 @@ def main() -> None:
             mfu = 6 * params * tokens / result["seconds"] / (args.peak_tflops * 1e12)
             print(f"{name:7s} {result['attention']:>14s}  {result['seconds']:.3f} s/step  "
                   f"{tokens / result['seconds']:,.0f} tok/s  {sum(batch['response_lengths']) / result['seconds']:,.0f} "
-                  f"resp tok/s  peak {result['peak_gib']:.1f} GiB  MFU {mfu:.1%} (real tokens, attention excluded)",
-                  flush=True)
+                  f"resp tok/s  peak {result['peak_gib']:.1f} GiB  MFU {mfu:.1%} (real tokens, attention excluded; "
+                  f"goal >= {GOAL_MFU:.0%}: {'meets' if mfu >= GOAL_MFU else 'misses'})", flush=True)
 
 
 if __name__ == "__main__":

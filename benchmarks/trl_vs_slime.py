@@ -129,6 +129,19 @@ def table(results: list[Result], setup: Setup, eval_before: float) -> str:
     return "\n".join(lines + [note for r in results for note in r.notes])
 
 
+def verdict(slime: Result, trl: Result, task: str) -> str:
+    """The issue's goal for the task, met or not: counting, slime's step <= 0.7x TRL's with an
+    eval at least TRL's; quickstart, slime's whole run (start-up and evals included) <= 2x TRL's."""
+    if task == "counting":
+        ratio = statistics.mean(slime.step_seconds) / statistics.mean(trl.step_seconds)
+        slime_eval, trl_eval = statistics.mean(slime.eval_after), statistics.mean(trl.eval_after)
+        met = ratio <= 0.7 and slime_eval >= trl_eval
+        return (f"goal (step <= 0.7x TRL's, eval >= TRL's): step {ratio:.2f}x, eval {slime_eval:.3f} vs "
+                f"{trl_eval:.3f}: {'meets' if met else 'misses'}")
+    ratio = slime.total_seconds / trl.total_seconds
+    return f"goal (whole run <= 2x TRL's): {ratio:.1f}x: {'meets' if ratio <= 2 else 'misses'}"
+
+
 def merge(rounds: list[Result]) -> Result:
     """One side over several rounds: every step's time, mean phases and wall, each eval."""
     phases = {name: statistics.mean(r.phases[name] for r in rounds) for name in rounds[0].phases}
@@ -186,7 +199,8 @@ def main(argv=None) -> int:
                                 f"{os.getloadavg()[0]:.1f} at its end")
             runs[result.name].append(result)
     results = [merge(rounds) for rounds in runs.values()]
-    report = table(results, setup, eval_before) + f"\nload average after: {os.getloadavg()}"
+    report = "\n".join([table(results, setup, eval_before), verdict(*results, setup.task),
+                        f"load average after: {os.getloadavg()}"])
     print("\n" + report)
     (args.workdir / "results.txt").write_text(report + "\n")
     return 0

@@ -61,8 +61,9 @@ weights of the warm-up's flags (`counting_task.sft_flags`, what this script make
 
 slime 5.67 s/step (median 5.44: generation 3.20, training 1.80, weight sync 0.67, idle 0.00)
 vs TRL 13.67 s (median 11.76: generation 6.36, training 7.29): 0.41x TRL's step (goal <= 0.7x),
-7.5 vs 26.0 CPU-s per step. Greedy eval on 100 held-out prompts: 0.190 before; after 10 steps
-slime 0.230, TRL 0.190 (the same in both rounds). TRL runs without gradient checkpointing,
+7.5 vs 26.0 CPU-s per step; a second run of 2 rounds: 6.13 vs 14.17 s/step, 0.43x. Greedy eval
+on 100 held-out prompts: 0.190 before; after 10 steps slime 0.230, TRL 0.190 (the same in all
+four rounds). TRL runs without gradient checkpointing,
 which its config turns on by default and slime's FSDP rank leaves off; with it (the first run
 that day) TRL took 14.91 s/step and its eval was the same.
 """

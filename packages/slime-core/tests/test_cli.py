@@ -27,8 +27,8 @@ def test_import_and_help_do_not_import_torch():
 
 
 def test_run_checks_a_config_without_importing_torch(tiny_model_dir):
-    """`slime run` checks its config before it starts Ray; torch (~1.4 CPU-s) is imported later,
-    by the tokenizer loading while Ray starts, so these checks must not import it."""
+    """`slime run` checks its config before it starts anything; torch (~1.4 CPU-s) is imported
+    only after the checks pass, so a config mistake is answered at once."""
     quickstart = Path(__file__).resolve().parents[3] / "examples" / "quickstart" / "grpo_addition.yaml"
     code = (
         "import sys\n"

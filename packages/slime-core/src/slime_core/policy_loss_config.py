@@ -2,7 +2,7 @@
 
 Apart from the loss itself (`slime_core.algorithms.loss`) and without torch, so that the checks
 ``slime run`` makes before it starts anything import no torch (~1.4 CPU-s): a config with a
-mistake is answered at once, and a good one reaches Ray's start sooner.
+mistake is answered at once.
 """
 
 from __future__ import annotations

@@ -27,18 +27,14 @@ ROLLOUT_SECONDS = "perf/rollout_seconds"
 class RolloutManager:
     """Rollouts and evaluations. ``make_client`` (a coroutine function, run on the rollout
     loop) gives the generation client, and ``engines`` the engines' controls; both None for a
-    rollout function that needs no engine (``sft``). ``tokenizer``: the model's, where the caller
-    has loaded it already (`slime_core.loop.parts` does, while the engines start)."""
+    rollout function that needs no engine (``sft``). ``tokenizer``: the model's (`slime_core.loop.parts`
+    loads it while the engines start)."""
 
     def __init__(self, config, plugins, rollout_fn, make_client: Callable[[], Coroutine] | None = None,
-                 engines=None, tokenizer=None):
+                 engines=None, *, tokenizer):
         from slime_core.reward_hub import RewardHub
 
         self.config, self.rollout_fn = config, rollout_fn
-        if tokenizer is None:
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(config.hf_checkpoint, local_files_only=True)
         self.tokenizer = tokenizer
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="slime-rollout", daemon=True)

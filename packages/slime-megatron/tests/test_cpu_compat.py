@@ -22,6 +22,28 @@ def test_cpu_mode_patches_only_the_listed_megatron_modules():
         torch.cuda.current_device()
 
 
+def test_megatron_s_jit_fused_functions_run_eagerly_in_cpu_mode():
+    """``jit_fuser`` is torch.compile: compiling the MoE router's functions took 2.2 s of a
+    rank's first step on CPU. In CPU mode no megatron module holds a compiled wrapper, and
+    calling a fused function compiles nothing."""
+    import sys
+
+    from torch._dynamo.utils import counters
+
+    cpu_compat.enable_cpu_mode()
+    from megatron.core.fusions import fused_bias_swiglu
+    from megatron.core.transformer.moe.router import TopKRouter
+
+    held = [f"{name}.{key}" for name, module in list(sys.modules.items()) if name.startswith("megatron.") and module
+            for key, value in vars(module).items() if cpu_compat.compiled_original(value)]
+    assert held == []
+    assert cpu_compat.compiled_original(TopKRouter._apply_expert_bias) is None
+    frames = counters["frames"]["total"]
+    y = torch.randn(3, 8)
+    torch.testing.assert_close(fused_bias_swiglu.swiglu(y), torch.nn.functional.silu(y[:, :4]) * y[:, 4:])
+    assert counters["frames"]["total"] == frames
+
+
 def test_cuda_type_names_only_inside_the_context():
     tensor = torch.zeros(2)
     with cpu_compat.cuda_type_names():
@@ -94,6 +116,30 @@ def _step_save_step(rank, sizes, hf_config, source, tokens, root):
     save_checkpoint(root, 1, model, optimizer, {"rank": rank})
     _train_step(model, optimizer, tokens)
     return dict(export_hf_weights(model, hf_config))
+
+
+def _save_alone(rank, sizes, hf_config, source, tokens, root):
+    """Save a checkpoint; the processes it left running (the pool's process may hold others)."""
+    import multiprocessing
+
+    from slime_megatron.checkpoint import save_checkpoint
+
+    model, optimizer = _model_and_optimizer(sizes, hf_config, source, distributed_optimizer=True)
+    _train_step(model, optimizer, tokens)
+    before = {child.pid for child in multiprocessing.active_children()}
+    save_checkpoint(root, 0, model, optimizer)
+    return [child.name for child in multiprocessing.active_children() if child.pid not in before]
+
+
+def test_a_checkpoint_is_written_without_a_helper_process(tiny_hf, run_ranks, tmp_path):
+    """megatron's writer collects its results through a spawned multiprocessing Manager when
+    it may save asynchronously (a fresh interpreter: ~2 s of a rank's first save); slime's
+    synchronous save leaves no process behind."""
+    hf = tiny_hf.model("qwen3")
+    tokens = torch.randint(0, 100, (2, 9), generator=torch.Generator().manual_seed(2))
+    children = run_ranks(_save_alone, 1, hf.config, hf.state_dict(), tokens, str(tmp_path / "ckpt"))
+    assert children == [[]]
+    assert (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").read_text() == "0"
 
 
 def _resume_step(rank, sizes, hf_config, source, tokens, root):

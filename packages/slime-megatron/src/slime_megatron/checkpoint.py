@@ -43,6 +43,7 @@ def save_checkpoint(root: str, rollout_id: int, model, optimizer=None, extra: di
     from megatron.core import dist_checkpointing
 
     final, tmp = staging(root, rollout_id)
+    _collect_write_results_in_process()
     if dist.get_rank() == 0:
         prepare(tmp)
     dist.barrier()
@@ -55,6 +56,19 @@ def save_checkpoint(root: str, rollout_id: int, model, optimizer=None, extra: di
         publish(tmp, final, rollout_id)
     dist.barrier()
     return final
+
+
+def _collect_write_results_in_process() -> None:
+    """Give megatron's checkpoint writer an in-process queue for its write results. It makes
+    one for an asynchronous save, whose writing runs in another process: a queue served by a
+    spawned multiprocessing Manager, a fresh interpreter that cost ~2 s of each rank process's
+    first save. slime saves synchronously, in the rank's own process, where a plain queue does."""
+    import queue
+
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
+
+    if getattr(filesystem_async, "_results_queue", False) is None:
+        filesystem_async._results_queue = queue.Queue()
 
 
 def latest_checkpoint(root: str) -> Path | None:

@@ -17,6 +17,11 @@ narrowly as it can, only where megatron needs it:
 4. The optimizers sort parameters by ``tensor.type() == "torch.cuda.FloatTensor"``: the
    calls in :data:`CUDA_TYPE_CHECKS` run inside :func:`cuda_type_names`.
 
+One more change is for speed, not correctness: megatron's ``jit_fuser`` is ``torch.compile``,
+and on CPU compiling its fused functions (the MoE router's, for one) took 2.2 s of each rank
+process's first step for ops that gain nothing from it at CPU sizes; :func:`run_jit_fused_eagerly`
+puts the plain functions back.
+
 Code outside those modules and calls sees no change, and nothing changes on a machine with
 CUDA (``enable_cpu_mode`` refuses to run there). Not covered: the all-to-all MoE token
 dispatcher (CUDA streams; the families pick the all-gather one on CPU, and the rank gives
@@ -252,7 +257,42 @@ def enable_cpu_mode() -> None:
     _patch_cuda_type_checks()
     for module in CPU_TORCH_MODULES:
         importlib.import_module(module).torch = cpu_torch
+    run_jit_fused_eagerly()
     _enabled = True
+
+
+def run_jit_fused_eagerly() -> int:
+    """Replace every ``torch.compile`` wrapper that megatron's modules hold (``@jit_fuser``
+    functions and methods, and the names other modules imported them by) with the function
+    it wraps, and make ``jit_fuser`` a no-op for functions decorated later (nested ones are
+    decorated at each call). Returns how many wrappers were replaced."""
+    import sys
+
+    replaced = 0
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("megatron.") or module is None:
+            continue
+        if "jit_fuser" in vars(module):
+            module.jit_fuser = _eager
+        for owner in [module, *(v for v in vars(module).values() if isinstance(v, type) and v.__module__ == name)]:
+            for attribute, value in list(vars(owner).items()):
+                original = compiled_original(value)
+                if original is not None:
+                    setattr(owner, attribute, original)
+                    replaced += 1
+    return replaced
+
+
+def compiled_original(value):
+    """The function a ``torch.compile`` wrapper function wraps; None for anything else (megatron
+    also holds ``MagicMock`` stand-ins for missing packages, which answer every attribute)."""
+    original = getattr(value, "_torchdynamo_orig_callable", None) if isinstance(value, types.FunctionType) else None
+    return original if isinstance(original, types.FunctionType) else None
+
+
+def _eager(function):
+    """``jit_fuser`` in CPU mode: the function itself."""
+    return function
 
 
 def cpu_mode_enabled() -> bool:

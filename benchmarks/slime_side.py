@@ -65,8 +65,10 @@ def run_slime(init: Path, workdir: Path, setup: Setup) -> Result:
     start = time.perf_counter()
     with CpuSampler() as sampler:
         slime_command(init, out, setup)
-    result = Result("slime", total_seconds=time.perf_counter() - start)
+    wall = time.perf_counter() - start
     records = read_jsonl(out / "metrics.jsonl")
+    evals_and_saves = sum(r.get("time/eval", 0.0) + r.get("time/save", 0.0) for r in records)
+    result = Result("slime", total_seconds=wall - evals_and_saves)
     slime_step_times(records, result, setup.slime_train_mode)
     # the last step ends with the final eval and save; a run of 3 steps or fewer has no steady middle
     steady = records[1:-1] if len(records) > 3 else records

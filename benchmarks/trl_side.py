@@ -1,13 +1,22 @@
-"""TRL's side of ``benchmarks/trl_vs_slime.py``: ``GRPOTrainer`` in this process, its phases
-timed by wrapping the trainer's methods and its steps by a callback."""
+"""TRL's side of ``benchmarks/trl_vs_slime.py``: ``GRPOTrainer`` in a fresh Python process, as a
+user's ``python train.py`` runs it (its imports are part of its whole run, as slime's processes'
+are of slime's), its phases timed by wrapping the trainer's methods and its steps by a callback.
+
+    python benchmarks/trl_side.py SPEC_JSON     # what `run_trl` starts; writes result.json beside SPEC_JSON
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import resource
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-from grpo_benchmark import IDLE, Result, Setup, eval_rows, exact_match, greedy_accuracy, load_model, read_jsonl
+sys.path.insert(0, str(Path(__file__).parent))
+from grpo_benchmark import IDLE, ROOT, Result, Setup, eval_rows, exact_match, greedy_accuracy, load_model, read_jsonl  # noqa: E402
 
 
 class PhaseTimer:
@@ -70,6 +79,26 @@ def trl_config(workdir: Path, setup: Setup):
 
 
 def run_trl(init: Path, workdir: Path, setup: Setup) -> Result:
+    """TRL's run in a fresh process; its whole run is the process's wall time, launch to exit,
+    less the greedy eval it ends with (slime's evals and saves are taken out of its figure too)."""
+    out = workdir / "trl"
+    out.mkdir(parents=True, exist_ok=True)
+    spec = out / "spec.json"
+    spec.write_text(json.dumps({"init": str(init), "workdir": str(workdir), "setup": dataclasses.asdict(setup)}, default=str))
+    start = time.perf_counter()
+    subprocess.run([sys.executable, __file__, str(spec)], check=True, cwd=ROOT)
+    wall = time.perf_counter() - start
+    fields = json.loads((out / "result.json").read_text())
+    eval_seconds, trainer_seconds = fields.pop("eval_seconds"), fields.pop("trainer_seconds")
+    result = dataclasses.replace(Result(**fields), total_seconds=wall - eval_seconds)
+    result.notes.append(f"TRL's whole run {result.total_seconds:.1f} s: {trainer_seconds:.1f} s loading the model, building "
+                        f"GRPOTrainer and training, {result.total_seconds - trainer_seconds:.1f} s of interpreter start and imports")
+    return result
+
+
+def train_and_eval(init: Path, workdir: Path, setup: Setup) -> tuple[Result, dict[str, float]]:
+    """GRPOTrainer's run in this process, then the greedy eval of its weights; the result and
+    the seconds of the eval and of the trainer (built and trained)."""
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
@@ -90,13 +119,14 @@ def run_trl(init: Path, workdir: Path, setup: Setup) -> Result:
     timer.wrap(trainer, "_generate_and_score_completions", "generate and score")
     timer.wrap(trainer, "training_step", "training step")
     trainer.train()
-    result.total_seconds = time.perf_counter() - start
+    trainer_seconds = time.perf_counter() - start
     marks = clock.cpu_marks
     result.cpu = {"TRL's process": (marks[-1] - marks[0]) / (len(marks) - 1)}
     result.phases = trl_phases(timer.seconds, sum(result.step_seconds), len(result.step_seconds))
     result.rewards = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry][-5:]
+    start = time.perf_counter()
     result.eval_after = [greedy_accuracy(trainer.model, tokenizer, eval_rows(setup), setup.max_response_len)]
-    return result
+    return result, {"eval_seconds": time.perf_counter() - start, "trainer_seconds": trainer_seconds}
 
 
 def trl_phases(seconds: dict[str, float], wall: float, steps: int) -> dict[str, float]:
@@ -108,3 +138,15 @@ def trl_phases(seconds: dict[str, float], wall: float, steps: int) -> dict[str, 
     totals = {"generation + reward": generation + reward, "training": training + scoring, "weight sync": 0.0}
     totals[IDLE] = wall - sum(totals.values())
     return {name: value / steps for name, value in totals.items()} | {"  of which reward": reward / steps}
+
+
+def main(spec_path: str) -> None:
+    spec = json.loads(Path(spec_path).read_text())
+    setup = Setup(**spec["setup"])
+    setup.train_data, setup.eval_data = Path(setup.train_data), Path(setup.eval_data)
+    result, seconds = train_and_eval(Path(spec["init"]), Path(spec["workdir"]), setup)
+    Path(spec_path).with_name("result.json").write_text(json.dumps({**dataclasses.asdict(result), **seconds}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

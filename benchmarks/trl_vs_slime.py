@@ -30,13 +30,17 @@ per-sample loss averaging and one optimizer step per rollout:
   FSDP train rank and the CPU
   engine as Ray actors, weights pushed to the engine after every step), in a subprocess;
   its timings come from metrics.jsonl.
-- TRL: ``GRPOTrainer`` in this process (the policy model generates with ``generate``, so
-  there is no weight sync); its phases are timed by wrapping the trainer's methods and with
-  a callback.
+- TRL: ``GRPOTrainer`` in a fresh Python process, as ``python train.py`` runs it (the policy
+  model generates with ``generate``, so there is no weight sync); its phases are timed by
+  wrapping the trainer's methods and with a callback.
 
 The sides live in ``slime_side.py`` and ``trl_side.py``; the setup, results and greedy eval
 they share in ``grpo_benchmark.py``; the counting task's data and flags in
 ``counting_task.py``.
+
+The whole run is each side's wall time from launching its process to its exit, start-up and
+imports included, less the evaluations and checkpoints (slime's run evaluates before and after
+and saves; TRL's ends with the greedy eval below), which the two sides do differently.
 
 Step time is each step's wall time (slime: between two metrics records, less the final eval
 and save; TRL: between two optimizer steps). Both train with one torch thread per core
@@ -119,7 +123,7 @@ def table(results: list[Result], setup: Setup, eval_before: float) -> str:
     rows.append(("CPU seconds per step, all processes", [f"{sum(r.cpu.values()):.2f}" for r in results]))
     for role in dict.fromkeys(role for r in results for role in r.cpu):
         rows.append((f"  {role}", [f"{r.cpu[role]:.2f}" if role in r.cpu else "-" for r in results]))
-    rows += [("total wall incl. start-up and eval (s), mean", [f"{r.total_seconds:.1f}" for r in results]),
+    rows += [("whole run, launch to exit, less evals and saves (s), mean", [f"{r.total_seconds:.1f}" for r in results]),
              (f"eval reward before (greedy, {len(eval_rows(setup))} prompts)",
               [f"{eval_before:.3f}"] * len(results)),
              ("training reward, mean of the last 5 steps", [f"{statistics.mean(r.rewards):.3f}" for r in results]),
@@ -132,7 +136,7 @@ def table(results: list[Result], setup: Setup, eval_before: float) -> str:
 
 def verdict(slime: Result, trl: Result, task: str) -> str:
     """The issue's goal for the task, met or not: counting, slime's step <= 0.7x TRL's with an
-    eval at least TRL's; quickstart, slime's whole run (start-up and evals included) <= 2x TRL's."""
+    eval at least TRL's; quickstart, slime's whole run (launch to exit, start-up included) <= 2x TRL's."""
     if task == "counting":
         ratio = statistics.mean(slime.step_seconds) / statistics.mean(trl.step_seconds)
         slime_eval, trl_eval = statistics.mean(slime.eval_after), statistics.mean(trl.eval_after)

@@ -5,7 +5,9 @@ a PPO critic and the rollout backend's engines need), the train ranks (and a cri
 ``slime_register_critics`` registration of ``--train-backend``) alongside the rollout engines
 (``--rollout-backend``) and the router (``--router``, started empty while the engines start,
 then given them), the rollout manager, colocation and the weight sync; on resume, the data
-source's state and the trainer's weights pushed to the engines. Every part is looked up by
+source's state and the trainer's weights pushed to the engines, which a fresh run also does
+when its engines may hold other weights (external engines, a trainer not starting from
+``--hf-checkpoint``). Every part is looked up by
 name in the plugin registries: nothing here knows which package provides it.
 """
 
@@ -75,7 +77,24 @@ def start_parts(config, plugins, run_dir, stack: ExitStack) -> Parts:
     run_dir.write_placement(placement_record(placement, router))
     if parts.start > 0:
         _resume(config, parts)
+    elif parts.weights is not None and _engines_may_hold_other_weights(config, engines):
+        parts.weights.push(parts.version)
+        run_dir.mark("first weights pushed")
     return parts
+
+
+def _engines_may_hold_other_weights(config, engines) -> bool:
+    """Whether, before the first rollout of a fresh run, the engines may serve weights other than
+    the trainer's, which THUDM slime answers by always pushing them first: engines the run cannot
+    restart (external ones serve whatever they were last given; a backend whose engines it
+    started but cannot restart gets the push too, the safe side), or a trainer that does not
+    start from ``--hf-checkpoint``, which started engines load (a Megatron ``--ref-load``, as in
+    slime, or a model-only ``--load`` checkpoint such as ``slime convert``'s). Otherwise the
+    engines already hold those weights, and a push would only cost time."""
+    from slime_core.checkpoint_dir import latest_checkpoint, starts_from_ref_load
+
+    loaded = bool(config.get("load")) and latest_checkpoint(config.load) is not None
+    return not engines.restartable or starts_from_ref_load(config) or loaded
 
 
 def placement_record(placement, router) -> dict[str, Any]:

@@ -44,6 +44,27 @@ def test_megatron_s_jit_fused_functions_run_eagerly_in_cpu_mode():
     assert counters["frames"]["total"] == frames
 
 
+def test_megatron_is_imported_without_torch_s_compiler_and_wandb_in_cpu_mode():
+    """`import_megatron` (a rank's first import of megatron on CPU): ``torch.compile`` is a
+    no-op while megatron binds its ``jit_fuser``, so torch's inductor is never imported and the
+    fused functions stay plain; W&B stays out of megatron's inference code, and imports
+    normally afterwards. In a fresh interpreter: this one imported megatron already."""
+    import subprocess
+    import sys
+
+    code = """
+import sys, torch
+from slime_megatron.cpu_compat import compiled_original, import_megatron
+import_megatron()
+from megatron.core.fusions import fused_bias_swiglu
+import wandb
+print(sorted(m for m in ("torch._inductor.compile_fx", "wandb.sdk") if m in sys.modules),
+      compiled_original(fused_bias_swiglu.swiglu) is None, torch.compile.__module__)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["['wandb.sdk']", "True", "torch"]
+
+
 def test_cuda_type_names_only_inside_the_context():
     tensor = torch.zeros(2)
     with cpu_compat.cuda_type_names():

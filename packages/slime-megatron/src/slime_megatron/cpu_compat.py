@@ -17,10 +17,13 @@ narrowly as it can, only where megatron needs it:
 4. The optimizers sort parameters by ``tensor.type() == "torch.cuda.FloatTensor"``: the
    calls in :data:`CUDA_TYPE_CHECKS` run inside :func:`cuda_type_names`.
 
-One more change is for speed, not correctness: megatron's ``jit_fuser`` is ``torch.compile``,
+Two more changes are for speed, not correctness. Megatron's ``jit_fuser`` is ``torch.compile``,
 and on CPU compiling its fused functions (the MoE router's, for one) took 2.2 s of each rank
-process's first step for ops that gain nothing from it at CPU sizes; :func:`run_jit_fused_eagerly`
-puts the plain functions back.
+process's first step for ops that gain nothing from it at CPU sizes: :func:`import_megatron`
+imports megatron with ``torch.compile`` as a no-op, so its decorators leave the functions as
+they are and torch's inductor is not imported (1.2 CPU-s per process), and keeps W&B out of
+megatron's inference code, which slime never runs (0.6 CPU-s); :func:`run_jit_fused_eagerly`
+puts the plain functions back where megatron was imported before.
 
 Code outside those modules and calls sees no change, and nothing changes on a machine with
 CUDA (``enable_cpu_mode`` refuses to run there). Not covered: the all-to-all MoE token
@@ -237,6 +240,31 @@ def _patch_cuda_type_checks() -> None:
 _enabled = False
 
 
+def import_megatron() -> None:
+    """Import ``megatron.core`` for CPU mode: its ``@jit_fuser`` decorators (``torch.compile``,
+    bound when megatron is imported) leave the functions uncompiled, and its inference contexts
+    find no W&B. Does nothing where CUDA is available or megatron is imported already."""
+    import sys
+
+    if torch.cuda.is_available() or "megatron.core" in sys.modules:
+        return
+    compile_, wandb = torch.compile, sys.modules.get("wandb")
+    torch.compile = _no_compile
+    if wandb is None:
+        sys.modules["wandb"] = None  # an import of it raises ImportError, as if not installed
+    try:
+        importlib.import_module("megatron.core")
+    finally:
+        torch.compile = compile_
+        if wandb is None:
+            del sys.modules["wandb"]
+
+
+def _no_compile(model=None, **options):
+    """``torch.compile`` while megatron is imported in CPU mode: the function itself."""
+    return model if model is not None else _eager
+
+
 def enable_cpu_mode() -> None:
     """Make megatron-core run on CPU: call once per process, after importing torch and
     before building a model; calling it again does nothing.
@@ -249,6 +277,7 @@ def enable_cpu_mode() -> None:
         return
     if torch.cuda.is_available():
         raise RuntimeError("enable_cpu_mode() is for machines without CUDA; this one has a CUDA device, use it")
+    import_megatron()
     from megatron.core.tensor_parallel import random
 
     random._CUDA_RNG_STATE_TRACKER = CpuRNGStatesTracker()

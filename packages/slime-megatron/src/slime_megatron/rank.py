@@ -61,6 +61,9 @@ class MegatronTrainRank:
     """One training rank: a tensor/pipeline shard of the policy in a data-parallel replica."""
 
     def __init__(self, config, rank: int, world_size: int, master_addr: str, master_port: int):
+        from slime_megatron.cpu_compat import import_megatron
+
+        import_megatron()  # CPU mode's import (nothing on CUDA): before any other of megatron
         from megatron.core import parallel_state
 
         _check_supported(config)

@@ -256,7 +256,7 @@ def _interruptible() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def test_external_engines_get_the_trainer_s_weights_before_the_first_rollout(slime_run, tmp_path, tiny_model_dir):
+def test_external_engines_get_the_trainer_s_weights_before_the_first_rollout(slime_run, tmp_path):
     """An engine the run did not start serves whatever it was last given (here: another random
     model of the same shape); as in THUDM slime the trainer's weights reach it before the first
     rollout, so that rollout's engine log-probs are the trainer's."""

@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import sys
 import types
 
 import torch
@@ -244,8 +245,6 @@ def import_megatron() -> None:
     """Import ``megatron.core`` for CPU mode: its ``@jit_fuser`` decorators (``torch.compile``,
     bound when megatron is imported) leave the functions uncompiled, and its inference contexts
     find no W&B. Does nothing where CUDA is available or megatron is imported already."""
-    import sys
-
     if torch.cuda.is_available() or "megatron.core" in sys.modules:
         return
     compile_, wandb = torch.compile, sys.modules.get("wandb")
@@ -295,8 +294,6 @@ def run_jit_fused_eagerly() -> int:
     functions and methods, and the names other modules imported them by) with the function
     it wraps, and make ``jit_fuser`` a no-op for functions decorated later (nested ones are
     decorated at each call). Returns how many wrappers were replaced."""
-    import sys
-
     replaced = 0
     for name, module in list(sys.modules.items()):
         if not name.startswith("megatron.") or module is None:

@@ -63,5 +63,5 @@ def test_a_failed_engine_is_replaced_and_no_sample_is_lost(slime_run, tiny_model
     assert records[-1]["weight_version"] == 3
     assert records[-1]["weight_update/max_logprob_diff"] < 1e-3  # the new engine serves the trainer's weights
     log = (slime_run.tmp_path / "run" / "slime.log").read_text()
-    assert ("(hung)" if signum == signal.SIGSTOP else "died") in log and "[fault tolerance] engine 0 at" in log
+    assert ("(hung)" if signum == signal.SIGSTOP else "died") in log and "[fault tolerance] engine 0 failed (http://" in log
     assert processes_running("engine", "serve", str(tiny_model_dir)) == []  # the failed one is gone too

@@ -202,7 +202,7 @@ def test_run_spans_nodes_and_survives_losing_the_engine_node(cluster, tiny_model
     moved = json.loads((run_dir / "placement.json").read_text())
     assert moved["spans_nodes"] and moved["parts"]["engine_0"]["node_ip"] == cluster.ips[5 - engine_node], moved
     log = (run_dir / "slime.log").read_text()
-    assert "on 3 nodes" in log and "[fault tolerance] engine 0 at" in log
+    assert "on 3 nodes" in log and "[fault tolerance] engine 0 failed (http://" in log
     assert _cluster_state(cluster) == {"alive_nodes": 3, "placement_groups_left": 0, "ray_heads_in_node_0": 1}
 
 

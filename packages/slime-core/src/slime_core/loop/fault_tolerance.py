@@ -26,9 +26,10 @@ recover from, does not exhaust a sample's retries. Each replacement is logged to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 from slime_core.engine import EngineUnavailable
 
@@ -139,9 +140,23 @@ class EngineMonitor:
             self.failure = exc
             self.log(f"[fault tolerance] stopped: {type(exc).__name__}: {exc}")
 
+    @contextlib.contextmanager
+    def _weights_held(self) -> Iterator[bool]:
+        """Hold the weight lock; yields whether a weight update or training step held it first.
+        Only then is a second health check worth its time: a hung engine costs a whole
+        ``--rollout-health-check-timeout`` per check (30 s by default)."""
+        lock = self.weights.lock
+        waited = not lock.acquire(blocking=False)
+        if waited:
+            lock.acquire()
+        try:
+            yield waited
+        finally:
+            lock.release()
+
     def _replace(self, index: int, problem: str) -> None:
-        with self.weights.lock:  # no weight update or training step meanwhile
-            if self.engines.health_problem(index, self.timeout) is None:
+        with self._weights_held() as waited:  # no weight update or training step meanwhile
+            if waited and self.engines.health_problem(index, self.timeout) is None:
                 return  # it recovered while an update held the lock
             if self.restarts >= self.max_restarts:
                 raise RuntimeError(f"engine {index} failed ({problem}) after {self.restarts} replacements "
@@ -154,7 +169,7 @@ class EngineMonitor:
                 self.run(self.engines.only(index).release_memory())
             self.router.add_worker(new)
             self.restarts += 1
-        self.log(f"[fault tolerance] engine {index} at {old} {problem}: replaced by {new} on weight version "
+        self.log(f"[fault tolerance] engine {index} failed ({problem}): replaced by {new} on weight version "
                  f"{self.version()} in {time.perf_counter() - start:.1f} s")
         if self.replaced is not None:
             self.replaced()

@@ -183,7 +183,8 @@ def slime_before_train_step(rollout_id, step):
 
 
 @pytest.mark.parametrize("stop_signal,phase", [("SIGINT", "rollout"), ("SIGINT", "training"), ("SIGKILL", "training")])
-def test_a_stopped_run_leaves_no_process_behind_and_a_resumable_checkpoint(tmp_path, tiny_model_dir, stop_signal, phase):
+def test_a_stopped_run_leaves_no_process_behind_and_a_resumable_checkpoint(request, monkeypatch, tmp_path, tiny_model_dir,
+                                                                             stop_signal, phase):
     """Stopped in rollout 1 by Ctrl-C, while generating or while training, `slime run` shuts
     its engines, router, train ranks and Ray down: no process it started outlives it; the
     checkpoint of rollout 0 is complete and a run resumes from it (a scheduler's SIGTERM
@@ -200,10 +201,10 @@ def test_a_stopped_run_leaves_no_process_behind_and_a_resumable_checkpoint(tmp_p
     record = tmp_path / "processes.json"
     env = dict(os.environ, HOME=ray_dir, RAY_TMPDIR=ray_dir, PYTHONPATH=str(tmp_path), STOP_SIGNAL=stop_signal,
                STOP_PHASE=phase, STOP_RECORD=str(record))
-    command = [sys.executable, "-m", "slime_core.cli.main", "run", "--prompt-data", str(data), "--hf-checkpoint",
-               str(tiny_model_dir), "--rollout-engine", "cpu", "--rm-type", "stop_while_scoring",
-               "--rollout-batch-size", "4", "--n-samples-per-prompt", "2", "--rollout-max-response-len", "4",
-               "--save-interval", "1", "--save", str(tmp_path / "ckpt"), "-p", "stopper"]
+    flags = ["--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--rollout-engine", "cpu",
+             "--rm-type", "stop_while_scoring", "--rollout-batch-size", "4", "--n-samples-per-prompt", "2",
+             "--rollout-max-response-len", "4", "--save-interval", "1", "--save", str(tmp_path / "ckpt")]
+    command = [sys.executable, "-m", "slime_core.cli.main", "run", *flags, "-p", "stopper"]
     try:
         stopped = subprocess.run([*command, "--num-rollout", "20", "--output-dir", str(tmp_path / "run")],
                                  env=env, capture_output=True, text=True, timeout=300, preexec_fn=_interruptible)
@@ -215,14 +216,32 @@ def test_a_stopped_run_leaves_no_process_behind_and_a_resumable_checkpoint(tmp_p
         assert (tmp_path / "ckpt" / "rollout_state" / "iter_0000000.json").is_file()
         assert not (tmp_path / "ckpt" / "rollout_state" / "iter_0000001.json").exists()
         if (stop_signal, phase) == ("SIGINT", "training"):
-            resumed = subprocess.run([*command, "--load", str(tmp_path / "ckpt"), "--num-rollout", "2",
-                                      "--output-dir", str(tmp_path / "resumed")], env={**env, "STOP_PHASE": "none"},
-                                     capture_output=True, text=True, timeout=300)
-            assert resumed.returncode == 0, resumed.stderr[-2000:]
+            request.getfixturevalue("ray_cluster")  # resumed on this session's Ray: the stop is what is tested above
+            monkeypatch.setenv("STOP_PHASE", "none")
+            _run_here([*flags, "--load", str(tmp_path / "ckpt"), "--num-rollout", "2", "--output-dir",
+                       str(tmp_path / "resumed")], tmp_path / "stopper.py")
             lines = (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()
             assert [json.loads(line)["rollout_id"] for line in lines] == [1]
     finally:
         shutil.rmtree(ray_dir, ignore_errors=True)
+
+
+def _run_here(flags: list[str], plugin_file) -> None:
+    """``slime run FLAGS`` in this process, with the hooks of ``plugin_file`` registered."""
+    import importlib.util
+
+    from slime_core.cli.run import run_command
+    from slime_core.plugins import Plugins
+
+    spec = importlib.util.spec_from_file_location(plugin_file.stem, plugin_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    plugins = Plugins()
+    plugins.register_object(plugin_file.stem, module)
+    try:
+        assert run_command(flags, plugins) == 0
+    finally:
+        plugins.unregister(plugin_file.stem)
 
 
 def test_sigterm_unwinds_like_ctrl_c_while_the_loop_runs():

@@ -107,27 +107,22 @@ def check_hf_export(path, batch, expected):
 
 
 def test_resuming_a_checkpoint_continues_exactly(ray_cluster, fsdp_config, tmp_path):
-    config = fsdp_config(lr_warmup_iters=2, lr_decay_style="cosine", lr_decay_iters=6, weight_decay=0.01)
-    uninterrupted = start(config)
-    try:
-        for rollout_id in range(3):
-            uninterrupted.train(rollout_id, rollout_batch(seed=rollout_id))
-        expected = all_weights(uninterrupted)
-    finally:
-        uninterrupted.shutdown()
-
-    saving = start(fsdp_config(save=str(tmp_path / "ckpt"), save_hf=str(tmp_path / "hf"), lr_warmup_iters=2, lr_decay_style="cosine",
-                               lr_decay_iters=6, weight_decay=0.01))
+    """A rank saves after rollout 0 and trains on (the loop's order); a fresh rank resumed
+    from that checkpoint trains rollouts 1 and 2 to the same weights, bit for bit."""
+    options = dict(lr_warmup_iters=2, lr_decay_style="cosine", lr_decay_iters=6, weight_decay=0.01)
+    saving = start(fsdp_config(save=str(tmp_path / "ckpt"), save_hf=str(tmp_path / "hf"), **options))
     try:
         saving.train(0, rollout_batch(seed=0))
         saving.call("save", 0)
+        for rollout_id in (1, 2):
+            saving.train(rollout_id, rollout_batch(seed=rollout_id))
+        expected = all_weights(saving)
     finally:
         saving.shutdown()
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["iter_0000000", "latest_checkpointed_iteration.txt"]
     assert (tmp_path / "hf" / "iter_0000000" / "model.safetensors").is_file()
 
-    resumed = TrainGroup(FSDPTrainRank, fsdp_config(load=str(tmp_path / "ckpt"), lr_warmup_iters=2,
-                                                     lr_decay_style="cosine", lr_decay_iters=6, weight_decay=0.01), 1)
+    resumed = TrainGroup(FSDPTrainRank, fsdp_config(load=str(tmp_path / "ckpt"), **options), 1)
     try:
         state = resumed.init()
         assert state == {"rollout_id": 1, "weight_version": 1}

@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 from slime_core import hookimpl
-from slime_core.checkpoint_dir import latest_checkpoint, prepare, publish, staging
+from slime_core.checkpoint_dir import prepare, publish, resume_checkpoint, staging
 from slime_core.engine import EngineUnavailable, GenerateResult
 from slime_core.weight_bucket import WeightBucket
 
@@ -73,7 +73,7 @@ class FakeTrainRank:
 
     def init(self) -> dict:
         Recorder.calls["rank.init"] += 1
-        checkpoint = latest_checkpoint(self.config.load) if self.config.load else None
+        checkpoint = resume_checkpoint(self.config)
         if checkpoint is None:
             return {"rollout_id": 0, "weight_version": 0}
         state = json.loads((checkpoint / "fake.json").read_text())

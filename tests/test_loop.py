@@ -131,11 +131,12 @@ def test_a_rerun_and_a_resume_give_bit_identical_metrics(slime_run, tmp_path, ba
     """Same prompts in the same order (the data source's state), same weights and optimizer,
     same sampling (per-sample seeds), and the batch in prompt order whatever order the groups
     finished in, so each of the two optimizer steps per rollout takes the same samples on every
-    rank; weights reach the engines through a directory here."""
+    rank; weights reach the engines through a directory here. The resume starts from the first
+    of the whole run's two checkpoints (``--ckpt-step 0``; the latest would leave nothing to run)."""
     flags = ("--update-weight-transport", "disk", "--num-steps-per-rollout", "2", *backend)
-    whole = slime_run("--num-rollout", "2", *flags, output="whole")
-    first = slime_run("--num-rollout", "1", "--save-interval", "1", "--save", str(tmp_path / "ckpt"), *flags, output="first")
-    resumed = slime_run("--num-rollout", "2", "--load", str(tmp_path / "ckpt"), *flags, output="second")
+    whole = slime_run("--num-rollout", "2", "--save-interval", "1", "--save", str(tmp_path / "ckpt"), *flags, output="whole")
+    first = slime_run("--num-rollout", "1", *flags, output="first")
+    resumed = slime_run("--num-rollout", "2", "--load", str(tmp_path / "ckpt"), "--ckpt-step", "0", *flags, output="second")
     assert [r["rollout_id"] for r in resumed] == [1]
     # The engine's own log-probs (only compared, not trained on, here) vary at the 1e-8 level with
     # which requests the CPU engine happens to decode together; everything else must not move at all.

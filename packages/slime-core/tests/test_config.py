@@ -137,12 +137,13 @@ def test_options_set_but_without_effect_are_warned_about_by_name_and_reason(tmp_
     data.write_text('{"prompt": "1+1=", "label": "2"}\n')
     argv = ["--prompt-data", str(data), "--hf-checkpoint", str(tmp_path), "--rollout-batch-size", "2",
             "--num-rollout", "1", "--dry-run", "--max-staleness", "1", "--tis-clip", "3", "--use-kl-loss",
-            "--kl-loss-coef", "0.1", "--mask-offpolicy-in-partial-rollout"]
+            "--kl-loss-coef", "0.1", "--mask-offpolicy-in-partial-rollout", "--ckpt-step", "3"]
     assert run_command(argv, Plugins()) == 0
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("slime run: warning:")]
     assert warnings == [
         "slime run: warning: --max-staleness has no effect here: only asynchronous runs train on samples from older weights (--train-mode async)",
         "slime run: warning: --mask-offpolicy-in-partial-rollout has no effect here: it masks what --partial-rollout continues",
+        "slime run: warning: --ckpt-step has no effect here: it picks the checkpoint under --load that the run resumes from",
         "slime run: warning: --tis-clip has no effect here: the rollout/train mismatch weights are computed with "
         "--use-tis (or reported with --get-mismatch-metrics)",
     ]  # --kl-loss-coef acts (--use-kl-loss is on); defaults are not reported

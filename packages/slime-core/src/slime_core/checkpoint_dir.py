@@ -6,7 +6,8 @@
 A checkpoint is written into ``iter_0000003.tmp`` (`staging`), renamed once every rank has
 finished, and only then does the ``latest`` file name it (`publish`), so a crash mid-save
 never leaves a checkpoint that looks complete: `latest_checkpoint` follows the ``latest``
-file only. The backends add the barriers around these steps (they need torch.distributed).
+file only. A run resumes from the latest, or from an earlier one with ``--ckpt-step``
+(`resume_checkpoint`). The backends add the barriers around these steps (they need torch.distributed).
 
 The same layout written by Megatron-LM (slime's ``--ref-load``, from its
 tools/convert_hf_to_torch_dist.py, may point at ``release`` instead of an iteration) is read
@@ -65,6 +66,25 @@ def write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def resume_checkpoint(config, written_by: str = "an earlier run") -> Path | None:
+    """The checkpoint a run resumes from under ``--load``: the latest, or with ``--ckpt-step N``
+    (Megatron-LM's option) the one written after rollout N, which must be there. None without
+    ``--load`` or while it holds no checkpoint (a fresh start)."""
+    if not config.get("load"):
+        return None
+    latest = latest_checkpoint(config.load, written_by)
+    step = config.get("ckpt_step")
+    if step is None:
+        return latest
+    path = Path(config.load) / f"iter_{step:07d}"
+    if not path.is_dir():
+        held = sorted(p.name for p in Path(config.load).glob("iter_*") if p.is_dir() and not p.name.endswith(".tmp"))
+        raise FileNotFoundError(f"--ckpt-step {step}: {config.load} holds no {path.name} (it holds "
+                                f"{', '.join(held) or 'no checkpoint'}); give the rollout of one of those, or leave "
+                                "out --ckpt-step to resume from the latest")
+    return path
+
+
 def is_megatron_checkpoint(path) -> bool:
     """Whether ``path`` is laid out as a Megatron checkpoint: a ``latest_checkpointed_iteration.txt``
     beside the checkpoints it points into (ours, Megatron-LM's, slime's ``--ref-load``)."""
@@ -76,8 +96,7 @@ def starts_from_ref_load(config) -> bool:
     Megatron checkpoint and ``--load`` holds none yet (slime then loads ``--ref-load`` as
     ``--load``, at rollout 0 with a fresh optimizer; its launch scripts give the same model
     as ``--hf-checkpoint``, which the engines start from). Both backends follow it."""
-    load = config.get("load")
-    return is_megatron_checkpoint(config.get("ref_load")) and not (load and latest_checkpoint(load))
+    return is_megatron_checkpoint(config.get("ref_load")) and resume_checkpoint(config) is None
 
 
 def megatron_checkpoint(root) -> Path:

@@ -73,7 +73,8 @@ def _model_dir_problem(path: Path) -> str | None:
 
 
 def load_problems(config) -> list[str]:
-    """``--load`` is a checkpoint directory: existing (an empty one starts fresh), its latest pointer intact.
+    """``--load`` is a checkpoint directory: existing (an empty one starts fresh), its latest pointer intact,
+    holding the ``--ckpt-step`` checkpoint if one is named.
 
     ``--load X --save X`` with no X yet starts fresh, as in slime (the usual launch script
     resumes from the run's own checkpoints once there are some): ``--load`` is dropped."""
@@ -83,10 +84,10 @@ def load_problems(config) -> list[str]:
     if config.get("save") and not load.exists() and load.resolve() == Path(config.save).resolve():
         config.load = None
         return []
-    from slime_core.checkpoint_dir import latest_checkpoint
+    from slime_core.checkpoint_dir import resume_checkpoint
 
     try:
-        latest_checkpoint(config.load, "a run with --save")
+        resume_checkpoint(config, "a run with --save")
     except (FileNotFoundError, ValueError) as exc:
         return [str(exc)]
     return []

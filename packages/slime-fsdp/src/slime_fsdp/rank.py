@@ -13,7 +13,7 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
-from slime_core.checkpoint_dir import is_megatron_checkpoint, starts_from_ref_load
+from slime_core.checkpoint_dir import is_megatron_checkpoint, resume_checkpoint, starts_from_ref_load
 from slime_core.process_group import init_default_group
 from slime_core.rank_step import RankStep, RolloutSteps, StepTensors, check_prompts, memory_gib, pad_rows, sum_over_ranks
 from slime_core.rollout_batch import RolloutBatch
@@ -87,8 +87,8 @@ class FSDPTrainRank:
         set_model_state_dict(self.model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
 
     def _resume(self) -> int:
-        """Restore from ``--load`` if it holds a checkpoint; the next rollout id."""
-        path = checkpoint.latest_checkpoint(self.config.load) if self.config.load else None
+        """Restore from ``--load`` if it holds a checkpoint (the latest, or ``--ckpt-step``'s); the next rollout id."""
+        path = resume_checkpoint(self.config)
         if path is None:
             return 0
         extra = checkpoint.load_checkpoint(path, self.model, self.optimizer)

@@ -71,9 +71,13 @@ def _collect_write_results_in_process() -> None:
         filesystem_async._results_queue = queue.Queue()
 
 
+#: What a ``--load`` directory's checkpoints come from, for its errors.
+WRITTEN_BY = "an earlier run (or of slime convert hf-to-megatron)"
+
+
 def latest_checkpoint(root: str) -> Path | None:
     """The newest complete checkpoint under ``root`` (None if it holds none yet)."""
-    return _latest(root, written_by="an earlier run (or of slime convert hf-to-megatron)")
+    return _latest(root, written_by=WRITTEN_BY)
 
 
 def load_checkpoint(path, model, optimizer=None) -> dict:

@@ -43,7 +43,7 @@ import torch
 import torch.distributed as dist
 
 from slime_core.algorithms import nucleus_keep_mask
-from slime_core.checkpoint_dir import is_megatron_checkpoint, megatron_checkpoint, starts_from_ref_load
+from slime_core.checkpoint_dir import is_megatron_checkpoint, megatron_checkpoint, resume_checkpoint, starts_from_ref_load
 from slime_core.rank_step import (RankStep, RolloutSteps, SampleLogits, StepTensors, check_prompts, memory_gib, pad_rows,
                                   sum_over_ranks)
 from slime_core.rollout_batch import RolloutBatch
@@ -143,12 +143,12 @@ class MegatronTrainRank:
         return teacher.eval()
 
     def _resume(self) -> int:
-        """Restore from ``--load`` if it holds a checkpoint; the next rollout id."""
+        """Restore from ``--load`` if it holds a checkpoint (the latest, or ``--ckpt-step``'s); the next rollout id."""
         from megatron.core import tensor_parallel
 
-        from slime_megatron.checkpoint import latest_checkpoint, load_checkpoint
+        from slime_megatron.checkpoint import WRITTEN_BY, load_checkpoint
 
-        path = latest_checkpoint(self.config.load)
+        path = resume_checkpoint(self.config, WRITTEN_BY)
         if path is None:
             return 0
         extra = load_checkpoint(path, self.model, self.optimizer)

@@ -192,6 +192,9 @@ def _checkpoint(o: OptionSet) -> None:
     o.add("--save", default=None, help="checkpoint directory", group=g)
     o.add("--save-interval", type=int, default=None, help="save every N rollouts", group=g)
     o.add("--load", default=None, help="checkpoint directory to resume from", group=g)
+    o.add("--ckpt-step", type=int, default=None, group=g,
+          help="resume from the checkpoint --load holds for this rollout (its iter_XXXXXXX) instead of the latest, "
+               "as Megatron-LM's --ckpt-step")
     o.add("--save-hf", default=None, help="also write a Hugging Face model directory here with each checkpoint", group=g)
     o.add("--ref-load", default=None, group=g,
           help="the reference model (default: --hf-checkpoint): a Hugging Face directory, or a Megatron checkpoint "

@@ -38,6 +38,7 @@ RULES: dict[str, tuple[Callable, str]] = {
     "train_node_resource": (lambda c: c.actor_runtime == "ray", "--actor-runtime inprocess places nothing on Ray"),
     "ray_address": (lambda c: c.actor_runtime == "ray", "--actor-runtime inprocess runs without Ray"),
     "kl_loss_coef": (lambda c: c.use_kl_loss, "the KL loss is added with --use-kl-loss"),
+    "ckpt_step": (lambda c: c.get("load"), "it picks the checkpoint under --load that the run resumes from"),
     "use_unbiased_kl": (lambda c: c.use_kl_loss, "it weights the KL loss, which needs --use-kl-loss"),
     "tis_mode": (lambda c: c.use_tis or c.get_mismatch_metrics, _MISMATCH_OFF),
     "tis_clip": (lambda c: c.use_tis or c.get_mismatch_metrics, _MISMATCH_OFF),

@@ -22,6 +22,7 @@ def validate(config: Config, options: OptionSet) -> list[str]:
     errors += _check_batching(config)
     errors += _check_debug(config)
     errors += _check_fault_tolerance(config)
+    errors += _check_resume(config)
     errors += _check_top_p(config)
     errors += _check_context_len(config)
     errors += architecture_problems(config)
@@ -70,6 +71,12 @@ def _check_debug(config: Config) -> list[str]:
     if config.get("debug_train_only") and config.get("debug_rollout_only"):
         errors.append("--debug-rollout-only and --debug-train-only (or --load-debug-rollout-data) exclude each other")
     return errors
+
+
+def _check_resume(config: Config) -> list[str]:
+    if (config.get("ckpt_step") or 0) < 0:
+        return [f"--ckpt-step must be a rollout id (0 or more), got {config.ckpt_step}"]
+    return []
 
 
 def _check_fault_tolerance(config: Config) -> list[str]:

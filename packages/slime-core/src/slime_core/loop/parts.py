@@ -91,9 +91,9 @@ def _engines_may_hold_other_weights(config, engines) -> bool:
     start from ``--hf-checkpoint``, which started engines load (a Megatron ``--ref-load``, as in
     slime, or a model-only ``--load`` checkpoint such as ``slime convert``'s). Otherwise the
     engines already hold those weights, and a push would only cost time."""
-    from slime_core.checkpoint_dir import latest_checkpoint, starts_from_ref_load
+    from slime_core.checkpoint_dir import resume_checkpoint, starts_from_ref_load
 
-    loaded = bool(config.get("load")) and latest_checkpoint(config.load) is not None
+    loaded = resume_checkpoint(config) is not None
     return not engines.restartable or starts_from_ref_load(config) or loaded
 
 

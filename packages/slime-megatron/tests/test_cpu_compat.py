@@ -164,7 +164,8 @@ def test_a_checkpoint_is_written_without_a_helper_process(tiny_hf, run_ranks, tm
 
 
 def _resume_step(rank, sizes, hf_config, source, tokens, root):
-    from slime_megatron.checkpoint import latest_checkpoint, load_checkpoint
+    from slime_core.checkpoint_dir import latest_checkpoint
+    from slime_megatron.checkpoint import load_checkpoint
     from slime_megatron.models import export_hf_weights
 
     model, optimizer = _model_and_optimizer(sizes, hf_config, source, distributed_optimizer=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from slime_core.checkpoint_dir import latest_checkpoint as _latest, prepare, publish, staging
+from slime_core.checkpoint_dir import prepare, publish, staging
 from slime_megatron.models.weights import unwrap
 
 META = "slime.json"
@@ -73,11 +73,6 @@ def _collect_write_results_in_process() -> None:
 
 #: What a ``--load`` directory's checkpoints come from, for its errors.
 WRITTEN_BY = "an earlier run (or of slime convert hf-to-megatron)"
-
-
-def latest_checkpoint(root: str) -> Path | None:
-    """The newest complete checkpoint under ``root`` (None if it holds none yet)."""
-    return _latest(root, written_by=WRITTEN_BY)
 
 
 def load_checkpoint(path, model, optimizer=None) -> dict:

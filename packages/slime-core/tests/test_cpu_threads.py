@@ -1,4 +1,5 @@
-"""Torch threads of CPU training ranks: their share of the cores, set when Ray starts them."""
+"""Torch threads of CPU training ranks: their share of the cores, set in the rank's process
+before torch loads."""
 
 import os
 from types import SimpleNamespace
@@ -6,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from slime_core.placement import cpu_engines, rank_threads
-from slime_core.train_backend import TrainGroup
+from slime_core.train_backend import TrainGroup, _env_apart
 
 
 def _config(train_mode="sync", colocate=False):
@@ -40,9 +41,19 @@ class _ThreadReport:
 
 @pytest.mark.integration
 def test_a_cpu_rank_starts_with_its_share_as_openmp_threads(ray_cluster):
-    """Ray starts workers with OMP_NUM_THREADS=1; a rank started so trains slower even after
-    torch.set_num_threads, so the group starts each rank with its share instead."""
+    """Ray sets OMP_NUM_THREADS=1 in an actor's process; the rank's process sets its share
+    instead before torch loads OpenMP (which reads the variable once, then)."""
     group = TrainGroup(_ThreadReport, config=None, num_ranks=1)
     share = os.cpu_count() or 1
     assert group.call("report") == [(str(share), share)]
     group.shutdown()
+
+
+def test_a_rank_s_variables_leave_its_ray_options_for_its_process():
+    """A runtime_env would cost each rank a worker of its own; one that holds more than
+    variables (a user's pip or working_dir) is kept, without them."""
+    options = {"num_cpus": 0, "runtime_env": {"env_vars": {"OMP_NUM_THREADS": "2"}}}
+    assert _env_apart(options) == ({"num_cpus": 0}, {"OMP_NUM_THREADS": "2"})
+    options["runtime_env"]["working_dir"] = "/code"
+    assert _env_apart(options) == ({"num_cpus": 0, "runtime_env": {"working_dir": "/code"}}, {"OMP_NUM_THREADS": "2"})
+    assert _env_apart({"num_gpus": 1}) == ({"num_gpus": 1}, {})

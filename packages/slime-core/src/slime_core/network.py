@@ -63,7 +63,8 @@ class Network:
         with ``GLOO_SOCKET_IFNAME`` set to ``gloo_interface`` (`gloo_interface` of its node's IP,
         found on that node) when the run spans nodes and one was found. (Ray runs a
         ``worker_process_setup_hook`` only when given to ``ray.init``, not to one actor, so the
-        variable travels in the actor's runtime_env.)"""
+        variable travels in the options' runtime_env; `slime_core.train_backend.RankProcess`
+        sets it in the rank's process.)"""
         if not self.spans_nodes or not gloo_interface:
             return options
         runtime_env = dict(options.get("runtime_env") or {})

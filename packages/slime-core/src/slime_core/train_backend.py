@@ -11,6 +11,7 @@ protocol, so ``--train-backend`` is the only thing that changes between them.
 from __future__ import annotations
 
 import os
+import sys
 from contextlib import nullcontext
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Protocol
@@ -101,17 +102,21 @@ class TrainGroup:
             self.ranks = [_InProcessRank(rank_class(config, 0, 1, master_addr, port))]
             return
         import ray
+        from ray import cloudpickle
 
-        actor = ray.remote(num_cpus=0, num_gpus=num_gpus_per_rank)(rank_class)
+        actor = ray.remote(num_cpus=0, num_gpus=num_gpus_per_rank)(RankProcess)
         threads = {} if num_gpus_per_rank else cpu_thread_options(max(1, (os.cpu_count() or 1) // num_ranks))
-        options = [with_env({**threads, **(actor_options(rank) if actor_options else {})}, env or {})
-                   for rank in range(num_ranks)]
-        self.ranks = [actor.options(**options[rank]).remote(config, rank, num_ranks, master_addr, port)
-                      for rank in range(num_ranks)]
+        pickled = cloudpickle.dumps(rank_class)
+        self.ranks = []
+        for rank in range(num_ranks):
+            options, rank_env = _env_apart(with_env({**threads, **(actor_options(rank) if actor_options else {})},
+                                                    env or {}))
+            self.ranks.append(actor.options(**options).remote(rank_env, pickled, config, rank, num_ranks,
+                                                              master_addr, port))
 
     def call(self, method: str, *args) -> list[Any]:
         """``method(*args)`` on every rank; the results in rank order."""
-        return self._gather([getattr(rank, method).remote(*args) for rank in self.ranks])
+        return self._gather([rank.call.remote(method, *args) for rank in self.ranks])
 
     def _gather(self, calls: list) -> list[Any]:
         """The results of calls made with ``.remote`` (Ray object refs, or in-process values)."""
@@ -154,7 +159,7 @@ class TrainGroup:
     def _per_sample(self, method: str, batch: RolloutBatch, *args) -> list[list[float]]:
         """Each rank computes ``method`` on its share; the answers put back in batch order."""
         shares = dp_rank_indices(batch, self.num_ranks)
-        calls = [getattr(rank, method).remote(batch.select(share), *args) for rank, share in zip(self.ranks, shares)]
+        calls = [rank.call.remote(method, batch.select(share), *args) for rank, share in zip(self.ranks, shares)]
         results = self._gather(calls)
         out: list[list[float]] = [[] for _ in range(len(batch))]
         for share, result in zip(shares, results):
@@ -168,7 +173,7 @@ class TrainGroup:
         (the driver fires ``slime_before/after_train_step`` in it); it yields a dict that it
         reads after the step, which is filled with the step's metrics."""
         shares = dp_rank_indices(batch, self.num_ranks)
-        steps = self._gather([rank.start_train.remote(rollout_id, batch.select(share))
+        steps = self._gather([rank.call.remote("start_train", rollout_id, batch.select(share))
                               for rank, share in zip(self.ranks, shares)])[0]
         for step in range(steps):
             with on_step(step) if on_step else nullcontext({}) as metrics:
@@ -179,7 +184,7 @@ class TrainGroup:
         """A PPO critic's rollout: its ranks fit the values in one ``train(rollout_id, share)``
         call each (critic ranks have no step hooks); the global-batch metrics."""
         shares = dp_rank_indices(batch, self.num_ranks)
-        return self._gather([rank.train.remote(rollout_id, batch.select(share))
+        return self._gather([rank.call.remote("train", rollout_id, batch.select(share))
                              for rank, share in zip(self.ranks, shares)])[0]
 
     def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]:
@@ -197,15 +202,48 @@ class TrainGroup:
                 ray.kill(rank)
 
 
+class RankProcess:
+    """The Ray actor of one training rank: sets the rank's environment variables, then loads
+    its backend's rank class and makes the rank; `call` runs one of the rank's methods.
+
+    The variables are set here rather than in a Ray ``runtime_env`` because a runtime_env
+    costs every rank a worker process of its own, started through Ray's setup script (0.6 s
+    and 0.6 CPU-s more per rank on 2 cores), where a plain actor takes a worker Ray keeps
+    ready. They are still set before the rank class is unpickled, so before its module
+    imports torch: OpenMP reads ``OMP_NUM_THREADS`` once, when torch loads it."""
+
+    def __init__(self, env: dict[str, str], pickled_rank_class: bytes, *args):
+        from ray import cloudpickle
+
+        os.environ.update(env)
+        sys.path[:0] = [path for path in env.get("PYTHONPATH", "").split(os.pathsep) if path and path not in sys.path]
+        rank_class = cloudpickle.loads(pickled_rank_class)
+        self.name = f"{rank_class.__name__} rank {args[1]}"  # args: config, rank, world size, master
+        self.rank = rank_class(*args)
+
+    def call(self, method: str, *args) -> Any:
+        return getattr(self.rank, method)(*args)
+
+    def __repr__(self) -> str:  # Ray prefixes the actor's log lines with it
+        return getattr(self, "name", "RankProcess")
+
+
+def _env_apart(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Ray actor ``options`` without the environment variables of their runtime_env (no
+    runtime_env left if it held nothing else), and those variables, for `RankProcess`."""
+    runtime_env = dict(options.get("runtime_env") or {})
+    env = runtime_env.pop("env_vars", {})
+    rest = {key: value for key, value in options.items() if key != "runtime_env"}
+    return ({**rest, "runtime_env": runtime_env} if runtime_env else rest), env
+
+
 class _InProcessRank:
-    """A rank object called like a Ray actor handle: ``rank.method.remote(*args)`` runs the
-    method now and gives its result (what `TrainGroup._gather` then passes through)."""
+    """A rank object called like a `RankProcess` actor handle: ``rank.call.remote(method,
+    *args)`` runs the method now and gives its result (what `TrainGroup._gather` then passes
+    through)."""
 
     def __init__(self, rank):
-        self._rank = rank
-
-    def __getattr__(self, method: str):
-        return SimpleNamespace(remote=getattr(self._rank, method))
+        self.call = SimpleNamespace(remote=lambda method, *args: getattr(rank, method)(*args))
 
 
 def with_env(actor_options: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
@@ -218,8 +256,7 @@ def with_env(actor_options: dict[str, Any], env: dict[str, str]) -> dict[str, An
 
 
 def cpu_thread_options(threads: int) -> dict[str, Any]:
-    """Ray actor options that start a CPU rank with ``threads`` OpenMP threads. Ray starts a
-    worker with ``OMP_NUM_THREADS`` set to its CPU count (1 here), and a process started so
-    runs its kernels slower even after ``torch.set_num_threads`` (a tiny GRPO step on 2 cores:
-    0.30 s instead of 0.22 s); ranks read the variable for their thread count."""
+    """Ray actor options that start a CPU rank with ``threads`` OpenMP threads: Ray sets
+    ``OMP_NUM_THREADS`` to an actor's CPU count (1 here), and `RankProcess` sets this value
+    instead before torch loads; ranks read the variable for their thread count."""
     return {"runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(threads)}}}

@@ -23,8 +23,28 @@ def test_router_options_and_their_checks(make_run_config):
 def test_sglang_router_command_line_from_defaults_and_passthrough():
     options = balancer.router_options({"policy": "round_robin", "dp_aware": True, "port": "31000"}, ["http://127.0.0.1:1"])
     argv = balancer.command(options)
-    assert argv[1:3] == ["-m", "sglang_router.launch_router"]
+    assert argv[1:3] == ["-m", "slime_router.rust_router"]
     joined = " ".join(argv)
     assert "--host 127.0.0.1" in joined and "--prometheus-host 127.0.0.1" in joined and "--port 31000" in joined
     assert "--policy round_robin" in joined and "--dp-aware" in joined and "--dp-aware True" not in joined
     assert "--worker-urls http://127.0.0.1:1" in joined and "--prometheus-port " in joined
+
+
+def test_slime_s_router_launcher_takes_every_flag_of_sglang_router_s():
+    """`slime_router.rust_router` starts the same Rust router without the official launcher's
+    Python balancer; the flags a user passes with --router-* must all still be understood."""
+    import re
+    import subprocess
+    import sys
+
+    def flags(module: str, *extra: str) -> tuple[set[str], str]:
+        out = subprocess.run([sys.executable, "-m", module, *extra, "--help"], capture_output=True, text=True,
+                             check=True).stdout
+        return set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", out)), out
+
+    ours, our_help = flags("slime_router.rust_router")
+    official, _ = flags("sglang_router.launch_router")
+    assert len(official) > 40 and ours == official
+    official_only = "SGLang Router - High-performance request distribution"  # the official launcher's description
+    assert official_only not in our_help
+    assert official_only in flags("slime_router.rust_router", "--mini-lb")[1]  # handed to the official launcher

@@ -54,6 +54,9 @@ uv pip install --quiet -p "$VENV_PY" "torch==$torch_pin" \
     -e packages/slime-fsdp \
     -e packages/slime-megatron \
     -e packages/slime-compat
+# The editable packages' own modules are not compiled by uv: compile them once here (0.4 s)
+# rather than in every process of every run (a source edited later is compiled as usual).
+"$VENV_PY" -m compileall -q packages/*/src >/dev/null
 
 if [ "$mode" = cpu ] && uv pip list -p "$VENV_PY" 2>/dev/null | grep -qiE '^(nvidia|cuda)-'; then
     echo "setup-dev: CUDA packages were installed into a CPU setup:" >&2

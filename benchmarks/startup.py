@@ -41,7 +41,7 @@ GOAL_S = 10.0
 MARK = re.compile(r"^start-up\s+([\d.]+)s\s+(.*)$")
 #: command-line words that name a part of the run; anything else is Ray's (workers not yet an actor included)
 PARTS = (("engine serve", "engine"), ("sglang_router", "router"), ("sglang::router", "router"),
-         ("slime_router.front", "router"), ("TrainRank", "train rank"), ("EngineServer", "engine actor"),
+         ("slime_router.front", "router"), ("RankProcess", "train rank"), ("EngineServer", "engine actor"),
          (" run ", "driver"))
 
 

@@ -31,13 +31,13 @@ def test_engine_and_trainer_log_probs_agree(ray_cluster, tiny_model_dir, tmp_pat
     config = make_config(data, tiny_model_dir, rollout_batch_size=4, n_samples_per_prompt=2, rollout_max_response_len=16,
                          rollout_temperature=0.8, rm_type="f1", use_dynamic_batch_size=True, max_tokens_per_gpu=256)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    with cpu_engine(tiny_model_dir, log_path=tmp_path / "engine.log") as url:
-        parts = RolloutParts(PromptDataSource.from_config(config, tokenizer), RewardHub(config, Plugins()),
-                             generate_sample, None, GenerateContext(EngineClient(url), tokenizer, config))
-        result = asyncio.run(default_rollout(0, config, parts))
-    batch = RolloutBatch.from_samples([s for group in result.groups for s in group])
-    trainer = TrainGroup(FSDPTrainRank, config, 1)
+    trainer = TrainGroup(FSDPTrainRank, config, 1)  # its process starts while the engine does
     try:
+        with cpu_engine(tiny_model_dir, log_path=tmp_path / "engine.log") as url:
+            parts = RolloutParts(PromptDataSource.from_config(config, tokenizer), RewardHub(config, Plugins()),
+                                 generate_sample, None, GenerateContext(EngineClient(url), tokenizer, config))
+            result = asyncio.run(default_rollout(0, config, parts))
+        batch = RolloutBatch.from_samples([s for group in result.groups for s in group])
         trainer.init()
         recomputed = trainer.compute_log_probs(batch)
     finally:

@@ -11,7 +11,10 @@ evaluation. The figure is the median over the rounds. Each round also prints the
 its processes had used by the first generation, per part (driver, train rank, engine,
 router, Ray's own processes): on a shared machine that moves much less than wall time.
 
-Latest (2026-11-25 at 17eb4c7, quiet machine, bytecode compiled): median 8.9 s over 5 rounds
+Latest (2026-11-27 at 2c1887a, a slower day for the machine): median 9.95 s over 6 rounds against
+10.35 s for a553eaa taken in turn with it, 14.9 against 16.4 CPU-s by the first generation (the
+README's start-up row says where). Before (2026-11-25 at 17eb4c7, quiet machine, bytecode
+compiled): median 8.9 s over 5 rounds
 (8.8-10.0 s; the slow rounds are those where ``ray.init`` waited a whole second more for the
 raylet to register), about 14 CPU-s by the first generation (train rank 3.5-3.9, engine 3.1-3.4,
 driver 3.0-3.3, Ray's own processes 2.6-3.0). The same machine gave 8.9 s at b03b898, where an earlier

@@ -5,6 +5,7 @@ import os
 from types import SimpleNamespace
 
 import pytest
+import torch  # as in a backend's rank module: unpickling the rank class in its process loads torch
 
 from slime_core.placement import cpu_engines, rank_threads
 from slime_core.train_backend import TrainGroup, _env_apart
@@ -31,8 +32,6 @@ class _ThreadReport:
     """A stand-in rank that reports how its process was started."""
 
     def __init__(self, config, rank, world_size, master_addr, master_port):
-        import torch
-
         self.threads = (os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads())
 
     def report(self):

@@ -109,10 +109,9 @@ class TrainGroup:
         pickled = cloudpickle.dumps(rank_class)
         self.ranks = []
         for rank in range(num_ranks):
-            options, rank_env = _env_apart(with_env({**threads, **(actor_options(rank) if actor_options else {})},
-                                                    env or {}))
-            self.ranks.append(actor.options(**options).remote(rank_env, pickled, config, rank, num_ranks,
-                                                              master_addr, port))
+            options, rank_env = _env_apart({**threads, **(actor_options(rank) if actor_options else {})})
+            self.ranks.append(actor.options(**options).remote({**rank_env, **(env or {})}, pickled, config, rank,
+                                                              num_ranks, master_addr, port))
 
     def call(self, method: str, *args) -> list[Any]:
         """``method(*args)`` on every rank; the results in rank order."""

@@ -16,7 +16,7 @@ class CpuSampler:
     """CPU seconds of this machine's processes summed by role, sampled from /proc every
     ``period`` seconds in a thread: ``samples`` holds (wall time, {role: seconds})."""
 
-    ROLES = {"train rank": ("ray::FSDPTrainRank",), "engine": ("engine serve",), "driver": ("slime run",),
+    ROLES = {"train rank": ("ray::RankProcess",), "engine": ("engine serve",), "driver": ("slime run",),
              "sglang-router": ("sglang::router",), "Ray's processes": ("ray/", "ray::")}  # first match wins
 
     def __init__(self, period: float = 0.5):

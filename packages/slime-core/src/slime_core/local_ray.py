@@ -15,8 +15,7 @@ raylet has not registered yet, which on 2 cores it has not (registering takes ~1
 up as much as a second after its raylet was ready. `start_local_ray` has that check made once
 GCS lists the node alive, polled every `POLL_S`, so it succeeds at its first try (Ray's start
 alone, 5 starts each in turn: median 3.40 s against 3.61 s; ``benchmarks/ray_start.py``). A
-cluster started with
-``ray start`` (where jobs are submitted) is not touched.
+cluster started with ``ray start`` (where jobs are submitted) is not touched.
 """
 
 from __future__ import annotations

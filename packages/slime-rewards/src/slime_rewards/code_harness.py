@@ -1,13 +1,15 @@
-"""The program that runs inside the code sandbox: ``python -I -S -B code_harness.py CONFIG``.
+"""The program that runs inside the code sandbox: ``python -I -S -B code_harness.py CONFIG_FD STATUS_FD``.
 
-Not imported by slime: `code_sandbox` starts it in a fresh scratch directory, its working
-directory (the *root* below). It
+Not imported by slime: `code_isolation` starts it in a fresh scratch directory, its working
+directory (the *root* below), as a user and in namespaces of its own (`code_jail`) unless
+``--code-isolation hooks``. It
 
-1. reads its JSON configuration (solution, optional test code, limits, token), applies the
-   resource limits (address space, CPU seconds, file size, no core dumps; soft = hard, so
-   they cannot be raised) and only then deletes the file: the solution can neither read the
-   token from disk nor recreate the file, so a configuration still there afterwards tells
-   the grader that the harness never got going;
+1. reads its JSON configuration (solution, optional test code, limits, token) from an
+   in-memory file, applies the resource limits (address space, CPU seconds, file size,
+   processes where the sandbox has a user id of its own, no core dumps; soft = hard, so they
+   cannot be raised), then writes ``started`` on the status pipe and closes it: from then on
+   a failure is the solution's, and the solution can neither reread the configuration nor
+   fake the signal;
 2. compiles the solution and the test code (a syntax error is the solution's fault);
 3. installs two audit hooks (PEP 578). Each is closed over everything it uses, so the
    solution cannot loosen them by changing this module's globals, ``os.path`` or builtins:
@@ -26,10 +28,13 @@ directory (the *root* below). It
    - the *completion* hook holds the token and writes it to stdout when the test code's
      last line, ``sys.audit("slime.tests_passed")``, runs in the test code's own frame.
      Exiting early, reading the harness's frames, or raising the event from anywhere else
-     does not produce it, so the token on stdout proves that every assertion passed;
+     does not produce it, so the token on stdout proves that the test code ran to its end;
 
+   These hooks are a first line only: memory corruption from pure Python (bytecode loaded
+   with `marshal`) can switch them off, which is why the process around them is isolated;
 4. runs the solution as ``__main__`` (stdin tests), or as module ``solution`` followed by
-   the test code (assert tests), in one namespace.
+   the test code (assert tests) in a namespace of its own (`test_namespace`), whose
+   rewritten asserts report their values (`reporter`, `plain_check`; see `code_checks`).
 
 Exit status 121 means the harness itself failed (a sandbox fault, not a wrong answer).
 """
@@ -41,6 +46,7 @@ import sys
 
 HARNESS_FAILED = 121
 DONE_EVENT = "slime.tests_passed"
+REPORT, CHECK, PLAIN = "slime-check", "__slime_check__", "__slime_plain__"  # as in code_checks
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 _DENIED_EVENTS = frozenset({
     "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "subprocess.Popen",
@@ -70,21 +76,25 @@ _WRITABLE_DEVICES = frozenset({"/dev/null"})
 
 
 def main() -> None:
-    solution, test = prepare(sys.argv[1])
+    solution, test = prepare(int(sys.argv[1]), int(sys.argv[2]))
     sys.argv[:] = ["solution.py"]
     namespace = {"__name__": "__main__" if test is None else "solution", "__builtins__": __builtins__}
+    if test is None:
+        exec(solution, namespace)
+        return
+    builtins = dict(vars(__builtins__) if type(__builtins__) is not dict else __builtins__)
     exec(solution, namespace)
-    if test is not None:
-        exec(test, namespace)
+    exec(test, test_namespace(namespace, builtins))
 
 
-def prepare(config_path: str):
-    """Steps 1–3 of the module docstring; the token lives on only in the completion hook."""
+def prepare(config_fd: int, status_fd: int):
+    """Steps 1–3 of the module docstring; the token lives on only in the hooks' closures."""
     try:
-        with open(config_path, encoding="utf-8") as f:
+        with open(config_fd, encoding="utf-8") as f:
             config = json.load(f)
         apply_limits(config)
-        os.remove(config_path)
+        os.write(status_fd, b"started")  # from here on, a failure is the solution's
+        os.close(status_fd)
     except (OSError, ValueError, KeyError) as error:
         sys.stderr.write(f"sandbox harness failed: {error}\n")
         sys.exit(HARNESS_FAILED)
@@ -96,12 +106,92 @@ def prepare(config_path: str):
     return solution, test
 
 
+def test_namespace(solution: dict, builtins: dict) -> dict:
+    """The test code's globals: the solution's names, except those that hide a builtin,
+    the builtins as they were before the solution ran (it cannot swap ``abs`` or ``all``
+    for the test), and the two functions the rewritten asserts call (see `code_checks`)."""
+    names = {k: v for k, v in solution.items() if type(k) is str and k not in builtins and not k.startswith("__")}
+    names.update({"__name__": "__test__", "__builtins__": builtins, CHECK: reporter(), PLAIN: plain_check()})
+    return names
+
+
+def reporter():
+    """``__slime_check__(index, values)``: one line ``slime-check [index, encoded values]`` on
+    stdout (``null`` for a value that is not plain data). Calling it gives a program no more
+    than printing that line would; the grader decides what a report is worth."""
+    write, dumps, encode, failure = os.write, json.dumps, encoder(), Exception
+
+    def check(index, values):
+        try:
+            encoded = [encode(value, 0) for value in values]
+        except failure:
+            encoded = None
+        write(1, f"\n{REPORT} {dumps([index, encoded])}\n".encode())
+
+    return check
+
+
+def encoder():
+    """``encode(value, depth)``: a JSON tree for a value made only of builtin plain data,
+    chosen by its exact type (a subclass of int is refused), so no method the program
+    defines runs; `code_checks.decode` reads it back."""
+    type_, hex_, fromhex, items, refuse = type, hex, float.hex, dict.items, TypeError
+    containers = {list: "L", tuple: "T", set: "S", frozenset: "Z"}
+
+    def encode(value, depth):
+        kind = type_(value)
+        if depth > 100:
+            raise refuse("nested too deep")
+        if value is None or kind is bool:
+            return ["N"] if value is None else ["B", value]
+        if kind is int or kind is float or kind is complex:
+            return ["I", hex_(value)] if kind is int else ["F", fromhex(value)] if kind is float else ["C", fromhex(value.real), fromhex(value.imag)]
+        if kind is str or kind is bytes:
+            return ["s", value] if kind is str else ["b", value.hex()]
+        if kind is dict:
+            return ["D", [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in items(value)]]
+        for container, tag in containers.items():
+            if kind is container:
+                return [tag, [encode(item, depth + 1) for item in value]]
+        raise refuse(f"{kind.__name__} is not plain data")
+
+    return encode
+
+
+def plain_check():
+    """``__slime_plain__(value)``: the value itself, unless it holds (in lists, tuples, sets,
+    dicts) an instance of a class defined in Python, whose operators the program may have
+    written; then a TypeError, and the assert fails."""
+    type_, flags, heap, items, refuse = type, type.__dict__["__flags__"].__get__, 1 << 9, dict.items, TypeError
+    containers = (list, tuple, set, frozenset)
+
+    def walk(value, depth):
+        kind = type_(value)
+        if flags(kind) & heap or depth > 100:
+            raise refuse(f"the tested code returned a {kind.__name__}, not plain data")
+        if kind is dict:
+            for k, v in items(value):
+                walk(k, depth + 1)
+                walk(v, depth + 1)
+        elif kind is containers[0] or kind is containers[1] or kind is containers[2] or kind is containers[3]:
+            for item in value:
+                walk(item, depth + 1)
+
+    def plain(value):
+        walk(value, 0)
+        return value
+
+    return plain
+
+
 def apply_limits(config: dict) -> None:
     """Lower every limit to the configured value (never above the current hard limit)."""
     limits = [
         (resource.RLIMIT_AS, config["memory_bytes"]), (resource.RLIMIT_CPU, int(config["cpu_seconds"])),
         (resource.RLIMIT_FSIZE, config["file_bytes"]), (resource.RLIMIT_CORE, 0),
     ]
+    if config.get("processes") is not None:  # a user id of the sandbox's own: the count is its processes'
+        limits.append((resource.RLIMIT_NPROC, config["processes"]))
     for which, value in limits:
         _, hard = resource.getrlimit(which)
         if hard != resource.RLIM_INFINITY:

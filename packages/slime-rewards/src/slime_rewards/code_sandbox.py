@@ -1,34 +1,19 @@
-"""Run a response's Python code against test cases in a sandboxed subprocess.
+"""Run a response's Python code against test cases in a sandbox, and grade it.
 
-Each test runs in its own process (``python -I -S -B code_harness.py``) with:
+Each test runs in its own sandbox (`code_isolation`): by default a process in namespaces of
+its own, as a user of its own, in a root that holds only the interpreter and a fresh scratch
+directory, with no network; inside it, the harness (`code_harness`) adds resource limits
+(memory, CPU seconds, file size, processes) and audit hooks. The scratch directory is
+deleted afterwards.
 
-- a fresh scratch directory (mode 0700) as the working directory, deleted afterwards;
-- a clean environment (PATH, HOME/TMPDIR = the scratch directory, a UTF-8 locale) and
-  isolated mode (no PYTHON* variables, no user or site packages: the standard library
-  only);
-- its own session (``start_new_session``): on timeout the whole process group is killed;
-- resource limits set by the harness: address space (`code_memory_mb`), CPU seconds,
-  file size, no core dumps;
-- audit hooks (see `code_harness`) confining writes to the scratch directory and reads to
-  it and the standard library, and refusing process creation, signals, native code, sockets
-  and raising limits;
-- stdin from a file and stdout/stderr to files outside the scratch directory (sizes capped
-  by the file-size limit), so a chatty program cannot exhaust the grader's memory.
+Grading: a stdin test passes when the program exits 0 in time and its stdout matches the
+expected output, compared here. An assert test passes when the harness reports that the
+test code ran to its end (a token only the harness holds) and every assert's values,
+reported as plain data, satisfy the comparison made here (`code_checks`): an object that
+claims to equal everything, or a program that reads the expected value, gains nothing.
 
-There is no process-count limit: the kernel counts every thread of our user against it (so
-a training job's own threads would leave a solution none), and does not enforce it for
-root. Process creation is refused by the audit hook instead, and whatever still runs when
-the test ends is killed with the sandbox's process group.
-
-What this does NOT guarantee: it is not a security boundary against a determined attacker.
-Without namespaces or a separate user the code runs with our uid, and audit hooks can be
-bypassed from pure Python by someone who sets out to: bytecode smuggled in through
-`marshal` can corrupt memory, `_imp.create_builtin` restores the process-descriptor calls
-that signal processes without an audit event, and `os.stat` and friends still show
-metadata anywhere. Assert tests share the solution's namespace, so a solution can also
-read or fake what the assertions compare (an object equal to everything). For untrusted
-models at scale, run the reward in a container (or nsjail/bubblewrap, as another user)
-and keep this layer as defence in depth.
+All tests of a sample share one deadline (`sample_timeout_s`, ``--code-sample-timeout``): a
+sample that runs past it scores 0 (it is not dropped), and its grade says why.
 """
 
 from __future__ import annotations
@@ -36,39 +21,45 @@ from __future__ import annotations
 import ast
 import json
 import math
-import os
 import re
 import secrets
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-HARNESS = Path(__file__).with_name("code_harness.py")
-OUTPUT_LIMIT_BYTES = 4 * 1024 * 1024
+from slime_rewards import code_isolation
+from slime_rewards.code_checks import REPORT, AssertProgram, decode, rewrite_asserts
+from slime_rewards.code_isolation import ISOLATIONS, RunResult, SandboxError
+
 MIN_MEMORY_MB = 32
 _INTEGER = re.compile(r"[+-]?\d+")
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 
+__all__ = ["Grade", "Limits", "RunResult", "SandboxError", "TestCase", "grade", "pass_fraction", "passes", "run_python"]
+
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-test limits (the `code_timeout` and `code_memory_mb` options)."""
+    """The sandbox's limits (the `code_*` options)."""
 
-    timeout_s: float = 5.0
+    timeout_s: float = 5.0  # per test
     memory_mb: int = 512
     file_mb: int = 16
+    sample_timeout_s: float = 20.0  # all tests of a sample together
+    isolation: str = "namespaces"  # one of code_isolation.ISOLATIONS
 
     def __post_init__(self):
         # Below this the interpreter cannot even compile the solution, and every answer would score 0.
-        if self.memory_mb < MIN_MEMORY_MB or self.timeout_s <= 0:
+        if self.memory_mb < MIN_MEMORY_MB or self.timeout_s <= 0 or self.sample_timeout_s <= 0:
             raise ValueError(
-                f"code sandbox limits timeout_s={self.timeout_s}, memory_mb={self.memory_mb} are too small; "
-                f"set --code-timeout above 0 and --code-memory-mb to at least {MIN_MEMORY_MB}"
+                f"code sandbox limits timeout_s={self.timeout_s}, sample_timeout_s={self.sample_timeout_s}, "
+                f"memory_mb={self.memory_mb} are too small; set --code-timeout and --code-sample-timeout above 0 "
+                f"and --code-memory-mb to at least {MIN_MEMORY_MB}"
             )
+        if self.isolation not in ISOLATIONS:
+            raise ValueError(f"unknown --code-isolation {self.isolation!r}; choose one of {', '.join(ISOLATIONS)}")
 
 
 @dataclass(frozen=True)
@@ -81,48 +72,75 @@ class TestCase:
 
 
 @dataclass(frozen=True)
-class RunResult:
-    """What one sandboxed run did."""
+class Grade:
+    """A sample's score and why: ``"3/4 tests passed"``, or the deadline that stopped it."""
 
-    returncode: int
-    stdout: str
-    stderr: str
-    timed_out: bool
+    score: float
+    reason: str
 
 
-class SandboxError(RuntimeError):
-    """The sandbox itself failed (could not start or set up), as opposed to a wrong program."""
+def grade(code: str, tests: list[TestCase], limits: Limits = Limits()) -> Grade:
+    """The share of `tests` the code passes, each test in a fresh sandbox; 0 when the tests
+    together run past ``limits.sample_timeout_s``."""
+    if not tests:
+        raise ValueError("code reward needs at least one test case; add them to sample.label or metadata['tests']")
+    deadline = time.monotonic() + limits.sample_timeout_s
+    passed = 0
+    for number, test in enumerate(tests, 1):
+        left = deadline - time.monotonic()
+        passed_this = left > 0 and passes(code, test, limits, deadline)
+        if time.monotonic() >= deadline:
+            return Grade(0.0, f"scored 0: the sample's tests ran past --code-sample-timeout "
+                              f"({limits.sample_timeout_s}s) at test {number} of {len(tests)}")
+        passed += passed_this
+    return Grade(passed / len(tests), f"{passed}/{len(tests)} tests passed")
 
 
 def pass_fraction(code: str, tests: list[TestCase], limits: Limits = Limits()) -> float:
-    """The share of `tests` the code passes, each test in a fresh sandbox."""
-    if not tests:
-        raise ValueError("code reward needs at least one test case; add them to sample.label or metadata['tests']")
-    return sum(passes(code, test, limits) for test in tests) / len(tests)
+    """`grade`'s score."""
+    return grade(code, tests, limits).score
 
 
-def passes(code: str, test: TestCase, limits: Limits = Limits()) -> bool:
-    """Whether the code passes one test: it exits 0 in time, and its output matches, or
-    (assert tests) the harness printed the token, which it does only after the last assertion."""
-    token = secrets.token_hex(16) if test.assertion is not None else ""
-    result = run_python(code, test.stdin, limits, test=test.assertion, token=token)
-    if result.timed_out or result.returncode != 0:
+def passes(code: str, test: TestCase, limits: Limits = Limits(), deadline: float | None = None) -> bool:
+    """Whether the code passes one test within the per-test limit (and `deadline`, a
+    `time.monotonic()` value)."""
+    if test.assertion is None:
+        result = run_python(code, test.stdin, limits, deadline=deadline)
+        return not result.timed_out and result.returncode == 0 and outputs_match(result.stdout, test.expected or "")
+    try:
+        program = rewrite_asserts(test.assertion)
+    except SyntaxError:
+        return False  # as the harness would find: the test code does not compile
+    token = secrets.token_hex(16)
+    result = run_python(code, test.stdin, limits, test=program.source, token=token, deadline=deadline)
+    if result.timed_out or result.returncode != 0 or token not in result.stdout.splitlines():
         return False
-    if test.assertion is not None:
-        return token in result.stdout.splitlines()
-    return outputs_match(result.stdout, test.expected or "")
+    return _reports_pass(program, result.stdout)
 
 
-def run_python(code: str, stdin: str = "", limits: Limits = Limits(), test: str | None = None, token: str = "") -> RunResult:
-    """Run `code` (then `test`) in a fresh sandbox; see the module docstring."""
+def _reports_pass(program: AssertProgram, stdout: str) -> bool:
+    reports = []
+    for line in stdout.splitlines():
+        if line.startswith(REPORT + " "):
+            try:
+                index, values = json.loads(line[len(REPORT) + 1:])
+                reports.append((index, None if values is None else tuple(decode(v) for v in values)))
+            except (ValueError, TypeError, OverflowError, RecursionError):
+                return False  # a line the program printed to look like a report
+    return program.passed(reports)
+
+
+def run_python(code: str, stdin: str = "", limits: Limits = Limits(), test: str | None = None, token: str = "",
+               deadline: float | None = None) -> RunResult:
+    """Run `code` (then `test`) in a fresh sandbox for at most the per-test limit, and not
+    past `deadline`; see `code_isolation`."""
     base = Path(tempfile.mkdtemp(prefix="slime-code-"))
     try:
         work = base / "work"
         work.mkdir(mode=0o700)
-        config = base / "config.json"
-        config.write_text(json.dumps(_harness_config(code, test, token, limits)), encoding="utf-8")
         (base / "stdin").write_text(stdin, encoding="utf-8")
-        return _execute(base, work, config, limits)
+        config = _harness_config(code, test, token, limits)
+        return code_isolation.launch(base, work, config, limits.isolation, limits.timeout_s, deadline)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -136,44 +154,6 @@ def _harness_config(code: str, test: str | None, token: str, limits: Limits) -> 
         "cpu_seconds": math.ceil(limits.timeout_s) + 1,
         "file_bytes": limits.file_mb * 1024 * 1024,
     }
-
-
-def _execute(base: Path, work: Path, config: Path, limits: Limits) -> RunResult:
-    """Start the harness, wait at most the time limit, kill its process group if needed."""
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(work), "TMPDIR": str(work), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
-    command = [sys.executable, "-I", "-S", "-B", "-X", "utf8", str(HARNESS), str(config)]
-    with open(base / "stdin", "rb") as stdin, open(base / "stdout", "wb") as stdout, open(base / "stderr", "wb") as stderr:
-        try:
-            process = subprocess.Popen(command, cwd=work, env=env, stdin=stdin, stdout=stdout, stderr=stderr, start_new_session=True)
-        except OSError as error:
-            raise SandboxError(f"could not start the code sandbox ({sys.executable}): {error}") from error
-        timed_out = False
-        try:
-            process.wait(timeout=limits.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        _kill_group(process)
-    result = RunResult(process.returncode, _read(base / "stdout"), _read(base / "stderr"), timed_out)
-    if config.exists():  # the harness deletes it just before running the solution
-        what = f"could not set itself up (exit {result.returncode})"
-        if timed_out:
-            what = f"did not start within {limits.timeout_s}s"
-        raise SandboxError(f"the code sandbox {what}: {result.stderr.strip()[-300:]}")
-    return result
-
-
-def _kill_group(process: subprocess.Popen) -> None:
-    """Kill everything left in the sandbox's session (the program and any children)."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    process.wait()
-
-
-def _read(path: Path) -> str:
-    with open(path, "rb") as f:
-        return f.read(OUTPUT_LIMIT_BYTES).decode("utf-8", errors="replace")
 
 
 def outputs_match(actual: str, expected: str) -> bool:

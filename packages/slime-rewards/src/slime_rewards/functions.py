@@ -7,7 +7,8 @@ fault (a sample without a label, the reward server down after retries, a sandbox
 could not start).
 
 Options read: ``math_timeout`` (s per comparison, 5), ``code_timeout`` (s per test, 5),
-``code_memory_mb`` (512), ``rm_url``, ``rm_request_timeout`` (s per attempt, 10), ``rm_max_retries`` (3),
+``code_memory_mb`` (512), ``code_sample_timeout`` (s for all tests of a sample, 20),
+``code_isolation`` (namespaces), ``rm_url``, ``rm_request_timeout`` (s per attempt, 10), ``rm_max_retries`` (3),
 ``rm_retry_backoff`` (s before the first retry, doubling; 0.5).
 
 Graders are imported when first called, so importing this module (to list the names)
@@ -24,6 +25,8 @@ _DEFAULTS = {
     "math_timeout": 5.0,
     "code_timeout": 5.0,
     "code_memory_mb": 512,
+    "code_sample_timeout": 20.0,
+    "code_isolation": "namespaces",
     "rm_url": None,
     "rm_request_timeout": 10.0,
     "rm_max_retries": 3,
@@ -73,16 +76,25 @@ def multiple_choice_reward(sample, config=None) -> float:
 
 
 def code_reward(sample, config=None) -> float:
-    """Share of the test cases (``metadata["tests"]``, else the label) the response's code passes."""
-    from slime_rewards.code_sandbox import Limits, extract_code, parse_tests, pass_fraction
+    """Share of the test cases (``metadata["tests"]``, else the label) the response's code
+    passes; 0 past ``--code-sample-timeout``. Why is in ``metadata["code_reward"]``."""
+    from slime_rewards.code_sandbox import Limits, extract_code, grade, parse_tests
 
-    metadata = sample.metadata or {}
+    if sample.metadata is None:
+        sample.metadata = {}
+    metadata = sample.metadata
     tests = parse_tests(metadata["tests"] if "tests" in metadata else sample.label)
     code = extract_code(sample.response)
     if code is None:
+        metadata["code_reward"] = "scored 0: no code in the response"
         return 0.0
-    limits = Limits(timeout_s=float(option(config, "code_timeout")), memory_mb=int(option(config, "code_memory_mb")))
-    return pass_fraction(code, tests, limits)
+    limits = Limits(
+        timeout_s=float(option(config, "code_timeout")), memory_mb=int(option(config, "code_memory_mb")),
+        sample_timeout_s=float(option(config, "code_sample_timeout")), isolation=option(config, "code_isolation"),
+    )
+    result = grade(code, tests, limits)
+    metadata["code_reward"] = result.reason
+    return result.score
 
 
 async def remote_reward(sample, config=None) -> float:

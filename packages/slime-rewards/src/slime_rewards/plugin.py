@@ -20,6 +20,8 @@ def slime_add_options(options):
     options.add("--math-timeout", type=float, default=5.0, help="seconds per symbolic math comparison", group=GROUP)
     options.add("--code-timeout", type=float, default=5.0, help="seconds per code test case", group=GROUP)
     options.add("--code-memory-mb", type=int, default=512, help="memory limit of the code sandbox", group=GROUP)
+    options.add("--code-sample-timeout", type=float, default=20.0, help="seconds all code tests of one sample may take together; a sample past it scores 0 (keep it below --rm-timeout)", group=GROUP)
+    options.add("--code-isolation", default="namespaces", choices=["namespaces", "hooks"], help="code sandbox: its own user, root directory and namespaces (needs root), or audit hooks and limits only (trusted code)", group=GROUP)
     options.add("--sample-filter-max-tokens", type=int, default=None, help="drop_over_length: most tokens a sample may have", group=GROUP)
 
 
@@ -34,6 +36,25 @@ def slime_register_reward_functions(register):
     for name in REWARD_NAMES:
         register(name, f"slime_rewards.functions:REWARDS.{name}")
         register(f"boxed_{name}", f"slime_rewards.functions:BOXED.{name}")
+
+
+@hookimpl
+def slime_validate_config(config):
+    if (config.get("rm_type") or "").removeprefix("boxed_") != "code":
+        return []
+    from slime_rewards.code_isolation import SandboxError, check_namespaces
+
+    errors = []
+    sample_timeout, rm_timeout = config.get("code_sample_timeout"), config.get("rm_timeout")
+    if sample_timeout and rm_timeout and sample_timeout >= rm_timeout:
+        errors.append(f"--code-sample-timeout ({sample_timeout}s) must be below --rm-timeout ({rm_timeout}s), or a "
+                      "sample whose code runs too long is dropped instead of scoring 0; lower the one or raise the other")
+    if config.get("code_isolation", "namespaces") == "namespaces":
+        try:
+            check_namespaces()
+        except SandboxError as error:
+            errors.append(str(error))
+    return errors
 
 
 @hookimpl

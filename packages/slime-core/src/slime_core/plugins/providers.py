@@ -37,7 +37,8 @@ OPTIONS: dict[str, str] = {
     **dict.fromkeys(("router_middleware", "sglang_router_ip", "sglang_router_port", "router_middleware_retries",
                      "router_middleware_timeout"), "slime-router"),
     **dict.fromkeys(("rm_url", "rm_request_timeout", "rm_max_retries", "rm_retry_backoff", "math_timeout",
-                     "code_timeout", "code_memory_mb", "sample_filter_max_tokens"), "slime-rewards"),
+                     "code_timeout", "code_memory_mb", "code_sample_timeout", "code_isolation",
+                     "sample_filter_max_tokens"), "slime-rewards"),
     # slime's function flags (slime-compat's hooks.HOOKS; run slime's plugin code unchanged)
     **dict.fromkeys((
         "custom_rm_path", "custom_generate_function_path", "rollout_function_path", "eval_function_path",

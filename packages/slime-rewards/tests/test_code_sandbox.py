@@ -172,13 +172,13 @@ OVERRIDDEN = {
         def add(a, b):
             return Zero()
     """,
-    "a list inside a list, equal to everything": """
+    "a list equal to everything": """
         class Everything(list):
             def __eq__(self, other):
                 return True
             __lt__ = __eq__
         def add(a, b):
-            return [Everything()][0] if a + b != 7 else None
+            return Everything()
     """,
     "builtins swapped for the test": """
         import builtins
@@ -208,6 +208,9 @@ def test_a_program_cannot_override_the_comparisons_of_assert_tests(cheat):
     code = textwrap.dedent(OVERRIDDEN[cheat])
     scores = {form: pass_fraction(code, [Case(assertion=form)], FAST) for form in ASSERT_FORMS}
     assert scores == dict.fromkeys(ASSERT_FORMS, 0.0)
+
+
+def test_a_right_answer_passes_every_form_of_those_asserts():
     assert pass_fraction("def add(a, b):\n    return a + b", [Case(assertion=form) for form in ASSERT_FORMS], FAST) == 1.0
 
 

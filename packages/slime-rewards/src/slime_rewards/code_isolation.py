@@ -19,6 +19,7 @@ stdout and stderr to files outside the scratch directory.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -89,8 +90,10 @@ def _wait(process: subprocess.Popen, status: int, timeout: float, deadline: floa
     """Wait for the harness's start signal, then for the run; kill what is left. Returns
     (started, timed_out)."""
     last = time.monotonic() + STARTUP_LIMIT_S if deadline is None else min(time.monotonic() + STARTUP_LIMIT_S, deadline)
-    readable, _, _ = select.select([status], [], [], max(last - time.monotonic(), 0))
-    started = bool(readable) and os.read(status, 16) == b"started"  # b"": it exited before starting
+    poller = select.poll()
+    poller.register(status, select.POLLIN)
+    readable = bool(poller.poll(max(last - time.monotonic(), 0) * 1000))
+    started = readable and os.read(status, 16) == b"started"  # b"": it exited before starting
     timed_out = not readable
     if started:
         limit = timeout if deadline is None else min(timeout, deadline - time.monotonic())
@@ -120,13 +123,24 @@ def _command(base: Path, work: Path, isolation: str) -> tuple[list[str], Path]:
 
 def check_namespaces() -> None:
     """Raise SandboxError naming the fix when the namespaces isolation cannot work here."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        why = "is not root" if os.geteuid() != 0 else "has no `unshare` (util-linux)"
+    problem = _namespaces_problem()
+    if problem:
         raise SandboxError(
-            f"the code sandbox's namespaces isolation needs root and util-linux's `unshare`, and this process {why}; "
-            "run the reward as root (a container is enough), or pass --code-isolation hooks to run the code under "
-            "audit hooks and resource limits only, which a determined program can undo"
+            f"the code sandbox's namespaces isolation cannot work here: {problem}; run the reward as root with "
+            "CAP_SYS_ADMIN (a container with that capability is enough), or pass --code-isolation hooks to run the "
+            "code under audit hooks and resource limits only, which a determined program can undo"
         )
+
+
+@functools.cache
+def _namespaces_problem() -> str | None:
+    """Why this process cannot make the sandbox's namespaces (None: it can), tried once."""
+    if os.geteuid() != 0:
+        return "this process is not root"
+    if shutil.which("unshare") is None:
+        return "util-linux's `unshare` is not installed"
+    probe = subprocess.run([shutil.which("unshare"), *_NAMESPACES, "--", "true"], capture_output=True, text=True)
+    return f"`unshare` failed: {probe.stderr.strip()[-200:]}" if probe.returncode != 0 else None
 
 
 @contextlib.contextmanager

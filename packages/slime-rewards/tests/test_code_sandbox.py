@@ -8,8 +8,10 @@ to do, so a failing test says which defence gave way.
 """
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -460,6 +462,39 @@ def test_the_namespaces_isolation_runs_the_program_as_a_user_of_its_own_without_
     assert int(outcomes_of(isolated.stdout)["uid"]) >= code_isolation.UID_BASE
     assert outcomes_of(isolated.stdout)["host root"] == "False False"
     assert outcomes_of(hooks_only.stdout)["uid"] == str(os.getuid())  # the fallback: the grader's own user
+
+
+AS_ANOTHER_USER = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def _nobody_can_run(python: str) -> bool:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None or not os.path.exists(python):
+        return False
+    return subprocess.run([*AS_ANOTHER_USER, python, "-c", "pass"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11) or not _nobody_can_run("/usr/bin/python3.11"),
+                    reason="needs root (to run the grader as an ordinary user) and the system's CPython 3.11")
+def test_without_root_the_sandbox_makes_its_own_user_namespace_and_is_as_confined(tmp_path):
+    """The grader as user `nobody`: `unshare --user` gives the sandbox a root of its own;
+    a program past the hooks cannot undo it (make a namespace, unmount, remount)."""
+    shared = Path(tempfile.mkdtemp(prefix="slime-nonroot-"))
+    try:
+        shutil.copytree(Path(code_isolation.__file__).parent, shared / "slime_rewards")
+        (shared / "secret").write_text("the expected answers\n")
+        shared.chmod(0o755)
+        subprocess.run(["chmod", "-R", "a+rX", str(shared)], check=True)
+        commands = "cat {secret}; unshare --user --map-root-user true || umount /usr || mount -o remount,rw /usr || echo confined"
+        program = MARSHAL_ESCAPE.replace("cat {secret}; echo escaped > {marker}; kill -9 {grader}", commands)
+        grader = f"from slime_rewards.code_sandbox import run_python\nprint(run_python({textwrap.dedent(program).format(secret=shared / 'secret')!r}).stdout)"
+        output = subprocess.run([*AS_ANOTHER_USER, "/usr/bin/python3.11", "-c", grader], cwd=shared, capture_output=True,
+                                text=True, timeout=60, env={"PYTHONPATH": str(shared), "PATH": "/usr/bin:/bin"})
+    finally:
+        shutil.rmtree(shared)
+    outcomes = outcomes_of(output.stdout)
+    assert outcomes["hooks disarmed"] == "True", output.stderr
+    assert outcomes["shell"] == "0" and "confined" in output.stdout.splitlines()
+    assert "the expected answers" not in output.stdout
 
 
 def test_the_scratch_directory_is_private_and_removed(tmp_path):

@@ -3,8 +3,10 @@
 ``namespaces`` (the default, `--code-isolation`): the harness starts under `unshare` in its
 own mount, pid, network, IPC and UTS namespaces, and `code_jail` gives it a root of its own
 (the interpreter read-only, the scratch directory writable, nothing else), a user id of its
-own with no capabilities and ``no_new_privs``. This needs root (CAP_SYS_ADMIN), as in a
-container or CI; without it every run is refused with the fix, never silently weakened.
+own with no capabilities and ``no_new_privs``. As root (containers, CI) it needs
+CAP_SYS_ADMIN; as any other user, unprivileged user namespaces (``unshare --user``), which
+most Linux hosts allow. Where neither works, every run is refused with the fix (and `slime
+run` says so before it starts), never silently weakened.
 
 ``hooks``: the harness alone, as the grader's user, confined only by its audit hooks and
 resource limits. A program that gets past the hooks (bytecode smuggled in with `marshal`,
@@ -43,6 +45,7 @@ ISOLATIONS = ("namespaces", "hooks")
 UID_BASE, UID_COUNT = 1 << 30, 1 << 24
 _BINDS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _NAMESPACES = ("--mount", "--pid", "--net", "--ipc", "--uts", "--fork", "--kill-child")
+_USER_NAMESPACE = ("--user", "--map-root-user")  # without root: root of a namespace of our own, for the mounts
 
 
 @dataclass(frozen=True)
@@ -114,11 +117,13 @@ def _command(base: Path, work: Path, isolation: str) -> tuple[list[str], Path]:
     root = base / "root"
     root.mkdir(mode=0o700)
     prefixes = {os.path.realpath(sys.base_prefix), os.path.dirname(python)}
+    user_namespace = os.geteuid() != 0
     plan = {
         "root": str(root), "work": str(work), "harness": str(HARNESS), "uid": UID_BASE + secrets.randbelow(UID_COUNT),
-        "binds": [*_BINDS, *sorted(p for p in prefixes if not p.startswith("/usr/"))],
+        "binds": [*_BINDS, *sorted(p for p in prefixes if not p.startswith("/usr/"))], "user_namespace": user_namespace,
     }
-    return [shutil.which("unshare"), *_NAMESPACES, "--", *flags, str(JAIL), json.dumps(plan), "--", *flags, "/harness.py"], base
+    namespaces = [*_USER_NAMESPACE, *_NAMESPACES] if user_namespace else list(_NAMESPACES)
+    return [shutil.which("unshare"), *namespaces, "--", *flags, str(JAIL), json.dumps(plan), "--", *flags, "/harness.py"], base
 
 
 def check_namespaces() -> None:
@@ -126,20 +131,19 @@ def check_namespaces() -> None:
     problem = _namespaces_problem()
     if problem:
         raise SandboxError(
-            f"the code sandbox's namespaces isolation cannot work here: {problem}; run the reward as root with "
-            "CAP_SYS_ADMIN (a container with that capability is enough), or pass --code-isolation hooks to run the "
-            "code under audit hooks and resource limits only, which a determined program can undo"
+            f"the code sandbox's namespaces isolation cannot work here: {problem}; allow user namespaces "
+            "(sysctl kernel.unprivileged_userns_clone=1, or run as root with CAP_SYS_ADMIN), or pass --code-isolation "
+            "hooks to run the code under audit hooks and resource limits only, which a determined program can undo"
         )
 
 
 @functools.cache
 def _namespaces_problem() -> str | None:
     """Why this process cannot make the sandbox's namespaces (None: it can), tried once."""
-    if os.geteuid() != 0:
-        return "this process is not root"
     if shutil.which("unshare") is None:
         return "util-linux's `unshare` is not installed"
-    probe = subprocess.run([shutil.which("unshare"), *_NAMESPACES, "--", "true"], capture_output=True, text=True)
+    user = _USER_NAMESPACE if os.geteuid() != 0 else ()
+    probe = subprocess.run([shutil.which("unshare"), *user, *_NAMESPACES, "--", "true"], capture_output=True, text=True)
     return f"`unshare` failed: {probe.stderr.strip()[-200:]}" if probe.returncode != 0 else None
 
 

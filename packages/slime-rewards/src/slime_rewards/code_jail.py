@@ -1,5 +1,6 @@
-"""The first program of an isolated sandbox: ``unshare --mount --pid --net --ipc --uts --fork
---kill-child -- python -I -S -B code_jail.py PLAN -- HARNESS-COMMAND...``, run as root.
+"""The first program of an isolated sandbox: ``unshare [--user --map-root-user] --mount --pid
+--net --ipc --uts --fork --kill-child -- python -I -S -B code_jail.py PLAN -- HARNESS-COMMAND...``,
+run as root (of the host, or, for a grader that is not root, of a user namespace of its own).
 
 Not imported by slime. In the fresh namespaces `unshare` made (its own mounts, process ids,
 an empty network, its own IPC and host name), it
@@ -11,7 +12,9 @@ an empty network, its own IPC and host name), it
 2. locks that root (read-only), enters it (``chroot``), and gives the scratch directory
    to the sandbox's user id;
 3. drops root for good: no supplementary groups, that user id for every uid and gid
-   (which clears every capability), and ``no_new_privs`` (nothing it runs can gain any);
+   (which clears every capability; in a user namespace, a nested one that maps that id to
+   the grader's user: `become_user_in_new_namespace`), and ``no_new_privs`` (nothing it
+   runs can gain any);
 4. becomes the harness (``exec``), as process 1 of its namespace: when it ends, the kernel
    ends everything it started.
 
@@ -30,6 +33,9 @@ import sys
 SETUP_FAILED = 122
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
 PR_SET_NO_NEW_PRIVS = 38
+CLONE_NEWUSER = 0x10000000
+# statvfs flags a remount must keep (the kernel refuses to clear them inside a user namespace) → mount flags
+_KEPT_FLAGS = {2: 2, 4: 4, 8: 8, 1024: 1024, 2048: 2048, 4096: 1 << 21}
 DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
 
 
@@ -69,19 +75,40 @@ def build_root(plan: dict) -> None:
 def enter(plan: dict) -> None:
     """Steps 2 and 3: into the new root, and from root to the sandbox's user for good."""
     uid = plan["uid"]
-    os.chown(plan["work"], uid, uid)
+    if plan["user_namespace"]:
+        become_user_in_new_namespace(uid)
+    else:
+        os.chown(plan["work"], uid, uid)
     os.chroot(plan["root"])
     os.chdir(plan["work"])
-    os.setgroups([])
-    os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)
+    if not plan["user_namespace"]:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
     if _libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
 
 
+def become_user_in_new_namespace(uid: int) -> None:
+    """Without root on the host, `unshare --user` made us root of a user namespace that maps
+    only the grader's own user; there is no other id to change to. So enter a second user
+    namespace in which that user is `uid`: a user id other than 0 loses every capability at
+    the ``exec``, and the capabilities of this namespace reach nothing of the first one's
+    (its mounts, the root we built). Must precede the chroot: a chrooted process cannot
+    make a user namespace."""
+    if _libc().unshare(CLONE_NEWUSER) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER) failed")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} 0 1"), ("gid_map", f"{uid} 0 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+
+
 def bind(source: str, target: str, flags: int) -> None:
-    """Bind `source` at `target`, then apply `flags` (a bind mount takes them only on a remount)."""
+    """Bind `source` at `target`, then apply `flags` (a bind mount takes them only on a
+    remount) on top of those of `source`'s mount that a remount must keep."""
     mount(source, target, None, MS_BIND | MS_REC, None)
+    kept = os.statvfs(source).f_flag
+    flags |= sum(flag for st_flag, flag in _KEPT_FLAGS.items() if kept & st_flag)
     mount("none", target, None, MS_REMOUNT | MS_BIND | flags, None)
 
 

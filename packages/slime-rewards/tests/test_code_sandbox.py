@@ -146,26 +146,34 @@ def test_assertion_tests_pass_even_when_the_program_prints_after_them():
     assert passes(code, FAILING_TEST, FAST)
 
 
-# Assert-style tests with the operators a program can define for its own objects.
+# Assert-style tests with the operators a program can define for its own objects: each
+# cheat with the assert forms it passed before the grader made the comparisons.
+EQUALS_3, LOOP = "assert add(1, 2) == 3", "for a, b in [(1, 2), (2, 5)]:\n    assert add(a, b) == a + b"
 OVERRIDDEN = {
-    "an object equal to everything": """
+    "an object equal to everything": ([EQUALS_3, LOOP], """
         class Anything:
             def __eq__(self, other):
                 return True
-            __ne__ = __lt__ = __gt__ = __le__ = __ge__ = __contains__ = __eq__
             __hash__ = object.__hash__
         def add(a, b):
             return Anything()
-    """,
-    "an int equal to everything": """
+    """),
+    "an int equal to everything": ([EQUALS_3], """
         class Number(int):
             def __eq__(self, other):
                 return True
             __hash__ = int.__hash__
         def add(a, b):
             return Number(0)
-    """,
-    "arithmetic that lands on zero": """
+    """),
+    "a list equal to everything": ([EQUALS_3], """
+        class Everything(list):
+            def __eq__(self, other):
+                return True
+        def add(a, b):
+            return Everything()
+    """),
+    "arithmetic that lands on zero": (["assert abs(add(1, 2) - 3) < 1e-9"], """
         class Zero:
             def __sub__(self, other):
                 return self
@@ -173,43 +181,27 @@ OVERRIDDEN = {
                 return 0
         def add(a, b):
             return Zero()
-    """,
-    "a list equal to everything": """
-        class Everything(list):
-            def __eq__(self, other):
-                return True
-            __lt__ = __eq__
-        def add(a, b):
-            return Everything()
-    """,
-    "builtins swapped for the test": """
+    """),
+    "builtins swapped for the test": (["assert sorted([add(1, 2)]) == [3]"], """
         import builtins
-        builtins.abs = lambda value: 0
         builtins.sorted = lambda value: [3]
         def add(a, b):
             return None
-    """,
-    "the expected value read from the test's code": """
+    """),
+    "the expected value read from the test's code": ([EQUALS_3], """
         import sys
         def add(a, b):
             constants = sys._getframe(1).f_code.co_consts
             return next(c for c in constants if isinstance(c, int) and c not in (a, b))
-    """,
+    """),
 }
-ASSERT_FORMS = [
-    "assert add(1, 2) == 3",
-    "assert abs(add(1, 2) - 3) < 1e-9",
-    "assert sorted([add(1, 2)]) == [3]",
-    "assert [add(1, 2)] == [3]",
-    "for a, b in [(1, 2), (2, 5)]:\n    assert add(a, b) == a + b",
-]
+ASSERT_FORMS = [EQUALS_3, "assert abs(add(1, 2) - 3) < 1e-9", "assert sorted([add(1, 2)]) == [3]", "assert [add(1, 2)] == [3]", LOOP]
 
 
 @pytest.mark.parametrize("cheat", list(OVERRIDDEN))
 def test_a_program_cannot_override_the_comparisons_of_assert_tests(cheat):
-    code = textwrap.dedent(OVERRIDDEN[cheat])
-    scores = {form: pass_fraction(code, [Case(assertion=form)], FAST) for form in ASSERT_FORMS}
-    assert scores == dict.fromkeys(ASSERT_FORMS, 0.0)
+    forms, code = OVERRIDDEN[cheat]
+    assert {form: pass_fraction(textwrap.dedent(code), [Case(assertion=form)], FAST) for form in forms} == dict.fromkeys(forms, 0.0)
 
 
 def test_a_right_answer_passes_every_form_of_those_asserts():

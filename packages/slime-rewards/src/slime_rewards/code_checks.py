@@ -103,7 +103,8 @@ class _Rewriter(ast.NodeTransformer):
             else:
                 operands.append(("literal", literal))
         self.checks.append(Check(tuple(operands), operators, id(node) in self.top_level))
-        report = ast.Call(ast.Name(CHECK, ast.Load()), [ast.Constant(len(self.checks) - 1), ast.Tuple(sent, ast.Load())], [])
+        arguments = [ast.Constant(len(self.checks) - 1), ast.Tuple(sent, ast.Load())]
+        report = ast.Call(ast.Name(CHECK, ast.Load()), arguments, [])
         return ast.copy_location(ast.Expr(report), node)
 
 

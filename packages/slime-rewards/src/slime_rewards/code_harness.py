@@ -144,8 +144,10 @@ def encoder():
             raise refuse("nested too deep")
         if value is None or kind is bool:
             return ["N"] if value is None else ["B", value]
-        if kind is int or kind is float or kind is complex:
-            return ["I", hex_(value)] if kind is int else ["F", fromhex(value)] if kind is float else ["C", fromhex(value.real), fromhex(value.imag)]
+        if kind is int:
+            return ["I", hex_(value)]
+        if kind is float or kind is complex:
+            return ["F", fromhex(value)] if kind is float else ["C", fromhex(value.real), fromhex(value.imag)]
         if kind is str or kind is bytes:
             return ["s", value] if kind is str else ["b", value.hex()]
         if kind is dict:

@@ -43,6 +43,8 @@ ISOLATIONS = ("namespaces", "hooks")
 #: Sandbox user ids: one at random per run from this range, used by no account, so that
 #: `RLIMIT_NPROC` counts that run's processes alone.
 UID_BASE, UID_COUNT = 1 << 30, 1 << 24
+#: Processes and threads a sandbox with a user id of its own may have (`RLIMIT_NPROC`).
+PROCESSES = 64
 _BINDS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _NAMESPACES = ("--mount", "--pid", "--net", "--ipc", "--uts", "--fork", "--kill-child")
 _USER_NAMESPACE = ("--user", "--map-root-user")  # without root: root of a namespace of our own, for the mounts
@@ -62,7 +64,8 @@ class SandboxError(RuntimeError):
     """The sandbox itself failed (could not start or set up), as opposed to a wrong program."""
 
 
-def launch(base: Path, work: Path, config: dict, isolation: str, timeout: float, deadline: float | None = None) -> RunResult:
+def launch(base: Path, work: Path, config: dict, isolation: str, timeout: float,
+           deadline: float | None = None) -> RunResult:
     """Run the harness on `config` in `work`: at most `timeout` seconds from the moment the
     harness starts (setting the sandbox up does not count), and in all not past `deadline`
     (a `time.monotonic()` value) if given. A run the deadline stops before it started is
@@ -72,7 +75,7 @@ def launch(base: Path, work: Path, config: dict, isolation: str, timeout: float,
     status_read, status_write = os.pipe()
     try:
         with open(config_fd, "w", encoding="utf-8", closefd=False) as f:
-            json.dump({**config, "processes": 64 if isolation == "namespaces" else None}, f)
+            json.dump({**config, "processes": PROCESSES if isolation == "namespaces" else None}, f)
         os.lseek(config_fd, 0, os.SEEK_SET)
         with _outputs(base) as files:
             process = _start(command + [str(config_fd), str(status_write)], cwd, work, files, (config_fd, status_write))
@@ -118,12 +121,11 @@ def _command(base: Path, work: Path, isolation: str) -> tuple[list[str], Path]:
     root.mkdir(mode=0o700)
     prefixes = {os.path.realpath(sys.base_prefix), os.path.dirname(python)}
     user_namespace = os.geteuid() != 0
-    plan = {
-        "root": str(root), "work": str(work), "harness": str(HARNESS), "uid": UID_BASE + secrets.randbelow(UID_COUNT),
-        "binds": [*_BINDS, *sorted(p for p in prefixes if not p.startswith("/usr/"))], "user_namespace": user_namespace,
-    }
+    uid = UID_BASE + secrets.randbelow(UID_COUNT)
+    binds = os.pathsep.join([*_BINDS, *sorted(p for p in prefixes if not p.startswith("/usr/"))])
     namespaces = [*_USER_NAMESPACE, *_NAMESPACES] if user_namespace else list(_NAMESPACES)
-    return [shutil.which("unshare"), *namespaces, "--", *flags, str(JAIL), json.dumps(plan), "--", *flags, "/harness.py"], base
+    jail = [*flags, str(JAIL), str(root), str(work), str(HARNESS), str(uid), str(int(user_namespace)), binds]
+    return [shutil.which("unshare"), *namespaces, "--", *jail, "--", *flags, "/harness.py"], base
 
 
 def check_namespaces() -> None:
@@ -150,12 +152,14 @@ def _namespaces_problem() -> str | None:
 @contextlib.contextmanager
 def _outputs(base: Path):
     """The run's stdin, stdout and stderr files, outside the scratch directory."""
-    with open(base / "stdin", "rb") as stdin, open(base / "stdout", "wb") as stdout, open(base / "stderr", "wb") as stderr:
-        yield stdin, stdout, stderr
+    with open(base / "stdin", "rb") as stdin, open(base / "stdout", "wb") as stdout:
+        with open(base / "stderr", "wb") as stderr:
+            yield stdin, stdout, stderr
 
 
 def _start(command: list[str], cwd: Path, work: Path, files: tuple, fds: tuple) -> subprocess.Popen:
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(work), "TMPDIR": str(work), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(work), "TMPDIR": str(work),
+           "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
     stdin, stdout, stderr = files
     try:
         return subprocess.Popen(command, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
@@ -165,12 +169,10 @@ def _start(command: list[str], cwd: Path, work: Path, files: tuple, fds: tuple) 
 
 
 def _setup_failure(result: RunResult, isolation: str) -> str:
-    what = f"did not start within {STARTUP_LIMIT_S}s" if result.timed_out else f"could not set itself up (exit {result.returncode})"
-    message = f"the code sandbox {what}: {result.stderr.strip()[-300:]}"
-    if isolation == "namespaces" and not result.timed_out:
-        message += ("\nif this host forbids namespaces (unshare: Operation not permitted), grant CAP_SYS_ADMIN or pass "
-                    "--code-isolation hooks (audit hooks and resource limits only)")
-    return message
+    what = f"could not set itself up (exit {result.returncode})"
+    if result.timed_out:
+        what = f"did not start within {STARTUP_LIMIT_S}s"
+    return f"the code sandbox ({isolation}) {what}: {result.stderr.strip()[-300:]}"
 
 
 def _kill_group(process: subprocess.Popen) -> None:

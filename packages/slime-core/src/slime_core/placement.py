@@ -26,7 +26,8 @@ then the critic's, then the engines'. ``--train-node-resource`` and
 ``--rollout-node-resource`` steer the ranks' and the engines' bundles to the nodes started
 with that custom resource (e.g. inference nodes apart from training nodes). Once reserved,
 the bundles say on which nodes the run lies: more than one, and its servers listen on their
-node's address with a token on their control endpoints (`slime_core.network`); `record` is
+node's address and the run's token guards all their routes, not only the control endpoints
+(`slime_core.network`); `record` is
 what the run directory keeps of it (``placement.json``).
 """
 
@@ -81,7 +82,7 @@ class Placement:
     def in_process(cls, config, engine_bundles: list[dict[str, float]]) -> Placement:
         """``--actor-runtime inprocess``: nothing reserved, every part in this process."""
         ranks, critic = train_ranks(config)
-        return cls([], ranks, critic, config.colocate, False, list(engine_bundles))
+        return cls([], ranks, critic, config.colocate, False, list(engine_bundles), network=Network.for_nodes(1))
 
     def describe(self) -> str:
         """What was reserved, and for what (only the parts this run has)."""

@@ -245,9 +245,7 @@ def _rollouts(config, plugins, backend, engines, router, tokenizer: Future | Non
     if engines is not None:
         from slime_core.router import generation_client
 
-        client_for = backend.client  # a run across nodes: the engines and the router want its token
-        if config.network.token:
-            client_for = partial(backend.client, api_key=config.network.token)
+        client_for = partial(backend.client, api_key=config.network.token)  # the run's servers want its token
 
         async def make_client():  # on the rollout loop, which the client's connections belong to
             return generation_client(router, client_for)

@@ -2,7 +2,8 @@
 engine server and for sglang-router, and before either binds it, another socket does (for the
 engine: in the engine's own Ray actor, right after the pick; for the router: in the driver).
 Each server exits with ``address already in use`` and is started again on a fresh port; the
-run comes up and finishes, and the taken ports are never used."""
+run comes up and finishes, and the taken ports are never used. The train ranks' rendezvous
+leaves no such window: the driver serves their store on a port it binds as it picks it."""
 
 import importlib
 import json
@@ -124,3 +125,62 @@ def _engine_log(port: int, run_dir: Path) -> str:
     found = [*run_dir.rglob(f"*{port}*.log"), *Path("/tmp").glob(f"slime-engine-{port}.log")]
     assert found, f"no log of the engine on port {port}"
     return found[0].read_text(errors="replace")
+
+
+class _JoiningRank:
+    """A stand-in train rank: joins the group's default process group as a backend's rank does."""
+
+    def __init__(self, config, rank, world_size, master_addr, master_port):
+        from slime_core.process_group import init_default_group
+
+        init_default_group("gloo", master_addr, master_port, rank, world_size)
+        self.rank, self.port = rank, master_port
+
+    def rendezvous_port(self):
+        return self.port
+
+    def rank_sum(self):
+        import torch
+        import torch.distributed as dist
+
+        total = torch.tensor([float(self.rank + 1)])
+        dist.all_reduce(total)
+        return total.item()
+
+
+class PickThief:
+    """Stands in for `free_port`: every port it picks is bound (and listened on) by this test
+    before it is returned, as another process could between the pick and the bind."""
+
+    def __init__(self, free_port):
+        self._free_port, self.held = free_port, []
+
+    def __call__(self, host="127.0.0.1"):
+        port = self._free_port(host)
+        thief = socket.socket()
+        thief.bind((host, port))
+        thief.listen()
+        self.held.append(thief)
+        return port
+
+
+def test_train_ranks_meet_on_a_port_bound_as_it_was_picked(ray_cluster, monkeypatch):
+    """Two train ranks (Ray actors) form their group although every port picked with
+    `free_port` meanwhile is taken at once; the port they meet on is held by the driver."""
+    from slime_core import ports, train_backend
+    from slime_core.train_backend import TrainGroup
+
+    thief = PickThief(ports.free_port)
+    monkeypatch.setattr(ports, "free_port", thief)
+    monkeypatch.setattr(train_backend, "free_port", thief, raising=False)  # where a26d9d3 picked the port
+    group = TrainGroup(_JoiningRank, config=None, num_ranks=2)
+    try:
+        assert group.call("rank_sum") == [3.0, 3.0]
+        (port, _) = group.call("rendezvous_port")
+        with socket.socket() as late:
+            with pytest.raises(OSError):
+                late.bind(("127.0.0.1", port))  # the driver's store holds it for the group's life
+    finally:
+        group.shutdown()
+        for sock in thief.held:
+            sock.close()

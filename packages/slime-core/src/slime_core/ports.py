@@ -9,7 +9,11 @@ its port only once its model is loaded). Two things keep that rare and visible:
   for that very port can take it;
 - the servers a run starts (engines, sglang-router, the middleware front) are started again on
   a fresh port when they exit because theirs was taken (`port_taken_in` reads that from their
-  log). The train ranks' rendezvous port is picked the same way, but not retried.
+  log).
+
+A run's train ranks need no pick: the driver serves their rendezvous store on a port bound
+as it is picked (`slime_core.process_group.serve_store`). ``spawn_ranks`` (tests, ``slime
+convert``) and the weight-broadcast group still pick one for their rank 0 to bind at once.
 """
 
 from __future__ import annotations

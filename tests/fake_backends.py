@@ -288,7 +288,7 @@ class FakeRolloutBackend:
         count = config.rollout_num_gpus or 1
         return FakeEngines([FakeEngine(f"fake://engine-{i}", tokenizer) for i in range(count)], tokenizer)
 
-    def client(self, url: str) -> FakeClient:
+    def client(self, url: str, api_key: str | None = None) -> FakeClient:
         return FakeClient(url)
 
 

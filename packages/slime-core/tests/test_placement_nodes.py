@@ -16,11 +16,14 @@ def test_ranks_take_their_bundles_node_by_node():
     assert Placement([], 2, 0, False, False, []).rank_bundle(1) == 1  # nothing reserved: in order
 
 
-def test_a_run_on_one_node_stays_on_the_loopback_and_needs_no_token():
+def test_a_run_on_one_node_stays_on_the_loopback_and_still_has_a_token():
     one, two = Network.for_nodes(1), Network.for_nodes(2)
-    assert one == Network() and one.listen_host() == LOOPBACK and one.token is None
+    assert not one.spans_nodes and one.listen_host() == LOOPBACK and len(one.token) >= 32
+    assert one.key_env() == {"SLIME_ADMIN_API_KEY": one.token}  # control endpoints only
     assert two.spans_nodes and len(two.token) >= 32 and two.token != Network.for_nodes(2).token
-    assert Placement([], 1, 0, False, False, []).rendezvous(0)[0] == LOOPBACK
+    assert two.key_env() == {"SLIME_ADMIN_API_KEY": two.token, "SLIME_API_KEY": two.token}  # every route
+    assert Network().key_env() == {} and Network().auth_header() == {}
+    assert Placement([], 1, 0, False, False, []).rendezvous() == LOOPBACK
 
 
 def test_node_resources_steer_bundles():

@@ -57,30 +57,54 @@ def test_nothing_listens_beyond_the_loopback(router):
 
 def test_the_run_token_guards_the_router_and_stays_out_of_the_run_directory(engines, make_run_config, test_plugins,
                                                                             tmp_path):
-    """A run across nodes: sglang-router refuses generation without the token, and the front's
-    middlewares have it (by environment) although no file in the run directory does (the
-    front's pickled config included). The token starts with ``-``, as a random one may: the
-    router's command line must still read it as the value of ``--api-key``."""
+    """A run across nodes: sglang-router and the front refuse generation without the token, the
+    ``sessions`` middleware's own ``/generate`` carries it, the front's middlewares have it (by
+    environment) although no file in the run directory (the front's pickled config included)
+    and no process's command line does. The token starts with ``-``, as a random one may."""
     import hashlib
     import pickle
     import secrets
 
     from slime_core.network import Network
+    from slime_core.testing import files_holding, processes_running
 
     token = "-" + secrets.token_urlsafe(24)
-    config = make_run_config(router_middleware=["tag"], output_dir=str(tmp_path))
+    config = make_run_config(router_middleware=["tag", "sessions"], output_dir=str(tmp_path))
     config.network = Network(spans_nodes=True, token=token)
+    keyed = {"Authorization": f"Bearer {token}"}
+    completion = {"prompt": "1+1=", "max_tokens": 2, "session_id": "agent-1"}
     with start_router(config, engines[:1], test_plugins) as router:
-        refused = httpx.post(f"{router.url}/generate", json=ONE_TOKEN, timeout=60)
-        answered = httpx.post(f"{router.url}/generate", json=ONE_TOKEN, headers={"Authorization": f"Bearer {token}"},
-                              timeout=60)
-    assert refused.status_code == 401, refused.text
+        refused = [httpx.post(f"{url}/generate", json=ONE_TOKEN, timeout=60) for url in (router.url, router.router_url)]
+        answered = httpx.post(f"{router.url}/generate", json=ONE_TOKEN, headers=keyed, timeout=60)
+        agent = httpx.post(f"{router.url}/v1/completions", json=completion, headers=keyed, timeout=60)
+        on_command_lines = processes_running(token)
+    assert [answer.status_code for answer in refused] == [401, 401], [answer.text for answer in refused]
     assert answered.status_code == 200, answered.text
+    assert agent.status_code == 200, agent.text  # the sessions middleware's /generate had the token
     assert answered.headers["x-test-token-sha256"] == hashlib.sha256(token.encode()).hexdigest()
     pickled = tmp_path / "router" / "front-config.pkl"
     assert pickle.loads(pickled.read_bytes()).network == Network(spans_nodes=True, token=None)
-    holding = [path for path in tmp_path.rglob("*") if path.is_file() and token.encode() in path.read_bytes()]
-    assert holding == []
+    assert files_holding(tmp_path, token) == []
+    assert on_command_lines == []
+
+
+def test_a_run_on_one_node_guards_the_control_routes_and_leaves_generation_open(engines, make_run_config,
+                                                                                test_plugins, tmp_path):
+    """Every run has a token: on one node it is the admin key of sglang-router's control plane
+    and of the front (adding or removing engines without it: 401), while generation needs none."""
+    from slime_core.network import Network
+
+    config = make_run_config(router_middleware=["tag"], output_dir=str(tmp_path))
+    config.network = Network.for_nodes(1)
+    with start_router(config, engines[:1], test_plugins) as router:
+        urls = (router.router_url, router.url)
+        add = [httpx.post(f"{url}/workers", json={"url": engines[1]}, timeout=60) for url in urls]
+        remove = httpx.delete(f"{router.url}/workers/x", timeout=60)
+        generated = [httpx.post(f"{url}/generate", json=ONE_TOKEN, timeout=60) for url in urls]
+        listed = router.workers()  # the run's own call carries the token
+    assert [answer.status_code for answer in add + [remove]] == [401, 401, 401], [a.text for a in add + [remove]]
+    assert [answer.status_code for answer in generated] == [200, 200]
+    assert listed == [engines[0]]
 
 
 def test_an_existing_router_is_used_and_left_running(router, engines, make_run_config, tmp_path):

@@ -36,10 +36,17 @@ class SlimeArgs:
         self.__dict__[name] = value
 
     def set_router(self, url: str | None) -> None:
-        """Fill ``sglang_router_ip`` / ``sglang_router_port`` from the address generation goes to."""
+        """Fill ``sglang_router_ip`` / ``sglang_router_port`` from the address generation goes to,
+        and let `slime_compat.http` send the run's token there (slime's functions post to it
+        with ``slime.utils.http_utils.post``, which sends no key of its own)."""
         if url:
             parts = urlsplit(url)
             self.__dict__["sglang_router_ip"], self.__dict__["sglang_router_port"] = parts.hostname, parts.port
+            network = getattr(self.__dict__["_config"], "network", None)
+            if network is not None and network.token:
+                from slime_compat.http import send_token_to
+
+                send_token_to(url, network.token)
 
 
 def _set_custom_config(args: SlimeArgs) -> None:

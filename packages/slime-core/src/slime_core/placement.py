@@ -26,7 +26,8 @@ then the critic's, then the engines'. ``--train-node-resource`` and
 ``--rollout-node-resource`` steer the ranks' and the engines' bundles to the nodes started
 with that custom resource (e.g. inference nodes apart from training nodes). Once reserved,
 the bundles say on which nodes the run lies: more than one, and its servers listen on their
-node's address with a token on their control endpoints (`slime_core.network`); `record` is
+node's address and the run's token guards all their routes, not only the control endpoints
+(`slime_core.network`); `record` is
 what the run directory keeps of it (``placement.json``).
 """
 
@@ -36,8 +37,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from slime_core.network import LOOPBACK, Network, gloo_interface
-from slime_core.ports import free_port
+from slime_core.network import Network, gloo_interface
 from slime_core.train_backend import cpu_thread_options
 
 #: Colocated on a GPU: the share each side asks Ray for (they never run at the same time).
@@ -81,7 +81,7 @@ class Placement:
     def in_process(cls, config, engine_bundles: list[dict[str, float]]) -> Placement:
         """``--actor-runtime inprocess``: nothing reserved, every part in this process."""
         ranks, critic = train_ranks(config)
-        return cls([], ranks, critic, config.colocate, False, list(engine_bundles))
+        return cls([], ranks, critic, config.colocate, False, list(engine_bundles), network=Network.for_nodes(1))
 
     def describe(self) -> str:
         """What was reserved, and for what (only the parts this run has)."""
@@ -94,13 +94,10 @@ class Placement:
         where = f" on {len({node for node, _ in self.nodes})} nodes" if self.network.spans_nodes else ""
         return f"placement: {len(self.nodes)} bundles{where} ({', '.join(parts) or 'nothing'})"
 
-    def rendezvous(self, rank0_bundle: int) -> tuple[str, int]:
-        """Where a group of train ranks meets: the IP of its rank 0's node (the loopback on one
-        node) and a port free there."""
-        if not self.network.spans_nodes:
-            return LOOPBACK, free_port()
-        node, ip = self.nodes[rank0_bundle]
-        return ip, _on_node(node, free_port, ip)
+    def rendezvous(self) -> str:
+        """Where a group of train ranks meets: the store the driver serves for it
+        (`slime_core.process_group.serve_store`) on this node's IP (the loopback on one node)."""
+        return self.network.listen_host()
 
     def rank_bundle(self, rank: int, critic: bool = False) -> int:
         """The bundle of train rank ``rank`` (the critic's with ``critic``). The ranks take their

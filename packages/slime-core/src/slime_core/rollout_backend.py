@@ -117,8 +117,7 @@ class RolloutBackend(Protocol):
         return once every one answers; on failure, stop what started and raise. ``plugins``:
         the run's loaded plugins (for registries the backend keeps, such as engine commands)."""
 
-    def client(self, url: str) -> RolloutEngine:
+    def client(self, url: str, api_key: str | None = None) -> RolloutEngine:
         """A generation client for the engine or router at ``url`` (made on the rollout
-        event loop, whose connections it then uses). On a run that spans Ray nodes it is
-        called with ``api_key=`` the run's token as well, to send as ``Authorization: Bearer``
-        (`slime_core.network`)."""
+        event loop, whose connections it then uses). A run calls it with ``api_key=`` its
+        token, to send as ``Authorization: Bearer`` with every request (`slime_core.network`)."""

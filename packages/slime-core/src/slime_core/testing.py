@@ -178,6 +178,12 @@ def processes_running(*words: str) -> list[int]:
     return found
 
 
+def files_holding(folder: Path, text: str) -> list[Path]:
+    """The files under ``folder`` whose bytes contain ``text`` (a secret that must not be there)."""
+    needle = text.encode()
+    return [path for path in Path(folder).rglob("*") if path.is_file() and needle in path.read_bytes()]
+
+
 #: What a resumed rank must reproduce bit for bit (`check_rank_resume`).
 RESUME_METRICS = ("loss", "pg_loss", "entropy", "grad_norm", "lr")
 

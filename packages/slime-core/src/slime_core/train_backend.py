@@ -17,7 +17,7 @@ from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Protocol
 
 from slime_core.network import LOOPBACK
-from slime_core.ports import free_port
+from slime_core.process_group import SERVED_STORE_ENV, serve_store
 from slime_core.rollout_batch import RolloutBatch, dp_rank_indices
 from slime_core.weight_bucket import WeightBucket
 
@@ -88,19 +88,23 @@ class TrainGroup:
     this process, called directly: for debugging, and for the driver's tests with fake backends."""
 
     def __init__(self, rank_class, config, num_ranks: int, num_gpus_per_rank: float = 0, actor_options=None,
-                 in_process: bool = False, env: dict[str, str] | None = None, master: tuple[str, int] | None = None):
+                 in_process: bool = False, env: dict[str, str] | None = None, master: str | None = None):
         """``actor_options(rank) -> dict`` (e.g. `slime_core.placement.Placement.train_options`)
         overrides the Ray options of each rank's actor; ``env`` adds environment variables to
         every rank's process (`slime_core.plugins.Plugins.worker_env`: the run's plugins);
-        ``master``: the ranks' rendezvous address and port (`Placement.rendezvous`: rank 0's
-        node across nodes; default a free port on the loopback)."""
-        master_addr, port = master or (LOOPBACK, free_port())
+        ``master``: the address this process serves the ranks' rendezvous store on
+        (`Placement.rendezvous`: this node's IP across nodes; default the loopback), on a port
+        the store binds as it picks it (`slime_core.process_group.serve_store`); one rank needs none."""
+        master_addr, port, self._store = master or LOOPBACK, 0, None
         self.num_ranks = num_ranks
         if in_process:
             if num_ranks != 1:
                 raise ValueError(f"--actor-runtime inprocess runs one train rank, not {num_ranks}")
             self.ranks = [_InProcessRank(rank_class(config, 0, 1, master_addr, port))]
             return
+        if num_ranks > 1:
+            self._store, port = serve_store(master_addr)
+            env = {**(env or {}), SERVED_STORE_ENV: "1"}
         import ray
         from ray import cloudpickle
 
@@ -193,7 +197,7 @@ class TrainGroup:
             yield self.call("export_bucket", index)[0]
 
     def shutdown(self) -> None:
-        ranks, self.ranks = self.ranks, []
+        ranks, self.ranks, self._store = self.ranks, [], None
         if ranks and not isinstance(ranks[0], _InProcessRank):
             import ray
 

@@ -1,7 +1,9 @@
 """The innermost handler: forwards a request to sglang-router and returns its answer.
 
 A request that names a session (``X-Session-Id``) but no routing key gets the session as
-sglang-router's routing key, so every request of a session reaches the same engine.
+sglang-router's routing key, so every request of a session reaches the same engine. With an
+API key (a run across nodes, whose front let in only requests that carry it) every request
+goes on with it, the middlewares' own requests included; otherwise with the caller's header.
 """
 
 from __future__ import annotations
@@ -22,15 +24,16 @@ RESPONSE_SKIPPED = HOP_BY_HOP | {"content-length", "content-encoding"}
 class Proxy:
     """Forwards to the sglang-router at ``upstream`` over one pooled HTTP client."""
 
-    def __init__(self, upstream: str):
+    def __init__(self, upstream: str, api_key: str | None = None):
         self.upstream = upstream.rstrip("/")
+        self._key = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self._client: aiohttp.ClientSession | None = None
 
     async def __call__(self, request: Request) -> Response:
         url = f"{self.upstream}{request.path}" + (f"?{request.query}" if request.query else "")
         try:
             async with self._session().request(request.method, url, data=request.body,
-                                               headers=_forwarded(request.headers)) as answer:
+                                               headers={**_forwarded(request.headers), **self._key}) as answer:
                 body = await answer.read()
                 return Response(answer.status, body, _returned(answer.headers))
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:

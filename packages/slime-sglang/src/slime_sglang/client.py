@@ -40,7 +40,7 @@ OCTET_STREAM = {"Content-Type": "application/octet-stream"}
 class EngineClient:
     """One HTTP client for one base URL (an engine or a router); ``timeout``: seconds a call
     may take (None: no limit, as a long generation needs); ``api_key``: sent as
-    ``Authorization: Bearer`` with every call (the run's token when it spans nodes)."""
+    ``Authorization: Bearer`` with every call (the run's token, ``slime_core.network``)."""
 
     def __init__(self, url: str, timeout: float | None = None, api_key: str | None = None):
         self.url = url.rstrip("/")

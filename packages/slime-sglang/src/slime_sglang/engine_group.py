@@ -13,7 +13,7 @@ never shuts them down.
 place (``--use-fault-tolerance``: ``slime_core.loop.fault_tolerance``).
 
 Control calls (pause, weight updates, ...) go to every engine concurrently (with the run's
-token when it spans Ray nodes: ``slime_core.network``), each over a connection of its own
+token: ``slime_core.network``), each over a connection of its own
 made for the call, so one group serves any event loop (also one that ``asyncio.run`` makes
 per phase). A call that fails on some engine raises that engine's
 `EngineError` once every engine has answered.

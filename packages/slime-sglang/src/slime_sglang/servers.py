@@ -2,13 +2,21 @@
 
 `EngineServer` is the Ray actor of one engine. It starts the server with the command of its
 kind, a registered rollout engine (``sglang``: ``python -m sglang.launch_server`` on the
-actor's GPUs with every ``--sglang-*`` option passed through; ``cpu``: ``slime engine
-serve``; a plugin's: ``command(config, model_path, port) -> argv``, called with ``host=`` the
-node's IP and ``api_key=`` the run's token as well when the run spans nodes); `wait_healthy`
-waits until ``/health`` answers, `shutdown` stops it. The server dies with its actor: it runs in
+actor's GPUs with every ``--sglang-*`` option passed through, by `slime_sglang.sglang_server`;
+``cpu``: ``slime engine serve``; a plugin's: ``command(config, model_path, port) -> argv``,
+called with ``host=`` the node's IP as well when the run spans nodes); `wait_healthy` waits
+until ``/health`` answers, `shutdown` stops it. The server dies with its actor: it runs in
 its own process group and gets SIGTERM from the kernel when the actor's process exits
 (``PR_SET_PDEATHSIG``), so a crashed run leaves no orphan server behind. `start_servers`
 starts a run's engines side by side and `stop_servers` stops them (``slime_sglang.engine_group``).
+
+The run's token reaches the server in its environment (``slime_core.network.Network.key_env``),
+never on its command line, which any local user can read.
+
+Ports: the port is picked free just before the server starts, but a server binds it only
+once its model is loaded, seconds later, and another process may take it meanwhile. A server
+that exits because its port is in use (its log says ``address already in use``) is started
+again on a fresh port, up to `PORT_ATTEMPTS` times, with a line on the actor's output.
 """
 
 from __future__ import annotations
@@ -18,21 +26,24 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
+from slime_core import ports
 from slime_core.child_process import die_with_parent
 from slime_core.command_flags import as_flags
 from slime_core.network import LOOPBACK
-from slime_core.ports import free_port
 from slime_sglang.cpu_engine.launch import wait_healthy
 
+#: How many times a server whose port was taken before it bound it is started (see the module docstring).
+PORT_ATTEMPTS = 3
 
-def sglang_command(config, model_path: str, port: int, host: str = LOOPBACK, api_key: str | None = None) -> list[str]:
-    """``sglang.launch_server`` for one engine; ``config.sglang`` holds the pass-through options.
-    ``api_key``: SGLang's ``--api-key`` (the run's token when it spans nodes)."""
-    own = {"model_path": model_path, "host": host, "port": port, "tp_size": config.rollout_num_gpus_per_engine,
-           "api_key": api_key}
-    return [sys.executable, "-m", "sglang.launch_server", *as_flags(own), *as_flags(config.sglang)]
+
+def sglang_command(config, model_path: str, port: int, host: str = LOOPBACK) -> list[str]:
+    """``sglang.launch_server`` for one engine, through `slime_sglang.sglang_server` (which
+    gives it the run's keys from the environment); ``config.sglang`` holds the pass-through options."""
+    own = {"model_path": model_path, "host": host, "port": port, "tp_size": config.rollout_num_gpus_per_engine}
+    return [sys.executable, "-m", "slime_sglang.sglang_server", *as_flags(own), *as_flags(config.sglang)]
 
 
 #: The ``--sglang-*`` options that the CPU engine takes as well (same meaning as SGLang's);
@@ -40,11 +51,11 @@ def sglang_command(config, model_path: str, port: int, host: str = LOOPBACK, api
 CPU_ENGINE_SGLANG_OPTIONS = ("max_running_requests", "context_length")
 
 
-def cpu_engine_command(config, model_path: str, port: int, host: str = LOOPBACK, api_key: str | None = None) -> list[str]:
+def cpu_engine_command(config, model_path: str, port: int, host: str = LOOPBACK) -> list[str]:
     """``slime engine serve`` for one CPU engine, with the ``--sglang-*`` options it shares
-    with SGLang (`CPU_ENGINE_SGLANG_OPTIONS`); ``api_key`` guards its control endpoints."""
+    with SGLang (`CPU_ENGINE_SGLANG_OPTIONS`); it takes the run's keys from its environment."""
     slime = str(Path(sys.executable).with_name("slime"))
-    own = {"model": model_path, "host": host, "port": port, "api_key": api_key}
+    own = {"model": model_path, "host": host, "port": port}
     shared = {key: config.sglang.get(key) for key in CPU_ENGINE_SGLANG_OPTIONS}
     return [slime, "engine", "serve", *as_flags(own), *as_flags(shared)]
 
@@ -58,21 +69,26 @@ class EngineServer:
 
     def __init__(self, config, command_fn, model_path: str):
         network = config.network
-        host = network.listen_host()  # this node's IP when the run spans nodes, else the loopback
-        self.port = free_port(host)
-        self.url = f"http://{host}:{self.port}"
         if network.spans_nodes:
             network.use_node_interface_for_gloo()  # the server's weight-update group, over gloo on CPU
-            command = command_fn(config, model_path, self.port, host=host, api_key=network.token)
-        else:
-            command = command_fn(config, model_path, self.port)
-        self.log_path = Path(os.environ.get("SLIME_ENGINE_LOG_DIR", "/tmp")) / f"slime-engine-{self.port}.log"
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent
-            )
+        self._launch = (config, command_fn, model_path)
+        self._start()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._exit_quietly)
+
+    def _start(self) -> None:
+        """Start the server on a port free now (this node's IP when the run spans nodes, else
+        the loopback), with the run's keys in its environment."""
+        config, command_fn, model_path = self._launch
+        network = config.network
+        host = network.listen_host()
+        self.port = ports.free_port(host)
+        self.url = f"http://{host}:{self.port}"
+        command = command_fn(config, model_path, self.port, **({"host": host} if network.spans_nodes else {}))
+        self.log_path = Path(os.environ.get("SLIME_ENGINE_LOG_DIR", "/tmp")) / f"slime-engine-{self.port}.log"
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                            preexec_fn=die_with_parent, env={**os.environ, **network.key_env()})
 
     def _exit_quietly(self, signum, frame) -> None:
         """SIGTERM (Ray stopping the actor): stop the server and leave at once. Ray's own
@@ -84,13 +100,21 @@ class EngineServer:
 
     def wait_healthy(self, timeout_s: float = 600.0) -> str:
         """The server's URL once ``/health`` answers; if it exits or time runs out, stop it and
-        raise, naming its log and the log's last line."""
-        try:
-            wait_healthy(self.process, self.url, timeout_s)
-        except (RuntimeError, TimeoutError) as exc:
-            self.shutdown()
-            raise RuntimeError(f"{exc} (log: {self.log_path}; last line: {_last_line(self.log_path)!r})") from None
-        return self.url
+        raise, naming its log and the log's last line. A server that lost its port to another
+        process is started again on a fresh one (see the module docstring)."""
+        deadline = time.monotonic() + timeout_s
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                wait_healthy(self.process, self.url, max(deadline - time.monotonic(), 1.0))
+                return self.url
+            except (RuntimeError, TimeoutError) as exc:
+                if attempt < PORT_ATTEMPTS and self.process.poll() is not None and ports.port_taken_in(self.log_path):
+                    print(f"engine server: port {self.port} was taken before the server could bind it "
+                          f"(log: {self.log_path}); starting it again on a fresh port", file=sys.stderr, flush=True)
+                    self._start()
+                    continue
+                self.shutdown()
+                raise RuntimeError(f"{exc} (log: {self.log_path}; last line: {_last_line(self.log_path)!r})") from None
 
     def pid(self) -> int:
         return self.process.pid

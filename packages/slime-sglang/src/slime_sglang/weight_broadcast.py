@@ -146,7 +146,7 @@ class WeightBroadcaster:
     SGLang server with tensor parallelism takes one rank per GPU, so give
     ``ranks_per_engine`` = its ``--tp-size`` there. ``master_address`` must be an address of
     this machine that the engines reach (127.0.0.1 when they run here); ``api_key`` the
-    engines' control key (a run's token when it spans nodes).
+    engines' control key (the run's token).
 
     A failed broadcast leaves the engines' receiving side in an unknown state: the
     broadcaster then refuses further buckets; close it and connect a new one.
@@ -170,7 +170,7 @@ class WeightBroadcaster:
         from slime_sglang.engine_group import EngineGroup
 
         engines = EngineGroup(list(engine_urls), request_timeout=timeout_s + 10,
-                              network=Network(spans_nodes=api_key is not None, token=api_key))
+                              network=Network(token=api_key))
         group_name = group_name or f"slime-weights-{uuid.uuid4().hex[:8]}"
         port = free_port(master_address)
         world_size = 1 + len(engines.urls) * ranks_per_engine

@@ -140,7 +140,8 @@ class InProcessBackend:
         self.engine = Engine(config.hf_checkpoint, tokenizer)
         return self.engine
 
-    def client(self, url: str) -> Engine:
+    def client(self, url: str, api_key: str | None = None) -> Engine:
+        """The engine itself (``api_key``, the run's token, guards nothing here: no server)."""
         if url != ADDRESS:
             raise EngineError(f"hf-inprocess serves {ADDRESS}, not {url}; run it with --router none")
         return self.engine

@@ -82,9 +82,12 @@ def slime_register_rollout_engines(register):
 
     :param register: ``register(name, command_fn_or_ref)``; ``command_fn(config, model_path,
         port) -> argv`` starts one engine server on 127.0.0.1:port (slime-sglang runs it
-        in a Ray actor). On a run that spans Ray nodes it is called with two keywords more,
-        ``host`` (the node's IP, to listen on) and ``api_key`` (the run's token, which the
-        control endpoints must require as ``Authorization: Bearer``).
+        in a Ray actor). On a run that spans Ray nodes it is called with ``host=`` as well (the
+        node's IP, to listen on). The server starts with the run's token in its environment
+        (``SLIME_ADMIN_API_KEY``: its control endpoints must require it as ``Authorization:
+        Bearer``; across nodes ``SLIME_API_KEY`` too: every route but ``/health`` must), never on
+        its command line (`slime_core.network`). A server that exits saying ``address already
+        in use`` is started again on a fresh port.
     :return: nothing.
 
     Runs in the driver.

@@ -168,28 +168,27 @@ def _start_training(config, plugins, placement, stack: ExitStack) -> dict[str, A
     if config.debug_rollout_only:
         return {}
     rank_class = plugins.registry("train_backends").get(config.train_backend)
-    trainer = _stopped_by(stack, _train_group(config, plugins, rank_class, placement, placement.train_options,
-                                              placement.rank_bundle(0)), "shutdown")
+    trainer = _stopped_by(stack, _train_group(config, plugins, rank_class, placement, placement.train_options),
+                          "shutdown")
     started = {"trainer": trainer, "start": trainer.init()["rollout_id"], "version": trainer.weight_version()}
     if config.advantage_estimator == "ppo":
         critic_class = plugins.registry("critics").get(config.train_backend)
         started["critic"] = _stopped_by(stack, _train_group(config, plugins, critic_class, placement,
-                                                             placement.critic_options,
-                                                             placement.rank_bundle(0, critic=True)), "shutdown")
+                                                             placement.critic_options), "shutdown")
         started["critic"].init()
     return started
 
 
-def _train_group(config, plugins, rank_class, placement, actor_options, rank0_bundle: int):
+def _train_group(config, plugins, rank_class, placement, actor_options):
     """One rank per ``--actor-num-nodes × --actor-num-gpus-per-node``, each placed by
     ``actor_options(rank)`` in its bundle (in this process with ``--actor-runtime inprocess``)
-    and loading the run's plugins; they rendezvous on the node of bundle ``rank0_bundle``."""
+    and loading the run's plugins; they rendezvous at a store this process serves."""
     from slime_core.train_backend import TrainGroup
 
     ranks = config.actor_num_nodes * config.actor_num_gpus_per_node
     return TrainGroup(rank_class, config, ranks, actor_options=actor_options,
                       in_process=config.actor_runtime == "inprocess", env=plugins.worker_env(),
-                      master=placement.rendezvous(rank0_bundle))
+                      master=placement.rendezvous())
 
 
 def _engines_and_router(config, plugins, backend, placement, run_dir, stack: ExitStack):
@@ -245,9 +244,7 @@ def _rollouts(config, plugins, backend, engines, router, tokenizer: Future | Non
     if engines is not None:
         from slime_core.router import generation_client
 
-        client_for = backend.client  # a run across nodes: the engines and the router want its token
-        if config.network.token:
-            client_for = partial(backend.client, api_key=config.network.token)
+        client_for = partial(backend.client, api_key=config.network.token)  # the run's servers want its token
 
         async def make_client():  # on the rollout loop, which the client's connections belong to
             return generation_client(router, client_for)

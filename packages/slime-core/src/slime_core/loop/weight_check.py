@@ -44,7 +44,7 @@ async def _probe_engines(backend, urls: list[str], prompt: list[int], config) ->
     sampling = SamplingParams(max_new_tokens=PROBE_TOKENS, temperature=config.rollout_temperature, sampling_seed=0)
     results = []
     for url in urls:
-        client = backend.client(url)
+        client = backend.client(url, api_key=config.network.token)  # across nodes /generate wants it
         try:
             results.append(await client.generate(prompt, sampling, return_logprob=True))
         finally:

@@ -22,9 +22,13 @@ def add_engine_command(subparsers) -> None:
     serve.add_argument("--port", type=int, required=True, help="TCP port to listen on")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
     serve.add_argument("--api-key", default=None,
+                       help="require 'Authorization: Bearer KEY' on every route but /health, as SGLang's --api-key "
+                       "(a command line is readable by every local user: SLIME_API_KEY in the environment is not; "
+                       "slime passes its run's token that way when the run spans nodes)")
+    serve.add_argument("--admin-api-key", default=None,
                        help="require 'Authorization: Bearer KEY' on the control endpoints (weight updates, pause, "
-                       "abort, memory release), as SGLang's --api-key; slime passes its per-run token when a run "
-                       "spans nodes")
+                       "abort, flush, memory release), as SGLang's --admin-api-key (or SLIME_ADMIN_API_KEY in the "
+                       "environment, as slime passes its run's token)")
     serve.add_argument("--max-running-requests", type=_positive, default=256,
                        help="requests decoded together, at most (default 256, a rollout batch of 32 prompts x 8)")
     serve.add_argument("--context-length", type=_positive, default=None,
@@ -36,6 +40,7 @@ def add_engine_command(subparsers) -> None:
 
 
 def run_serve(args) -> int:
+    keys = _keys(args)
     engine = _load(args)
     if engine is None:
         return 2
@@ -47,13 +52,22 @@ def run_serve(args) -> int:
         print(f"slime engine: serving {args.model} on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
 
     try:
-        web.run_app(create_app(engine, args.api_key), host=args.host, port=args.port, print=announce, access_log=None,
+        web.run_app(create_app(engine, *keys), host=args.host, port=args.port, print=announce, access_log=None,
                     handler_cancellation=True)
     except OSError as exc:
         print(f"slime engine serve: cannot listen on {args.host}:{args.port} ({exc.strerror}); "
               "pick a free --port", file=sys.stderr)
         return 1
     _exit_now()
+
+
+def _keys(args) -> tuple[str | None, str | None]:
+    """``(api_key, admin_api_key)``: the flags', else those the environment hands in
+    (`slime_core.network.take_keys`, which also keeps them from the engine's own children)."""
+    from slime_core.network import take_keys
+
+    api_key, admin_key = take_keys()
+    return args.api_key or api_key, args.admin_api_key or admin_key
 
 
 def _exit_now() -> None:

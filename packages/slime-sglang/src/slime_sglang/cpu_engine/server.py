@@ -8,20 +8,22 @@ Routes (SGLang's paths): ``/generate``; the control endpoints of :mod:`control` 
 inside the engine. The event loop only parses and answers; the model runs on the scheduler
 thread, so health checks stay fast while the engine generates.
 
-With an API key (``slime engine serve --api-key``) the control endpoints answer 401 to a
-request without ``Authorization: Bearer KEY``; generation, health and info stay open (a run
-that spans nodes passes its token: ``slime_core.network``).
+Keys, as SGLang's: with an admin key (``--admin-api-key``) the control endpoints
+(`GUARDED_PATHS`: everything that changes the engine's state) answer 401 to a request without
+``Authorization: Bearer KEY``; with an API key (``--api-key``) every route but ``/health*``
+does (generation too). A run hands its token in as the admin key, and as the API key too
+when it spans nodes (``slime_core.network``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 
 from aiohttp import web
 
+from slime_core.network import bearer_matches
 from slime_sglang.cpu_engine import control, weight_groups
 from slime_sglang.cpu_engine.engine import Engine
 from slime_sglang.cpu_engine.request import BadRequest, parse_generate, parse_generate_copies, refuse_unknown
@@ -52,10 +54,11 @@ CONTROL_ROUTES = {
 }
 
 
-def create_app(engine: Engine, api_key: str | None = None) -> web.Application:
-    """The app serving ``engine``; ``api_key`` guards the control endpoints (see the module docstring)."""
+def create_app(engine: Engine, api_key: str | None = None, admin_api_key: str | None = None) -> web.Application:
+    """The app serving ``engine``; ``api_key`` guards every route but ``/health*``,
+    ``admin_api_key`` the control endpoints (see the module docstring)."""
     logging.getLogger("aiohttp.server").addFilter(RouterProbeFilter())
-    middlewares = [_errors_as_json] + ([_control_key_required(api_key)] if api_key else [])
+    middlewares = [_errors_as_json] + ([_key_required(api_key, admin_api_key)] if api_key or admin_api_key else [])
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app[ENGINE] = engine
     app.router.add_post("/generate", generate)
@@ -178,19 +181,24 @@ async def _json_body(request: web.Request) -> dict:
 GUARDED_PATHS = frozenset([*CONTROL_ROUTES, "/update_weights_from_tensor"])
 
 
-def _control_key_required(api_key: str):
-    """A middleware that answers 401 to a control call without ``Authorization: Bearer api_key``."""
-    expected = f"Bearer {api_key}"
+def _key_required(api_key: str | None, admin_api_key: str | None):
+    """A middleware that answers 401 to a call without the key its path wants (as SGLang: a
+    control endpoint wants the admin key if there is one, else the API key; any other path but
+    ``/health*`` the API key)."""
 
     @web.middleware
-    async def control_key_required(request: web.Request, handler):
-        if request.path in GUARDED_PATHS and not hmac.compare_digest(request.headers.get("Authorization", ""), expected):
-            return web.json_response({"error": f"{request.path} needs this engine's API key: send 'Authorization: "
-                                      "Bearer KEY' with the key given to --api-key (slime's clients send the run's "
-                                      "token themselves)"}, status=401)
+    async def key_required(request: web.Request, handler):
+        if request.path.startswith("/health"):
+            return await handler(request)
+        key, flag = (admin_api_key, "--admin-api-key") if request.path in GUARDED_PATHS and admin_api_key \
+            else (api_key, "--api-key")
+        if key and not bearer_matches(request.headers.get("Authorization"), key):
+            return web.json_response({"error": f"{request.path} needs this engine's key: send 'Authorization: Bearer "
+                                      f"KEY' with the key given to {flag} (slime's clients send the run's token "
+                                      "themselves; a user's function finds it in config.network.token)"}, status=401)
         return await handler(request)
 
-    return control_key_required
+    return key_required
 
 
 @web.middleware

@@ -8,16 +8,16 @@ Two stages, both in ``slime run`` and ``slime run --dry-run``:
   each ``--eval-prompt-data`` file is read (bytes that are not UTF-8, invalid JSON, a missing
   prompt or label key, a label the reward function does not grade: `slime_core.data.labels`),
   and a file or slice without a record is refused. It imports nothing heavy: the quickstart's
-  2,500 records take ~0.02 s, and a config mistake is still answered in ~0.35 s.
+  2,500 records take ~0.02 CPU-s (a config mistake: 0.18 CPU-s instead of 0.16).
 - `prompt_length_problems`, once everything else passed (it imports transformers and
   tokenizes): each prompt measured as the engine will see it (after the chat template with
   ``--apply-chat-template``, with the tokenizer of ``--hf-checkpoint``). With
   ``--rollout-max-prompt-len`` longer prompts are dropped and counted, as slime does when it
   loads data; a prompt over the engine's budget (`slime_core.data.prompt_budget`) is an error.
   The datasets it loads are handed to the run (`PromptDataset.load`), so the run does not
-  tokenize them again: what it costs is importing transformers before Ray starts instead of
-  while Ray starts (the quickstart: ~1.5 s on a loaded 2-core machine, of which torch, which
-  the run imports there anyway, is most).
+  tokenize them again; what it costs is importing transformers (and torch) before Ray starts,
+  which the run did anyway (torch before Ray, transformers in the tokenizer's thread): the
+  quickstart's dry run took 2.7 CPU-s instead of 0.36 (median of 5 on a loaded 2-core machine).
 """
 
 from __future__ import annotations
@@ -49,13 +49,14 @@ def record_problems(config, plugins) -> list[str]:
             continue  # reported by the config check
         try:
             records = list(read_records(path))
-            for where, record in records[part]:
+            selected = records[part]
+            for where, record in selected:
                 check_record(where, record, fmt)
                 check_label(where, record)
         except DataError as exc:
             problems.append(str(exc))
             continue
-        if not records[part]:
+        if not selected:
             held = "holds no record" if not records else f"selects none of the file's {len(records)} records"
             problems.append(f"{flag} {spec}: no prompts: the file {held}; give a file (or slice) with at least one "
                             "JSON object per line")
@@ -70,9 +71,10 @@ def budget_problems(budgets: set[PromptBudget | None]) -> list[str]:
 
 
 def prompt_length_problems(config, plugins) -> tuple[list[str], list[str]]:
-    """Problems (prompts over the engine's budget, files left without prompts) and one line per
-    file on its prompts' lengths (for the dry run's report). Loads nothing when the run needs no
-    tokenized prompt: no chat template, no ``--rollout-max-prompt-len`` and no engine."""
+    """Problems (a response limit that leaves no room for a prompt, prompts over the engine's
+    budget, files left without prompts) and one line per file on its prompts' lengths (for the
+    dry run's report). Loads nothing when the run needs no tokenized prompt: no chat template,
+    no ``--rollout-max-prompt-len`` and no engine."""
     fmt = PromptFormat.from_config(config)
     budgets = [(spec, prompt_budget(config, evaluation, plugins)) for _, spec, evaluation in data_specs(config)]
     no_room = budget_problems({budget for _, budget in budgets})
@@ -82,8 +84,11 @@ def prompt_length_problems(config, plugins) -> tuple[list[str], list[str]]:
 
     try:
         tokenizer = load_tokenizer(config.hf_checkpoint)
-    except (OSError, ValueError) as exc:  # a dry run with a model directory that is not there (yet)
-        return [], [f"prompt lengths not checked: no tokenizer at --hf-checkpoint {config.hf_checkpoint} ({exc})"]
+    except (OSError, ValueError) as exc:
+        missing = f"no tokenizer at --hf-checkpoint {config.hf_checkpoint} ({exc})"
+        if config.dry_run:  # e.g. a slime launch script's model path, on another machine
+            return [], [f"prompt lengths not checked: {missing}"]
+        return [f"{missing}; give a Hugging Face model directory with its tokenizer files"], []
     problems, notes = [], []
     for spec, budget in budgets:
         try:

@@ -8,6 +8,7 @@ loaded, counted with its file:line, and the run trains on the other prompts."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,15 +46,19 @@ def data(tmp_path) -> Path:
 def test_an_over_long_prompt_is_refused_before_ray_starts(data, tiny_model_dir, tmp_path):
     ray_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # where a Ray started by the run would write
     start = time.monotonic()
-    done = subprocess.run([SLIME, "run", *flags(data, tiny_model_dir, tmp_path / "run")], capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "HOME": str(ray_dir), "RAY_TMPDIR": str(ray_dir)})
-    elapsed = time.monotonic() - start
+    try:
+        done = subprocess.run([SLIME, "run", *flags(data, tiny_model_dir, tmp_path / "run")], capture_output=True,
+                              text=True, timeout=300, env={**os.environ, "HOME": str(ray_dir), "RAY_TMPDIR": str(ray_dir)})
+        elapsed = time.monotonic() - start
+        ray_sessions = list(ray_dir.glob("**/session_*"))
+    finally:
+        shutil.rmtree(ray_dir, ignore_errors=True)
     assert done.returncode == 2, done.stderr[-2000:]
     assert (f"{data}:3: the prompt has 200 tokens, more than the engine takes with a whole response: 127 = 128 "
             "(max_position_embeddings of --hf-checkpoint) − 0 (--rollout-engine cpu shortens the response to fit) − 1; "
             "shorten it, or drop such prompts when the data is loaded with --rollout-max-prompt-len 127") in done.stderr
     assert not (tmp_path / "run").exists()  # the run directory is made just before Ray starts
-    assert not list(ray_dir.glob("**/session_*")), "Ray was started"
+    assert not ray_sessions, "Ray was started"
     assert elapsed < 60, f"took {elapsed:.1f}s"  # the checks import transformers: ~3-6 s on a loaded 2-core machine
 
 

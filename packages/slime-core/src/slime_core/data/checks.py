@@ -43,7 +43,7 @@ def record_problems(config, plugins) -> list[str]:
     """The first bad record of each prompt file, and each file or slice without a record."""
     fmt, check_label = PromptFormat.from_config(config), label_checker(config, plugins)
     problems = []
-    for flag, spec in dict.fromkeys((flag, spec) for flag, spec, _ in data_specs(config)):
+    for flag, spec, _ in data_specs(config):
         path, part = split_path_slice(spec)
         if not Path(path).is_file():
             continue  # reported by the config check

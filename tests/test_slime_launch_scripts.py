@@ -149,7 +149,7 @@ def test_num_epoch_derives_the_rollout_count_as_slime_does(tmp_path, capsys, tin
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "label": str(i + 1)}) + "\n" for i in range(10)))
     argv = ["--dry-run", "--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir),
-            "--rollout-batch-size", "4", "--num-epoch", "3"]
+            "--rollout-batch-size", "4", "--num-epoch", "3", "--rollout-max-response-len", "8"]
     assert run_command(argv, Plugins()) == 0
     assert "num_rollout: 6\n" in capsys.readouterr().out  # 3 × (10 // 4)
 
@@ -157,7 +157,8 @@ def test_num_epoch_derives_the_rollout_count_as_slime_does(tmp_path, capsys, tin
 def test_megatron_options_with_another_chosen_backend_are_warned_not_dropped(tmp_path, capsys, tiny_model_dir):
     data = tmp_path / "prompts.jsonl"
     data.write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
-    base = ["--dry-run", "--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--rollout-batch-size", "1"]
+    base = ["--dry-run", "--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--rollout-batch-size", "1",
+            "--rollout-max-response-len", "8"]  # SGLang refuses a request longer than the tiny model's 128 positions
     assert run_command([*base, "--train-backend", "fsdp", "--recompute-granularity", "selective"], Plugins()) == 0
     out, err = capsys.readouterr()
     assert "train_backend: fsdp" in out

@@ -1,7 +1,7 @@
 """What a run checks before any process starts, so that a mistake is reported at once with
 the other config errors instead of ~40 s later as a traceback from a Ray actor: the model
-directories, the checkpoint to resume, every line of the prompt files, the loss options, and
-options that would have no effect in the chosen configuration."""
+directories, the checkpoint to resume, the loss options, and options that would have no
+effect in the chosen configuration (the prompt files: `slime_core.data.checks`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ REWARD_KL_FREE = ("grpo", "gspo", "cispo", "dr_grpo")
 
 def preflight_problems(config, trains: bool) -> list[str]:
     """Every problem found; ``trains``: whether the run trains (not --debug-rollout-only)."""
-    problems = model_dir_problems(config) + load_problems(config) + data_problems(config)
+    problems = model_dir_problems(config) + load_problems(config)
     if trains:
         problems += loss_problems(config) + kl_coef_problems(config)
     return problems
@@ -91,26 +91,6 @@ def load_problems(config) -> list[str]:
     except (FileNotFoundError, ValueError) as exc:
         return [str(exc)]
     return []
-
-
-def data_problems(config) -> list[str]:
-    """The first bad record of each prompt file (read once, record by record), as file:line."""
-    from slime_core.data.prompt_dataset import PromptFormat, check_record
-    from slime_core.data.records import DataError, read_records
-    from slime_core.data.slicing import split_path_slice
-
-    eval_pairs = config.get("eval_prompt_data") or []
-    specs = [config.get("prompt_data")] + list(eval_pairs[1::2])
-    fmt, problems = PromptFormat.from_config(config), []
-    for path in {split_path_slice(spec)[0] for spec in specs if spec}:
-        if not Path(path).is_file():
-            continue  # reported by the config check
-        try:
-            for where, record in read_records(path):
-                check_record(where, record, fmt)
-        except DataError as exc:
-            problems.append(str(exc))
-    return problems
 
 
 def loss_problems(config) -> list[str]:

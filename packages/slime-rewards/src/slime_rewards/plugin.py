@@ -29,13 +29,18 @@ def slime_add_options(options):
 #: registering them imports nothing); each also gets a ``boxed_<name>`` variant that grades
 #: only the last ``\\boxed{}`` span of the response.
 REWARD_NAMES = ("exact_match", "math", "dapo", "deepscaler", "f1", "gpqa", "multiple_choice", "code", "remote")
+#: reward name -> its label check in ``slime_rewards.labels`` (what labels it grades, checked on
+#: every record before a run starts); ``remote`` passes the label on untouched and declares none
+LABEL_CHECKS = {"exact_match": "exact_text", "math": "answer", "dapo": "answer", "deepscaler": "answer",
+                "f1": "reference", "gpqa": "choice", "multiple_choice": "choice", "code": "code_tests"}
 
 
 @hookimpl
 def slime_register_reward_functions(register):
     for name in REWARD_NAMES:
-        register(name, f"slime_rewards.functions:REWARDS.{name}")
-        register(f"boxed_{name}", f"slime_rewards.functions:BOXED.{name}")
+        label = f"slime_rewards.labels:{LABEL_CHECKS[name]}" if name in LABEL_CHECKS else None
+        register(name, f"slime_rewards.functions:REWARDS.{name}", label=label)
+        register(f"boxed_{name}", f"slime_rewards.functions:BOXED.{name}", label=label)
 
 
 @hookimpl

@@ -22,12 +22,17 @@ def slime_add_options(options):
 
 
 @hookimpl
-def slime_validate_config(config):
+def slime_validate_config(config, plugins):
+    from slime_core.components import run_generates
     from slime_sglang.engine_group import engine_count, engine_url
 
     if config.get("rollout_backend") != "sglang":
         return []
     errors = []
+    if config.get("actor_runtime") == "inprocess" and not config.get("rollout_external_engine_addrs") \
+            and run_generates(config, plugins):
+        errors.append("--actor-runtime inprocess runs without Ray, and the sglang rollout backend starts its engines as "
+                      "Ray actors; use --actor-runtime ray, or give running engines with --rollout-external-engine-addrs")
     if config.get("rollout_engine") == "sglang" and config.get("update_weight_transport") == "tensor":
         errors.append("--update-weight-transport tensor: a real SGLang server (--rollout-engine sglang) takes tensors "
                       "only as serialised CUDA IPC / shared-memory handles, which slime does not send; use broadcast "

@@ -32,6 +32,7 @@ from pathlib import Path
 from slime_core import ports
 from slime_core.child_process import die_with_parent
 from slime_core.command_flags import as_flags
+from slime_core.data.prompt_budget import shortens_responses
 from slime_core.network import LOOPBACK
 from slime_sglang.cpu_engine.launch import wait_healthy
 
@@ -51,9 +52,11 @@ def sglang_command(config, model_path: str, port: int, host: str = LOOPBACK) -> 
 CPU_ENGINE_SGLANG_OPTIONS = ("max_running_requests", "context_length")
 
 
+@shortens_responses
 def cpu_engine_command(config, model_path: str, port: int, host: str = LOOPBACK) -> list[str]:
     """``slime engine serve`` for one CPU engine, with the ``--sglang-*`` options it shares
-    with SGLang (`CPU_ENGINE_SGLANG_OPTIONS`); it takes the run's keys from its environment."""
+    with SGLang (`CPU_ENGINE_SGLANG_OPTIONS`); it takes the run's keys from its environment. It
+    shortens a response to fit its context (`shortens_responses`), where SGLang refuses it."""
     slime = str(Path(sys.executable).with_name("slime"))
     own = {"model": model_path, "host": host, "port": port}
     shared = {key: config.sglang.get(key) for key in CPU_ENGINE_SGLANG_OPTIONS}

@@ -8,6 +8,7 @@ from slime_core.components import resolve_components
 from slime_core.config import ConfigError, OptionSet, load_config
 from slime_core.config.accepted_flags import no_effect_notes
 from slime_core.config.no_effect import no_effect_warnings
+from slime_core.data.checks import prompt_length_problems, record_problems
 from slime_core.loop.trackers import TrackerError, tracker_problems
 from slime_core.plugins.custom_paths import apply_custom_paths
 from slime_core.preflight import preflight_problems
@@ -22,13 +23,14 @@ def run_command(argv: list[str], plugins) -> int:
         return 0
     try:
         config = load_config(argv, options, plugins, checks=lambda c: run_problems(c, plugins))
+        data_notes = checked_prompts(config, plugins)
     except ConfigError as exc:
         print(f"slime run: {exc}", file=sys.stderr)
         return 2
     for warning in no_effect_warnings(config) + no_effect_notes(config):
         print(f"slime run: warning: {warning}", file=sys.stderr)
     if config.dry_run:
-        print(describe_run(config, plugins, *resolve_components(config, plugins)))
+        print(describe_run(config, plugins, *resolve_components(config, plugins), data_notes=data_notes))
         return 0
     from slime_core.loop import run
 
@@ -41,13 +43,23 @@ def run_command(argv: list[str], plugins) -> int:
 
 def run_problems(config, plugins) -> list[str]:
     """Components that are not installed and settings the loop cannot run with; a dry run
-    reports the components instead of failing on them."""
+    reports the components instead of failing on them, and fails on the data as a run would."""
     apply_custom_paths(config, plugins)
-    problems = epoch_problems(config)
+    problems = epoch_problems(config) + record_problems(config, plugins)
     if config.dry_run:
         return problems
     return (problems + resolve_components(config, plugins)[1] + loop_problems(config, plugins)
             + tracker_problems(config) + preflight_problems(config, trains=not config.debug_rollout_only))
+
+
+def checked_prompts(config, plugins) -> list[str]:
+    """Once every other check passed: the prompts measured as the engine will see them
+    (`slime_core.data.checks.prompt_length_problems`, which imports transformers and
+    tokenizes); raises `ConfigError` for the problems, returns a line per file for the dry run."""
+    problems, notes = prompt_length_problems(config, plugins)
+    if problems:
+        raise ConfigError(problems)
+    return notes
 
 
 def epoch_problems(config) -> list[str]:
@@ -63,6 +75,8 @@ def epoch_problems(config) -> list[str]:
         prompts = len(range(*part.indices(sum(1 for _ in read_records(path)))))
     except DataError:
         return []  # a missing or unreadable file is reported by the data checks
+    if not prompts:
+        return []  # an empty file or slice: reported by the data checks
     config.num_rollout = config.num_epoch * (prompts // config.rollout_batch_size)
     config.sources["num_rollout"] = f"--num-epoch {config.num_epoch} × ({prompts} prompts // --rollout-batch-size)"
     if not config.num_rollout:
@@ -100,14 +114,17 @@ def part_problems(config, plugins) -> list[str]:
     return problems
 
 
-def describe_run(config, plugins, components: list[dict], missing: list[str]) -> str:
-    """The dry-run report: resolved config, loaded plugins, and the selected components."""
+def describe_run(config, plugins, components: list[dict], missing: list[str], data_notes: list[str] = ()) -> str:
+    """The dry-run report: resolved config, loaded plugins, the selected components, and the
+    prompt files' lengths as the engine will see them."""
     lines = ["# resolved config", config.to_yaml().rstrip(), "", "# plugins"]
     lines += [f"- {info.name}: {info.label}" for info in plugins.info.values()]
     lines += ["", "# components (option: name -> provider)"]
     for row in components:
         provider = f"plugin '{row['plugin']}' ({row['distribution']})" if row["plugin"] else "NOT INSTALLED"
         lines.append(f"- {row['option']}: {row['name']} -> {provider}")
+    if data_notes:
+        lines += ["", "# prompts (tokens as the engine sees them)"] + [f"- {note}" for note in data_notes]
     notes = no_effect_notes(config)
     if notes:
         lines += ["", "# accepted, no effect here (flags of slime's and Megatron-LM's launch scripts)"]

@@ -49,8 +49,27 @@ class PromptDataset:
     """The prompts of one data file (or a slice of it), as template `Sample`s.
 
     With a tokenizer, each prompt is tokenized once here (``sample.tokens``), which is also
-    how over-long prompts are found.
+    how over-long prompts are found. The checks before start-up load the run's datasets
+    (`checked`) and the run takes them over (`load`), so prompts are tokenized once.
     """
+
+    #: datasets loaded by the checks before start-up, until the run takes them (`load`)
+    _checked: dict[tuple[str, str], PromptDataset] = {}
+
+    @classmethod
+    def checked(cls, spec: str, fmt: PromptFormat, tokenizer) -> PromptDataset:
+        """Load ``spec`` for the checks before start-up, and keep it for the run's `load`."""
+        dataset = cls(spec, fmt, tokenizer)
+        cls._checked[(spec, repr(fmt))] = dataset
+        return dataset
+
+    @classmethod
+    def load(cls, spec: str, fmt: PromptFormat, tokenizer=None) -> PromptDataset:
+        """The dataset the checks loaded with the same format and tokenizer, else a new one."""
+        dataset = cls._checked.pop((spec, repr(fmt)), None)
+        if dataset is not None and dataset.tokenizer is tokenizer:
+            return dataset
+        return cls(spec, fmt, tokenizer)
 
     def __init__(self, spec: str, fmt: PromptFormat, tokenizer=None):
         path, part = split_path_slice(spec)
@@ -64,12 +83,15 @@ class PromptDataset:
         self.samples = [s for s in samples if not self._too_long(s)]
         self.dropped_too_long = len(samples) - len(self.samples)
         if self.dropped_too_long:
+            first = next(s for s in samples if self._too_long(s)).metadata["source"]
             logger.warning(
-                "%s: dropped %d of %d prompts longer than %d tokens (--rollout-max-prompt-len)",
-                path, self.dropped_too_long, len(samples), fmt.max_prompt_len,
+                "%s: dropped %d of %d prompts longer than %d tokens (--rollout-max-prompt-len), the first at %s",
+                path, self.dropped_too_long, len(samples), fmt.max_prompt_len, first,
             )
         if not self.samples:
-            raise DataError(f"{spec}: no prompts left (read {len(samples)}, dropped {self.dropped_too_long} as too long)")
+            why = (f"all {len(samples)} are longer than {fmt.max_prompt_len} tokens (--rollout-max-prompt-len); raise it"
+                   if samples else "the file (or its slice) holds no record")
+            raise DataError(f"{spec}: no prompts left: {why}")
 
     def __len__(self) -> int:
         return len(self.samples)

@@ -26,11 +26,15 @@ def read_records(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def _read_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+    """Lines are split on ``\\n`` and decoded one by one, so that bytes that are not UTF-8
+    are reported at their line (a text-mode read raises ``UnicodeDecodeError`` for the
+    whole file, naming only a byte offset)."""
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            where = f"{path}:{number}"
+            line = _utf8(raw, where)
             if not line.strip():
                 continue
-            where = f"{path}:{number}"
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -38,6 +42,14 @@ def _read_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             if not isinstance(record, dict):
                 raise DataError(f"{where}: expected a JSON object per line, got {type(record).__name__}")
             yield where, record
+
+
+def _utf8(raw: bytes, where: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line); save the "
+                        "file as UTF-8 (e.g. iconv -f latin1 -t utf-8), or fix this line") from None
 
 
 def _read_parquet(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:

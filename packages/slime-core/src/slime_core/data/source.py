@@ -62,7 +62,7 @@ class PromptDataSource:
     def from_config(cls, config, tokenizer=None, buffer_filter: BufferFilter = take_oldest) -> PromptDataSource:
         """Build from slime's options (``--prompt-data``, ``--input-key``, ...)."""
         fmt = PromptFormat.from_config(config)
-        dataset = PromptDataset(config.prompt_data, fmt, tokenizer)
+        dataset = PromptDataset.load(config.prompt_data, fmt, tokenizer)
         return cls(dataset, config.n_samples_per_prompt, config.rollout_shuffle, config.rollout_seed, buffer_filter)
 
     def _epoch_order(self, epoch: int) -> list[int]:

@@ -37,13 +37,15 @@ def slime_resolve_config(config):
 
 
 @hookspec
-def slime_validate_config(config):
+def slime_validate_config(config, plugins):
     """Check a resolved config for problems only this plugin understands.
 
     Called after the config is merged and type-checked, before anything starts. Errors
     from every plugin are collected and reported together.
 
     :param config: the resolved ``slime_core.config.Config``.
+    :param plugins: the run's ``slime_core.plugins.Plugins`` (its registries, e.g. for
+        ``slime_core.components.run_generates``); take it only where needed.
     :return: a list of error strings (what is wrong and how to fix it), or None.
 
     Runs in the driver.

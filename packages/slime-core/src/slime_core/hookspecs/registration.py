@@ -101,7 +101,13 @@ def slime_register_reward_functions(register):
 
     Called the first time a reward function is looked up.
 
-    :param register: ``register(name, reward_fn_or_ref)``.
+    :param register: ``register(name, reward_fn_or_ref, label=None)``. ``label`` declares
+        what labels the function grades: ``check(label, metadata) -> None`` when it grades
+        ``label`` (the record's ``--label-key`` value; ``metadata``, the sample's), else a
+        short phrase of what it expects (``"text or a number"``); or its
+        ``"module:attribute"``. Before a run starts every record of the prompt files is
+        checked, and a label of the wrong kind is an error naming file:line, the function
+        and what it expects, instead of a silent 0. Functions that declare none are not checked.
     :return: nothing.
 
     Runs in the driver and in the rollout process that scores samples.

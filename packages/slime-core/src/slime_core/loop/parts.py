@@ -55,8 +55,8 @@ def start_parts(config, plugins, run_dir, stack: ExitStack) -> Parts:
         training.update(_start_training(config, plugins, placement, stack))
         run_dir.mark("train ranks loaded")
 
+    tokenizer = _tokenizer_loading(config)
     with _alongside(start_training, parallel=not (config.colocate and placement.gpu)):
-        tokenizer = _tokenizer_loading(config)
         engines = router = None
         if engine_side is not None:
             engines, router = _engines_and_router(config, plugins, engine_side, placement, run_dir, stack)
@@ -215,17 +215,23 @@ def _engines_and_router(config, plugins, backend, placement, run_dir, stack: Exi
 def _tokenizer_loading(config) -> Future | None:
     """The rollout manager's tokenizer, loaded in a thread while the engines and the ranks start:
     after them it cost 1.1 s of transformers imports on the way to the first generation
-    (benchmarks/startup.py). None where rollouts are replayed from files."""
+    (benchmarks/startup.py); at once where the prompt checks loaded it (`load_tokenizer`).
+    None where rollouts are replayed from files.
+
+    With ``--actor-runtime inprocess`` it is loaded here, before the train rank's start-up
+    thread: that thread imports transformers too, and two threads resolving names of its lazy
+    module at once fail (``cannot import name 'AutoModelForCausalLM' from 'transformers'``,
+    3 runs of 3 of the SFT quickstart)."""
     if config.load_debug_rollout_data:
         return None
+    from slime_core.tokenizer import load_tokenizer
 
-    def load():
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(config.hf_checkpoint, local_files_only=True)
-
+    if config.actor_runtime == "inprocess":
+        loaded = Future()
+        loaded.set_result(load_tokenizer(config.hf_checkpoint))
+        return loaded
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slime-load-tokenizer")
-    loading = pool.submit(load)
+    loading = pool.submit(load_tokenizer, config.hf_checkpoint)
     pool.shutdown(wait=False)
     return loading
 

@@ -103,4 +103,4 @@ def _eval_datasets(config, tokenizer) -> dict:
 
     pairs = config.eval_prompt_data or []
     fmt = PromptFormat.from_config(config)
-    return {name: PromptDataset(path, fmt, tokenizer) for name, path in zip(pairs[::2], pairs[1::2])}
+    return {name: PromptDataset.load(path, fmt, tokenizer) for name, path in zip(pairs[::2], pairs[1::2])}

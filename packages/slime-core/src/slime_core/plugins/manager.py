@@ -231,8 +231,8 @@ class Plugins:
             for plugin, call in self._per_plugin(f"slime_register_{kind}"):
                 info = self.info[plugin]
 
-                def register(name, target, _info=info):
-                    registry.register(name, target, _info.name, _info.label)
+                def register(name, target, *, label=None, _info=info):
+                    registry.register(name, target, _info.name, _info.label, label=label)
 
                 call(register=register)
             self._registries[kind] = registry
@@ -277,7 +277,7 @@ class Plugins:
 
     def validate_config(self, config) -> list[str]:
         errors: list[str] = []
-        for result in self._call("slime_validate_config", config=config):
+        for result in self._call("slime_validate_config", config=config, plugins=self):
             errors.extend(result)
         return errors
 

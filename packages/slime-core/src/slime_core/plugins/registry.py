@@ -50,6 +50,10 @@ class Entry:
     target: Any  # the object, or a "module:attribute" reference resolved on first use
     plugin: str  # plugin name, e.g. "rewards"
     distribution: str  # e.g. "slime-rewards 0.1.0", or "local module"
+    # reward functions only: the labels it grades, ``check(label, metadata) -> None | what it
+    # expects`` (or its "module:attribute"), checked on every record before a run starts;
+    # None: not declared, not checked
+    label: Any = None
 
 
 class Registry:
@@ -60,17 +64,21 @@ class Registry:
         self.label = KINDS[kind]
         self._entries: dict[str, Entry] = {}
 
-    def register(self, name: str, target: Any, plugin: str, distribution: str) -> None:
-        """Add ``name``; registering a name twice is an error that names both plugins."""
+    def register(self, name: str, target: Any, plugin: str, distribution: str, label: Any = None) -> None:
+        """Add ``name``; registering a name twice is an error that names both plugins.
+        ``label``: what a reward function grades (`Entry.label`)."""
         if not isinstance(name, str) or not name:
             raise RegistryError(f"plugin '{plugin}' ({distribution}) registered a {self.label} with an invalid name {name!r}")
+        if label is not None and self.kind != "reward_functions":
+            raise RegistryError(f"plugin '{plugin}' ({distribution}) declared a label check for {self.label} '{name}'; "
+                                "only reward functions declare one")
         if name in self._entries:
             first = self._entries[name]
             raise RegistryError(
                 f"{self.label} '{name}' is registered twice: by plugin '{first.plugin}' ({first.distribution}) "
                 f"and by plugin '{plugin}' ({distribution}); uninstall one, or block it with SLIME_BLOCK_PLUGINS={plugin}"
             )
-        self._entries[name] = Entry(name, target, plugin, distribution)
+        self._entries[name] = Entry(name, target, plugin, distribution, label)
 
     def names(self) -> list[str]:
         return sorted(self._entries)
@@ -100,6 +108,14 @@ class Registry:
         if isinstance(entry.target, str):
             entry.target = resolve_reference(entry.target, f"{self.label} '{name}' of plugin '{entry.plugin}'")
         return entry.target
+
+
+    def label_check(self, name: str):
+        """The label check ``name`` declared (`Entry.label`, imported on first use), or None."""
+        entry = self.entry(name)
+        if isinstance(entry.label, str):
+            entry.label = resolve_reference(entry.label, f"the label check of {self.label} '{name}' of plugin '{entry.plugin}'")
+        return entry.label
 
 
 def resolve_reference(ref: str, what: str) -> Any:

@@ -331,6 +331,6 @@ def _save_failed(save_dir: str, rollout_id: int, exc: Exception) -> CheckpointEr
         kept = None
     left = f"the latest complete checkpoint, {kept}, is intact: fix the cause and resume with --load {save_dir}" \
         if kept else f"{save_dir} holds no complete checkpoint yet"
-    return CheckpointError(f"saving the checkpoint of rollout {rollout_id} under {save_dir} failed: "
-                           f"{type(cause).__name__}: {cause}\n  {left}")
+    named = "" if isinstance(cause, CheckpointError) else f"{type(cause).__name__}: "
+    return CheckpointError(f"saving the checkpoint of rollout {rollout_id} under {save_dir} failed: {named}{cause}\n  {left}")
 

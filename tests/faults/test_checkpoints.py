@@ -66,8 +66,8 @@ class _DiskRefusesRankWrites:
 def test_a_checkpoint_write_the_disk_refuses_stops_the_run_and_loses_nothing_saved(slime_run, tmp_path, capsys):
     """With --save-retain-count 1, rollout 1's checkpoint replaces rollout 0's; rollout 2's
     save is refused by the OS. The run exits 1 naming the error and the checkpoint left intact
-    (rollout 1's, still the latest); a run resumed from it trains rollout 2, and its own
-    retention keeps the checkpoint it resumed from."""
+    (rollout 1's, still the latest), and the partial files of the refused save are deleted; a
+    run resumed from it trains rollout 2, and its own retention keeps the checkpoint it resumed from."""
     ckpt = tmp_path / "ckpt"
     flags = ["--save", str(ckpt), "--save-interval", "1", "--save-retain-count", "1", "--num-rollout", "3"]
     refused = slime_run(*flags, output="refused", hooks=[_DiskRefusesRankWrites], exit_code=1)
@@ -78,7 +78,7 @@ def test_a_checkpoint_write_the_disk_refuses_stops_the_run_and_loses_nothing_sav
     assert f"the latest complete checkpoint, {ckpt / 'iter_0000001'}, is intact" in error
     assert "Traceback" not in error
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == "1"
-    assert sorted(p.name for p in ckpt.glob("iter_*")) == ["iter_0000001", "iter_0000002.tmp"]  # 0 pruned, 2 partial
+    assert sorted(p.name for p in ckpt.glob("iter_*")) == ["iter_0000001"]  # 0 pruned, 2's partial files deleted
     assert [r["rollout_id"] for r in refused] == [0, 1]
     resumed = slime_run(*flags, "--load", str(ckpt), output="resumed")
     assert [r["rollout_id"] for r in resumed] == [2]

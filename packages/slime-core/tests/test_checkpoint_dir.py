@@ -1,6 +1,8 @@
 """Which checkpoint a run resumes from (the latest under ``--load``, or ``--ckpt-step``'s), how a
 checkpoint reaches the disk before the pointer names it, and ``--save-retain-count``'s pruning."""
 
+from pathlib import Path
+
 import pytest
 
 from slime_core.checkpoint_dir import (prepare, prune, publish, resume_checkpoint, role_dir, rollout_state_path,
@@ -114,3 +116,31 @@ def test_a_ppo_resume_from_a_checkpoint_without_its_critic_is_refused_before_any
     assert load_problems(Config({"load": str(root), "advantage_estimator": "grpo"})) == []
     (role_dir(root, "critic") / "iter_0000000").mkdir(parents=True)
     assert load_problems(Config({"load": str(root), "advantage_estimator": "ppo"})) == []
+
+
+def _confirm_rank(rank: int, world_size: int, port: int, tmp: str, failing_rank: int | None):
+    """One rank of `confirm_written` whose own write failed when it is ``failing_rank``; what it raised."""
+    import torch.distributed as dist
+
+    from slime_core.checkpoint_dir import confirm_written
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    try:
+        confirm_written(Path(tmp), OSError(28, "No space left on device") if rank == failing_rank else None)
+        return None
+    except Exception as exc:  # noqa: BLE001 - the result is what each rank raised
+        return str(exc)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_write_that_failed_on_one_rank_stops_every_rank_and_deletes_the_partial_checkpoint(rank_pool, tmp_path):
+    """A rank whose own write worked learns that another's did not (it does not wait forever
+    for it at a barrier); rank 0 deletes the partial ``.tmp``. All written: nothing happens."""
+    final, tmp = staging(tmp_path / "ckpt", 2)
+    prepare(tmp)
+    assert rank_pool.run((__file__, "_confirm_rank"), 2, str(tmp), None) == [None, None] and tmp.is_dir()
+    raised = rank_pool.run((__file__, "_confirm_rank"), 2, str(tmp), 1)
+    assert raised == [f"writing {tmp} failed on rank(s) [1] (each rank's log says why); the partial checkpoint was "
+                      "deleted", "[Errno 28] No space left on device"]
+    assert not tmp.exists() and not final.exists()

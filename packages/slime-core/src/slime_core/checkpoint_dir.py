@@ -15,7 +15,8 @@ loss: `latest_checkpoint` follows the ``latest`` file only. The driver saves the
 state and the critic before the policy, whose pointer makes the set the latest. A run
 resumes from the latest, or from an earlier one with ``--ckpt-step`` (`resume_checkpoint`);
 ``--save-retain-count N`` deletes all but the newest N after each save (`prune`). The
-backends add the barriers around these steps (they need torch.distributed).
+backends add the barriers around these steps (they need torch.distributed); the one after the
+writes (`confirm_written`) also deletes the partial directory of a save that failed.
 
 Checkpoints written before the roles had their own places hold a PPO run's critic in
 ``iter_*`` (it overwrote the policy there): those are refused with a message
@@ -67,6 +68,28 @@ def prepare(tmp: Path) -> None:
     """An empty ``tmp`` directory (one rank calls this, before the others write into it)."""
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+
+
+def confirm_written(tmp: Path, failure: Exception | None) -> None:
+    """The barrier after every rank has written its part of ``tmp`` (``failure``: this rank's
+    error, or None), which tells each rank whether all did. If one failed (a full disk), rank 0
+    deletes the partial ``tmp``, so the disk gets its space back, and every rank raises (its own
+    error, or one naming the ranks that failed) instead of waiting for a rank that will not come."""
+    import torch
+    import torch.distributed as dist
+
+    failed = torch.zeros(dist.get_world_size(), dtype=torch.int32)  # CPU: gloo on either backend's group
+    failed[dist.get_rank()] = int(failure is not None)
+    dist.all_reduce(failed)
+    ranks = failed.nonzero().flatten().tolist()
+    if not ranks:
+        return
+    if dist.get_rank() == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if failure is not None:
+        raise failure
+    raise CheckpointError(f"writing {tmp} failed on rank(s) {ranks} (each rank's log says why); the partial "
+                          "checkpoint was deleted")
 
 
 def publish(tmp: Path, final: Path, rollout_id: int) -> None:

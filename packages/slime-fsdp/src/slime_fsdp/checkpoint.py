@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from slime_core.checkpoint_dir import CheckpointError, durable_file, latest_checkpoint, prepare, publish, staging
+from slime_core.checkpoint_dir import (CheckpointError, confirm_written, durable_file, latest_checkpoint, prepare,
+                                       publish, staging)
 from slime_core.checkpoint_safety import dcp_failures_raised, guarded_dcp_reads, load_torch_file
 
 __all__ = ["latest_checkpoint", "load_checkpoint", "save_checkpoint", "save_hf"]
@@ -35,11 +36,15 @@ def save_checkpoint(save_dir: str, rollout_id: int, model, optimizer, extra: dic
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model_state, optim_state = get_state_dict(model, optimizer)
-    with dcp_failures_raised(f"writing {tmp}"):
-        dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(tmp))
-    with durable_file(tmp / f"rank_{dist.get_rank()}.pt") as file:
-        torch.save(extra, file)
-    dist.barrier()
+    failure = None
+    try:
+        with dcp_failures_raised(f"writing {tmp}"):
+            dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(tmp))
+        with durable_file(tmp / f"rank_{dist.get_rank()}.pt") as file:
+            torch.save(extra, file)
+    except Exception as exc:  # noqa: BLE001 - every rank learns of it in confirm_written
+        failure = exc
+    confirm_written(tmp, failure)
     if dist.get_rank() == 0:
         publish(tmp, final, rollout_id)
     dist.barrier()

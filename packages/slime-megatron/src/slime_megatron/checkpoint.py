@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from slime_core.checkpoint_dir import durable_file, prepare, publish, staging
+from slime_core.checkpoint_dir import confirm_written, durable_file, prepare, publish, staging
 from slime_core.checkpoint_safety import dcp_failures_raised, guarded_dcp_reads, load_torch_file
 from slime_megatron.models.weights import unwrap
 
@@ -49,11 +49,15 @@ def save_checkpoint(root: str, rollout_id: int, model, optimizer=None, extra: di
     if dist.get_rank() == 0:
         prepare(tmp)
     dist.barrier()
-    with dcp_failures_raised(f"writing {tmp}"):
-        dist_checkpointing.save(_sharded_state(model, optimizer, is_loading=False), str(tmp))
-    with durable_file(tmp / f"extra_rank_{dist.get_rank()}.pt") as file:
-        torch.save(extra or {}, file)
-    dist.barrier()
+    failure = None
+    try:
+        with dcp_failures_raised(f"writing {tmp}"):
+            dist_checkpointing.save(_sharded_state(model, optimizer, is_loading=False), str(tmp))
+        with durable_file(tmp / f"extra_rank_{dist.get_rank()}.pt") as file:
+            torch.save(extra or {}, file)
+    except Exception as exc:  # noqa: BLE001 - every rank learns of it in confirm_written
+        failure = exc
+    confirm_written(tmp, failure)
     if dist.get_rank() == 0:
         meta = {"rollout_id": rollout_id, "has_optimizer": optimizer is not None, "world_size": dist.get_world_size()}
         (tmp / META).write_text(json.dumps(meta))

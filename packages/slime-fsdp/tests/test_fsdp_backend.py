@@ -181,3 +181,25 @@ def test_ppo_critic_fits_the_returns_and_feeds_the_actors_gae(ray_cluster, fsdp_
     finally:
         critic.shutdown()
         actor.shutdown()
+
+
+def test_a_checkpoint_where_an_earlier_ppo_run_saved_its_critic_over_the_policy_is_refused(fsdp_config, tmp_path):
+    """Before each role had its own place, a PPO run's critic saved into the policy's
+    ``iter_*``: resuming the policy from it is refused, saying why, instead of failing on a
+    missing key."""
+    from slime_core.checkpoint_dir import CheckpointError
+    from slime_core.testing import destroy_default_group
+    from slime_fsdp.critic import FSDPCriticRank
+
+    try:
+        critic = TrainGroup(FSDPCriticRank, fsdp_config(advantage_estimator="ppo", save=str(tmp_path)), 1, in_process=True)
+        critic.init()
+        critic.save(0)  # the critic's ranks given the policy's directory: the old layout
+    finally:
+        destroy_default_group()
+    try:
+        policy = TrainGroup(FSDPTrainRank, fsdp_config(load=str(tmp_path)), 1, in_process=True)
+        with pytest.raises(CheckpointError, match=f"{tmp_path / 'iter_0000000'} holds a PPO critic, not the policy"):
+            policy.init()
+    finally:
+        destroy_default_group()

@@ -37,3 +37,40 @@ def test_megatron_to_hf_without_a_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="the directory does not exist"):
         main(["convert", "megatron-to-hf", "--load", str(tmp_path / "nope"), "--hf-config", str(tmp_path),
               "--out", str(tmp_path / "out")])
+
+
+class _Payload:
+    """What a hostile checkpoint carries: unpickling it would create ``marker``."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_megatron_checkpoint_whose_metadata_carries_a_payload_is_refused_unrun(tiny_hf, tmp_path):
+    """The ``.metadata`` of a Megatron checkpoint (what slime's launch scripts give as
+    ``--ref-load``; `slime convert megatron-to-hf` and both backends read it with
+    `slime_megatron.torch_dist`) is read with an allow-list: a payload in it is refused,
+    naming the file and the type, and never runs."""
+    import pickle
+
+    from slime_core.checkpoint_safety import UnsafeCheckpointError
+
+    hf_dir, checkpoint, marker = tmp_path / "hf", tmp_path / "megatron", tmp_path / "payload-ran"
+    tiny_hf.model("qwen3").save_pretrained(hf_dir)
+    build_char_tokenizer(hf_dir)
+    assert main(["convert", "hf-to-megatron", "--hf", str(hf_dir), "--out", str(checkpoint)]) == 0
+    metadata_file = checkpoint / "iter_0000000" / ".metadata"
+    metadata = pickle.loads(metadata_file.read_bytes())
+    metadata.planner_data = _Payload(marker)
+    metadata_file.write_bytes(pickle.dumps(metadata))
+    try:
+        with pytest.raises(UnsafeCheckpointError, match=f"{metadata_file}: refused to load it: it names posix.system"):
+            main(["convert", "megatron-to-hf", "--load", str(checkpoint), "--hf-config", str(hf_dir),
+                  "--out", str(tmp_path / "back")])
+    finally:
+        assert not marker.exists(), "the payload ran"

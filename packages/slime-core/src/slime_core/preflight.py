@@ -74,7 +74,7 @@ def _model_dir_problem(path: Path) -> str | None:
 
 def load_problems(config) -> list[str]:
     """``--load`` is a checkpoint directory: existing (an empty one starts fresh), its latest pointer intact,
-    holding the ``--ckpt-step`` checkpoint if one is named.
+    holding the ``--ckpt-step`` checkpoint if one is named, and its critic's when the run is PPO.
 
     ``--load X --save X`` with no X yet starts fresh, as in slime (the usual launch script
     resumes from the run's own checkpoints once there are some): ``--load`` is dropped."""
@@ -84,13 +84,14 @@ def load_problems(config) -> list[str]:
     if config.get("save") and not load.exists() and load.resolve() == Path(config.save).resolve():
         config.load = None
         return []
-    from slime_core.checkpoint_dir import resume_checkpoint
+    from slime_core.checkpoint_dir import missing_critic, resume_checkpoint
 
     try:
         resume_checkpoint(config, "a run with --save")
     except (FileNotFoundError, ValueError) as exc:
         return [str(exc)]
-    return []
+    problem = missing_critic(config)
+    return [problem] if problem else []
 
 
 def loss_problems(config) -> list[str]:

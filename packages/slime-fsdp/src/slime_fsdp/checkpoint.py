@@ -7,8 +7,9 @@ Layout under ``--save DIR``::
         rank_0.pt, rank_1.pt     per-rank scheduler state, RNG states, counters
     DIR/latest_checkpointed_iteration.txt   "3"
 
-The directory layout and its atomic publishing are slime-core's (`slime_core.checkpoint_dir`),
-shared with the Megatron backend.
+The directory layout and its atomic, durable publishing are slime-core's
+(`slime_core.checkpoint_dir`), shared with the Megatron backend; every file is read back
+through allow-lists (`slime_core.checkpoint_safety`), so a checkpoint runs no code it carries.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from slime_core.checkpoint_dir import latest_checkpoint, prepare, publish, staging
+from slime_core.checkpoint_dir import (CheckpointError, confirm_written, durable_file, latest_checkpoint, prepare,
+                                       publish, staging)
+from slime_core.checkpoint_safety import dcp_failures_raised, guarded_dcp_reads, load_torch_file
 
 __all__ = ["latest_checkpoint", "load_checkpoint", "save_checkpoint", "save_hf"]
 
@@ -33,9 +36,15 @@ def save_checkpoint(save_dir: str, rollout_id: int, model, optimizer, extra: dic
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(tmp))
-    torch.save(extra, tmp / f"rank_{dist.get_rank()}.pt")
-    dist.barrier()
+    failure = None
+    try:
+        with dcp_failures_raised(f"writing {tmp}"):
+            dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(tmp))
+        with durable_file(tmp / f"rank_{dist.get_rank()}.pt") as file:
+            torch.save(extra, file)
+    except Exception as exc:  # noqa: BLE001 - every rank learns of it in confirm_written
+        failure = exc
+    confirm_written(tmp, failure)
     if dist.get_rank() == 0:
         publish(tmp, final, rollout_id)
     dist.barrier()
@@ -47,14 +56,28 @@ def load_checkpoint(path: Path, model, optimizer) -> dict:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+    guarded_dcp_reads()
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optimizer": optim_state}
-    dcp.load(state, checkpoint_id=str(path))
+    reader = dcp.FileSystemReader(str(path))
+    with dcp_failures_raised(f"loading {path}"):
+        _check_role(path, reader.read_metadata().state_dict_metadata, model_state)
+        dcp.load(state, storage_reader=reader)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     rank_file = path / f"rank_{dist.get_rank()}.pt"
     if not rank_file.is_file():
         raise FileNotFoundError(f"{rank_file} is missing: the checkpoint was written with fewer ranks than this run has")
-    return torch.load(rank_file, weights_only=False)
+    return load_torch_file(rank_file)
+
+
+def _check_role(path: Path, stored, model_state) -> None:
+    """Refuse a critic's checkpoint for the policy: what a PPO run of an earlier slime left in
+    ``iter_*``, where its critic was saved over its policy."""
+    if any(key.startswith("model.value_head.") for key in stored) and \
+            not any(key.startswith("value_head.") for key in model_state):
+        raise CheckpointError(f"{path} holds a PPO critic, not the policy: a PPO run of an earlier slime saved its "
+                              "critic over the policy there,\n  so this checkpoint has lost the policy and cannot be "
+                              "resumed; start again from --hf-checkpoint (drop --load)")
 
 
 def save_hf(path: str, model, tokenizer) -> None:

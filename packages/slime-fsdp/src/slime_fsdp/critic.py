@@ -9,7 +9,9 @@ Per rollout: `compute_values` gives the old values V_old the actor's GAE needs (
 puts them in ``RolloutBatch.values``); `train` computes returns = GAE advantages + V_old
 from the rewards and fits the values with the clipped value loss (``--value-clip``).
 The critic's returns carry no KL penalty, so ``--kl-coef`` must be 0 with a critic (use
-``--use-kl-loss`` to keep the policy near the reference instead).
+``--use-kl-loss`` to keep the policy near the reference instead). Its checkpoints live in their
+own place under ``--save`` (``DIR/critic``: the driver gives its ranks that directory,
+`slime_core.checkpoint_dir.role_config`).
 """
 
 from __future__ import annotations
@@ -39,8 +41,11 @@ class ValueModel(torch.nn.Module):
         torch.nn.init.zeros_(self.value_head.weight)
         torch.nn.init.zeros_(self.value_head.bias)
 
-    def forward(self, input_ids, position_ids=None, attention_mask=None) -> torch.Tensor:
-        hidden = self.body(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask).last_hidden_state
+    def forward(self, input_ids, position_ids=None, attention_mask=None, **attention) -> torch.Tensor:
+        """``attention``: the packed-row keywords the policy gets too (``cu_seq_lens_q``, ...,
+        `slime_fsdp.inputs.MicroBatch.model_inputs`), passed to the body's attention."""
+        hidden = self.body(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
+                           **attention).last_hidden_state
         return self.value_head(hidden).squeeze(-1)
 
 

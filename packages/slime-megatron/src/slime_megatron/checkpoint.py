@@ -9,9 +9,10 @@ Layout under ``--save DIR``::
         extra_rank_0.pt, ...             each rank's extras (counters, RNG states), torch.save
     DIR/latest_checkpointed_iteration.txt   "3"
 
-Every rank writes into ``iter_0000003.tmp``; rank 0 publishes it once all have finished
-(`slime_core.checkpoint_dir`, shared with the FSDP backend), so a crash mid-save never leaves
-a checkpoint that looks complete. The model and the distributed optimizer are saved fully resharded (any tensor-,
+Every rank writes into ``iter_0000003.tmp``; rank 0 publishes it, durably, once all have
+finished (`slime_core.checkpoint_dir`, shared with the FSDP backend), so a crash mid-save never
+leaves a checkpoint that looks complete. Every pickled file is read back through allow-lists
+(`slime_core.checkpoint_safety`): a checkpoint runs no code it carries. The model and the distributed optimizer are saved fully resharded (any tensor-,
 pipeline- or data-parallel layout can load them); a rank that had no twin when saving gets
 rank 0's extras.
 """
@@ -24,7 +25,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from slime_core.checkpoint_dir import prepare, publish, staging
+from slime_core.checkpoint_dir import confirm_written, durable_file, prepare, publish, staging
+from slime_core.checkpoint_safety import dcp_failures_raised, guarded_dcp_reads, load_torch_file
 from slime_megatron.models.weights import unwrap
 
 META = "slime.json"
@@ -47,9 +49,15 @@ def save_checkpoint(root: str, rollout_id: int, model, optimizer=None, extra: di
     if dist.get_rank() == 0:
         prepare(tmp)
     dist.barrier()
-    dist_checkpointing.save(_sharded_state(model, optimizer, is_loading=False), str(tmp))
-    torch.save(extra or {}, tmp / f"extra_rank_{dist.get_rank()}.pt")
-    dist.barrier()
+    failure = None
+    try:
+        with dcp_failures_raised(f"writing {tmp}"):
+            dist_checkpointing.save(_sharded_state(model, optimizer, is_loading=False), str(tmp))
+        with durable_file(tmp / f"extra_rank_{dist.get_rank()}.pt") as file:
+            torch.save(extra or {}, file)
+    except Exception as exc:  # noqa: BLE001 - every rank learns of it in confirm_written
+        failure = exc
+    confirm_written(tmp, failure)
     if dist.get_rank() == 0:
         meta = {"rollout_id": rollout_id, "has_optimizer": optimizer is not None, "world_size": dist.get_world_size()}
         (tmp / META).write_text(json.dumps(meta))
@@ -89,12 +97,30 @@ def load_checkpoint(path, model, optimizer=None) -> dict:
         optimizer = None
     if optimizer is not None:
         _ensure_optimizer_state(optimizer)
-    state = dist_checkpointing.load(_sharded_state(model, optimizer, is_loading=True), str(path))
+    guarded_dcp_reads()
+    with dcp_failures_raised(f"loading {path}"):
+        state = dist_checkpointing.load(_sharded_state(model, optimizer, is_loading=True), str(path),
+                                        common_strategy=allow_listed_common())
     unwrap(model).load_state_dict(state["model"])
     if optimizer is not None:
         optimizer.load_state_dict(state["optimizer"])
     own = path / f"extra_rank_{dist.get_rank()}.pt"
-    return torch.load(own if own.is_file() else path / "extra_rank_0.pt", weights_only=False)
+    return load_torch_file(own if own.is_file() else path / "extra_rank_0.pt")
+
+
+def allow_listed_common():
+    """megatron's common-state loader, reading ``common.pt`` with the allow-list
+    (`load_torch_file`), which names the file it refuses (megatron reads sharded objects with
+    ``torch.load``'s default, ``weights_only=True``)."""
+    import os
+
+    from megatron.core.dist_checkpointing.strategies.common import COMMON_STATE_FNAME, TorchCommonLoadStrategy
+
+    class AllowListed(TorchCommonLoadStrategy):
+        def load_common(self, checkpoint_dir):
+            return load_torch_file(os.path.join(checkpoint_dir, COMMON_STATE_FNAME))
+
+    return AllowListed()
 
 
 def _ensure_optimizer_state(optimizer) -> None:

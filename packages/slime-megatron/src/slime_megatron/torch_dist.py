@@ -18,14 +18,18 @@ it. The keys of one model differ between writers in known ways, which `stored_ke
 - experts: a layer's experts are stacked, the expert first (``mlp.experts.experts.linear_fc1.weight``).
 
 Only weights are read: not the optimizer state, the extras, nor ``common.pt`` (Megatron-LM
-pickles its arguments there, which torch refuses to load safely).
+pickles its arguments there, which torch refuses to load safely). The ``.metadata`` is read
+with an allow-list (`slime_core.checkpoint_safety`): a ``--ref-load`` runs no code it carries.
 """
 
 from __future__ import annotations
 
 import re
 import warnings
+
 import torch
+
+from slime_core.checkpoint_safety import dcp_failures_raised, guarded_dcp_reads
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
 _MTP_LAYER = re.compile(r"^(mtp\.layers\.\d+\.transformer_layer\.)(.+)$")  # an MTP layer's decoder layer
@@ -43,6 +47,7 @@ def stored_keys(path) -> dict:
     """The checkpoint's stored keys, each with its metadata (global size, dtype, chunks)."""
     from torch.distributed.checkpoint import FileSystemReader
 
+    guarded_dcp_reads()
     return FileSystemReader(str(path)).read_metadata().state_dict_metadata
 
 
@@ -89,6 +94,7 @@ def read_hf_weights(path, hf_config) -> dict[str, torch.Tensor]:
     from slime_megatron.models import megatron_to_hf
     from slime_megatron.models.weights import loading_rules
 
+    guarded_dcp_reads()
     reader = FileSystemReader(str(path))
     stored = reader.read_metadata().state_dict_metadata
     mtp_layers = len({key.split(".")[2] for key in stored if key.startswith("mtp.layers.")})
@@ -96,7 +102,8 @@ def read_hf_weights(path, hf_config) -> dict[str, torch.Tensor]:
     tensors = {key: torch.empty(stored[key].size, dtype=stored[key].properties.dtype) for key, _ in where.values()}
     with warnings.catch_warnings():  # without a process group torch warns that it reads in one process: it should
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        load(tensors, storage_reader=reader, no_dist=True)
+        with dcp_failures_raised(f"reading {path}"):
+            load(tensors, storage_reader=reader, no_dist=True)
     return megatron_to_hf({name: tensors[key][index] for name, (key, index) in where.items()}, hf_config, mtp_layers)
 
 
@@ -116,7 +123,8 @@ def load_weights(path, model) -> None:
     request = {name: _renamed(item, stored) for name, item in model.sharded_state_dict().items()
                if not name.endswith("_extra_state")}
     try:
-        loaded = dist_checkpointing.load(request, str(path), common_strategy=_weights_only())
+        with dcp_failures_raised(f"reading {path}"):
+            loaded = dist_checkpointing.load(request, str(path), common_strategy=_weights_only())
     except CheckpointingException as exc:
         raise ValueError(f"{path}: its weights do not fit the model of --hf-checkpoint ({exc}); give a checkpoint "
                          "of the same model") from exc

@@ -32,6 +32,7 @@ def run_command(argv: list[str], plugins) -> int:
     if config.dry_run:
         print(describe_run(config, plugins, *resolve_components(config, plugins), data_notes=data_notes))
         return 0
+    from slime_core.checkpoint_dir import CheckpointError
     from slime_core.loop import run
 
     try:
@@ -39,6 +40,9 @@ def run_command(argv: list[str], plugins) -> int:
     except TrackerError as exc:  # e.g. an online W&B run without a login
         print(f"slime run: {exc}", file=sys.stderr)
         return 2
+    except CheckpointError as exc:  # a save that failed, a checkpoint refused (raised in a train rank: Ray's wrapper)
+        print(f"slime run: {getattr(exc, 'cause', None) or exc}", file=sys.stderr)
+        return 1
 
 
 def run_problems(config, plugins) -> list[str]:

@@ -196,6 +196,10 @@ def _checkpoint(o: OptionSet) -> None:
           help="resume from the checkpoint --load holds for this rollout (its iter_XXXXXXX) instead of the latest, "
                "as Megatron-LM's --ckpt-step")
     o.add("--save-hf", default=None, help="also write a Hugging Face model directory here with each checkpoint", group=g)
+    o.add("--save-retain-count", type=int, default=None, group=g,
+          help="keep only the newest N checkpoints under --save (each with its critic and rollout state), deleting "
+               "older ones after each save, never the one the run resumed from (default: keep all; --save-hf "
+               "exports are kept); slime's proposed --max-checkpoint-count and --max-actor-ckpt-to-keep are aliases")
     o.add("--ref-load", default=None, group=g,
           help="the reference model (default: --hf-checkpoint): a Hugging Face directory, or a Megatron checkpoint "
                "(slime's *_torch_dist), which as in slime is also the starting policy while --load holds none")

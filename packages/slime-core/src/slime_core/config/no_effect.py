@@ -39,6 +39,8 @@ RULES: dict[str, tuple[Callable, str]] = {
     "ray_address": (lambda c: c.actor_runtime == "ray", "--actor-runtime inprocess runs without Ray"),
     "kl_loss_coef": (lambda c: c.use_kl_loss, "the KL loss is added with --use-kl-loss"),
     "ckpt_step": (lambda c: c.get("load"), "it picks the checkpoint under --load that the run resumes from"),
+    "save_retain_count": (lambda c: c.get("save") and c.get("save_interval"),
+                          "it deletes old checkpoints under --save, which a run writes with --save and --save-interval"),
     "use_unbiased_kl": (lambda c: c.use_kl_loss, "it weights the KL loss, which needs --use-kl-loss"),
     "tis_mode": (lambda c: c.use_tis or c.get_mismatch_metrics, _MISMATCH_OFF),
     "tis_clip": (lambda c: c.use_tis or c.get_mismatch_metrics, _MISMATCH_OFF),

@@ -28,6 +28,11 @@ _LOGPROBS_MEMORY = "the backends bound log-prob memory by --max-tokens-per-gpu (
 SLIME_FLAGS: tuple[Accepted, ...] = (
     # same meaning, another name here
     Accepted("--sglang-server-concurrency", type=int, alias="rollout_concurrency"),
+    # checkpoint retention as slime's open pull requests name it (THUDM/slime#1914, #1798)
+    Accepted("--max-checkpoint-count", type=int, alias="save_retain_count"),
+    Accepted("--max-actor-ckpt-to-keep", type=int, alias="save_retain_count"),
+    Accepted("--max-critic-ckpt-to-keep", type=int,
+             reason="a critic's checkpoints are kept and deleted with the policy's: --save-retain-count counts both"),
     # data and rollout
     Accepted("--balance-data", reason="train data is always split over the data-parallel ranks balanced by tokens"),
     Accepted("--balance-by-flops", reason="train data is balanced by tokens, not by estimated FLOPs"),

@@ -74,9 +74,13 @@ def _check_debug(config: Config) -> list[str]:
 
 
 def _check_resume(config: Config) -> list[str]:
+    errors = []
     if (config.get("ckpt_step") or 0) < 0:
-        return [f"--ckpt-step must be a rollout id (0 or more), got {config.ckpt_step}"]
-    return []
+        errors.append(f"--ckpt-step must be a rollout id (0 or more), got {config.ckpt_step}")
+    if config.get("save_retain_count") is not None and config.save_retain_count < 1:
+        errors.append(f"--save-retain-count keeps the newest N checkpoints, N 1 or more (got {config.save_retain_count}); "
+                      "leave it out to keep every checkpoint")
+    return errors
 
 
 def _check_fault_tolerance(config: Config) -> list[str]:

@@ -16,7 +16,7 @@ import time
 from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 
-from slime_core.checkpoint_dir import write_atomically
+from slime_core.checkpoint_dir import CheckpointError, latest_checkpoint, prune, rollout_state_path, write_atomically
 from slime_core.loop.debug_rollouts import save_rollout
 from slime_core.loop.progress import Progress
 from slime_core.loop.rollout_metrics import drop_stale_groups, rollout_metrics, staleness
@@ -221,17 +221,39 @@ class Run:
         return metrics
 
     def save(self, rollout_id: int) -> None:
-        """The data source's state first, then the trainer's checkpoint (whose pointer file,
-        written last, makes the pair the latest)."""
-        path = Path(self.config.save) / "rollout_state" / f"iter_{rollout_id:07d}.json"
+        """Every role's checkpoint of ``rollout_id`` (`slime_core.checkpoint_dir`): the rollout
+        state first, then the critic's, then the policy's, whose pointer file, written last,
+        makes the set the latest; then ``--save-retain-count``'s pruning. A save that fails (a
+        full disk) stops the run with a `CheckpointError` naming the checkpoint left intact."""
+        try:
+            self._save_roles(rollout_id)
+        except Exception as exc:  # noqa: BLE001 - any failure of a save ends the run the same way
+            raise _save_failed(self.config.save, rollout_id, exc) from exc
+        if self.config.save_retain_count:
+            self._prune()
+
+    def _save_roles(self, rollout_id: int) -> None:
+        path = rollout_state_path(self.config.save, rollout_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         state = self.source_states.get(rollout_id + 1) or self.parts.rollouts.state_dict()
         write_atomically(path, json.dumps({"rollout_id": rollout_id, "data_source": state}))
         self.plugins.before_save(rollout_id, self.config.save)
-        self.parts.trainer.save(rollout_id)
         if self.parts.critic is not None:
             self.parts.critic.save(rollout_id)
+        self.parts.trainer.save(rollout_id)
         self.plugins.after_save(rollout_id, self.config.save)
+
+    def _prune(self) -> None:
+        """Keep the newest ``--save-retain-count`` checkpoints, and the one this run resumed from."""
+        resumed = self.config.get("load") and Path(self.config.load).resolve() == Path(self.config.save).resolve()
+        try:
+            deleted = prune(self.config.save, self.config.save_retain_count, self.start - 1 if resumed else None)
+        except OSError as exc:
+            self.run_dir.log(f"slime run: warning: --save-retain-count could not delete an old checkpoint: {exc}")
+            return
+        if deleted:
+            self.run_dir.log(f"--save-retain-count {self.config.save_retain_count}: deleted the checkpoints of "
+                             f"rollouts {', '.join(map(str, deleted))} under {self.config.save}")
 
     # ---------------------------------------------------------------- helpers
 
@@ -297,4 +319,18 @@ def _timed(fn, *args):
     start = time.perf_counter()
     out = fn(*args)
     return out, time.perf_counter() - start
+
+
+def _save_failed(save_dir: str, rollout_id: int, exc: Exception) -> CheckpointError:
+    """What the user reads when the save of ``rollout_id`` fails: the cause (a train rank's own
+    error, not Ray's wrapper), and the checkpoint left intact to resume from."""
+    cause = getattr(exc, "cause", None) or exc
+    try:
+        kept = latest_checkpoint(save_dir)
+    except OSError:
+        kept = None
+    left = f"the latest complete checkpoint, {kept}, is intact: fix the cause and resume with --load {save_dir}" \
+        if kept else f"{save_dir} holds no complete checkpoint yet"
+    named = "" if isinstance(cause, CheckpointError) else f"{type(cause).__name__}: "
+    return CheckpointError(f"saving the checkpoint of rollout {rollout_id} under {save_dir} failed: {named}{cause}\n  {left}")
 

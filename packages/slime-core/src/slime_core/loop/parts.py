@@ -172,8 +172,11 @@ def _start_training(config, plugins, placement, stack: ExitStack) -> dict[str, A
                           "shutdown")
     started = {"trainer": trainer, "start": trainer.init()["rollout_id"], "version": trainer.weight_version()}
     if config.advantage_estimator == "ppo":
+        from slime_core.checkpoint_dir import role_config
+
         critic_class = plugins.registry("critics").get(config.train_backend)
-        started["critic"] = _stopped_by(stack, _train_group(config, plugins, critic_class, placement,
+        critic_config = role_config(config, "critic", started["start"])  # its own checkpoints, the policy's rollout
+        started["critic"] = _stopped_by(stack, _train_group(critic_config, plugins, critic_class, placement,
                                                              placement.critic_options), "shutdown")
         started["critic"].init()
     return started
@@ -260,7 +263,9 @@ def _rollouts(config, plugins, backend, engines, router, tokenizer: Future | Non
 
 def _resume(config, parts: Parts) -> None:
     """The data source as it was at the checkpoint, and the engines on the trainer's weights."""
-    state_file = Path(config.load) / "rollout_state" / f"iter_{parts.start - 1:07d}.json"
+    from slime_core.checkpoint_dir import rollout_state_path
+
+    state_file = rollout_state_path(config.load, parts.start - 1)
     if not state_file.is_file():
         raise FileNotFoundError(f"--load {config.load}: the checkpoint of rollout {parts.start - 1} has no "
                                 f"data-source state ({state_file}); was it written by `slime run`?")

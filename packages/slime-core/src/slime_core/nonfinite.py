@@ -11,8 +11,9 @@
   not finite (``TrainGroup.check_finite_weights``), the last line of defence should a step get
   through (``--no-check-for-nan-in-loss-and-grad``).
 
-Every such stop raises `NonFiniteError`; ``slime run`` prints its message (no traceback),
-records it in ``slime.log`` and exits with 1. Checkpoints already written stay as they are.
+Every such stop raises `NonFiniteError`, a ``slime_core.run_error.RunError``: ``slime run``
+prints its message (no traceback), records it in ``slime.log`` and exits with 1. Checkpoints
+already written stay as they are.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from slime_core.run_error import RunError
 
-class NonFiniteError(RuntimeError):
+
+class NonFiniteError(RunError):
     """A non-finite value stopped the run; the message names where it came from and the fix."""
 
 

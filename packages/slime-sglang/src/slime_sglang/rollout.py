@@ -34,6 +34,7 @@ from slime_core.engine import TOP_P_REPLAY_PARAM, SamplingParams
 from slime_core.filters import RolloutProgress
 from slime_core.rollout_parts import RolloutParts
 from slime_core.rollout_result import RolloutResult
+from slime_core.run_error import RunError
 from slime_core.sample import Sample, SampleStatus
 from slime_sglang.generate import generate_group_resilient, generate_produced, generate_sample
 
@@ -117,7 +118,7 @@ class _Rollout:
         limit = self.config.dynamic_sampling_max_groups
         if limit and self.counts["submitted"] + count > limit * self.target:
             if self.counts["failed_reward"] > self.counts["filtered"]:
-                raise RuntimeError(
+                raise RunError(
                     f"{self.counts['submitted']} groups were generated for a rollout of {self.target} and "
                     f"{self.counts['failed_reward']} had a sample whose reward failed, the last: {self.reward_failure}. "
                     "Fix the reward function, or give such samples a reward with --rm-failure-reward")

@@ -9,7 +9,7 @@ from slime_core.config import ConfigError, OptionSet, load_config
 from slime_core.config.accepted_flags import no_effect_notes
 from slime_core.config.no_effect import no_effect_warnings
 from slime_core.loop.trackers import TrackerError, tracker_problems
-from slime_core.nonfinite import NonFiniteError
+from slime_core.run_error import RunError
 from slime_core.plugins.custom_paths import apply_custom_paths
 from slime_core.preflight import preflight_problems
 
@@ -38,7 +38,7 @@ def run_command(argv: list[str], plugins) -> int:
     except TrackerError as exc:  # e.g. an online W&B run without a login
         print(f"slime run: {exc}", file=sys.stderr)
         return 2
-    except NonFiniteError as exc:  # a NaN reward, too many skipped steps, NaN weights: the message says which
+    except RunError as exc:  # e.g. a NaN reward, a reward that always fails: the message names it and the fix
         print(f"slime run: {exc}", file=sys.stderr)
         return 1
 

@@ -24,8 +24,9 @@ from slime_core.loop.rollouts import ROLLOUT_SECONDS
 from slime_core.loop.run_dir import RunDir
 from slime_core.loop.runtime import ray_runtime
 from slime_core.loop.sample_filters import SampleFilters
-from slime_core.nonfinite import NonFiniteError, SkippedSteps
+from slime_core.nonfinite import SkippedSteps
 from slime_core.rollout_batch import train_batch
+from slime_core.run_error import RunError
 
 
 def run(config, plugins) -> int:
@@ -43,7 +44,7 @@ def run(config, plugins) -> int:
     except KeyboardInterrupt:
         status = "interrupted"
         raise
-    except NonFiniteError as exc:  # `slime run` prints it; slime.log keeps it with the run
+    except RunError as exc:  # `slime run` prints it; slime.log keeps it with the run
         run_dir.log_error(f"slime run: {exc}")
         raise
     finally:

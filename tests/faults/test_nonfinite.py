@@ -204,7 +204,9 @@ def test_a_reward_that_always_raises_stops_the_run_naming_it_and_the_sample(slim
 @pytest.mark.parametrize("backend", [
     ("--train-backend", "fsdp", "--actor-num-gpus-per-node", "2"),
     ("--train-backend", "megatron", "--actor-num-gpus-per-node", "2", "--tensor-model-parallel-size", "2"),
-], ids=["fsdp-dp2", "megatron-tp2"])
+    # bf16's mixed-precision optimizer; no checkpoint: Megatron's bf16 optimizer state does not save on CPU today
+    ("--train-backend", "megatron", "--actor-num-gpus-per-node", "2", "--bf16", "--save-interval", "0"),
+], ids=["fsdp-dp2", "megatron-tp2", "megatron-dp2-bf16"])
 def test_nan_loss_steps_are_skipped_on_every_rank_and_stop_the_run_after_too_many(slime, backend):
     """NaN advantages from rollout 1 on: rollouts 1 and 2 skip their step (on both ranks, which
     would otherwise hang or diverge), the weights pushed after rollout 1 pass the engines'
@@ -220,7 +222,7 @@ def test_nan_loss_steps_are_skipped_on_every_rank_and_stop_the_run_after_too_man
     assert second["weight_update/bytes"] > 0  # the skipped step's (finite) weights reached the engine
     log = (run_dir / "slime.log").read_text()
     assert "SKIPPED 1 non-finite steps (1 in a row)" in log and "2 optimizer steps in a row" in log
-    assert saved_rollouts(slime.ckpt) == [0, 1]
+    assert saved_rollouts(slime.ckpt) == ([] if "--bf16" in backend else [0, 1])
 
 
 def test_without_the_check_nan_weights_never_reach_the_engines_or_a_checkpoint(slime):

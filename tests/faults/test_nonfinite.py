@@ -233,3 +233,56 @@ def test_without_the_check_nan_weights_never_reach_the_engines_or_a_checkpoint(s
     assert "hold NaN or infinite values" in err and "--no-check-for-nan-in-loss-and-grad" in err
     assert [r["rollout_id"] for r in read_metrics(run_dir / "metrics.jsonl")] == [0]
     assert saved_rollouts(slime.ckpt) == [0]
+
+
+def _weights(group) -> dict:
+    return {name: tensor.clone() for bucket in group.export_weights(1 << 24) for name, tensor in bucket}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["fsdp", "megatron"])
+def test_on_a_gpu_in_bf16_a_nan_step_is_skipped_and_an_unchecked_one_is_caught(backend, tmp_path):
+    """On CUDA (nccl and gloo groups, bf16 weights with float32 master copies, one rank in this
+    process): a rollout whose rewards hold a NaN skips its step, no weight moves and none turns
+    non-finite, and the next rollout trains; without the check the NaN step is applied and the
+    weights' guard names the parameters it made non-finite."""
+    import torch
+
+    from slime_core.nonfinite import NonFiniteError
+    from slime_core.testing import destroy_default_group, make_config, synthetic_rollout_batch
+    from slime_core.tiny_models import build_tiny_model
+    from slime_core.train_backend import TrainGroup
+
+    if backend == "fsdp":
+        from slime_fsdp.rank import FSDPTrainRank as rank_class
+        teardown = destroy_default_group
+    else:
+        from slime_megatron.parallel import destroy_parallel as teardown
+        from slime_megatron.rank import MegatronTrainRank as rank_class
+    model_dir = build_tiny_model(tmp_path / "model", "qwen3", hidden_size=128, max_positions=512)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
+    nan_batch = synthetic_rollout_batch(seed=1)
+    nan_batch.rewards[0] = math.nan  # its group's advantages, the loss and the gradient are NaN
+    for checked in (True, False):
+        config = make_config(prompts, model_dir, train_backend=backend, bf16=True, rollout_batch_size=4,
+                             n_samples_per_prompt=4, lr=1e-3, check_for_nan_in_loss_and_grad=checked)
+        try:
+            group = TrainGroup(rank_class, config, 1, in_process=True)
+            group.init()
+            assert torch.cuda.memory_allocated() > 0
+            before = _weights(group)
+            metrics = group.train(0, nan_batch)
+            moved = [name for name, tensor in _weights(group).items() if not torch.equal(before[name], tensor)]
+            if checked:
+                assert metrics["skipped_steps"] == 1 and moved == [] and group.call("nonfinite_weights") == [[]]
+                metrics = group.train(1, synthetic_rollout_batch(seed=2))
+                moved = [name for name, tensor in _weights(group).items() if not torch.equal(before[name], tensor)]
+                assert metrics["skipped_steps"] == 0 and math.isfinite(metrics["loss"]) and moved
+                group.check_finite_weights("push")
+            else:
+                assert metrics["skipped_steps"] == 0 and moved
+                with pytest.raises(NonFiniteError, match=r"refusing to push: \d+ of the trainer's parameters"):
+                    group.check_finite_weights("push")
+        finally:
+            teardown()

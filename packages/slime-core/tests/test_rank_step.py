@@ -31,7 +31,6 @@ class _Config:
     rollout_max_response_len = 4
     opd_kl_coef = 0.0
     num_steps_per_rollout = 2  # old log-probs by a forward of their own
-    check_for_nan_in_loss_and_grad = True
     lr, min_lr, lr_warmup_iters, lr_decay_style, lr_decay_iters = 1e-3, 1e-4, 2, "cosine", 6
 
     def get(self, name, default=None):

@@ -25,8 +25,8 @@ numbers for the same data:
    computes the whole contribution itself;
 4. `sum_over_ranks` adds up the micro-batches' metrics of every data-parallel rank, and
    `RankStep.rollout_metrics` averages the steps; `RankStep.apply_step` decides, the same on
-   every rank, whether the step's loss and gradient norm are finite enough to apply it
-   (``--check-for-nan-in-loss-and-grad``; `nonfinite_parameters` is the weights' own check);
+   every rank, whether the step's loss and gradient norm are finite, so that it may be applied
+   (`nonfinite_parameters` is the weights' own check);
 5. `lr_factor`: the learning-rate schedule, one value per optimizer step.
 
 Only rank processes import this module (it imports torch and torch.distributed).
@@ -237,13 +237,9 @@ class RankStep:
 
     def apply_step(self, metrics: dict[str, float], grad_norm: float, loss_key: str = "loss") -> bool:
         """Whether to apply an optimizer step whose summed metrics are ``metrics`` and whose
-        gradient norm is ``grad_norm``: with ``--check-for-nan-in-loss-and-grad`` (the default)
-        only when the loss (``metrics[loss_key]``) and the norm are finite on every rank (a pipeline stage without the
-        loss, or a rank whose share is all padding, still takes the others' answer). Marks
-        ``metrics["skipped_step"]``."""
-        if not self.config.check_for_nan_in_loss_and_grad:
-            metrics["skipped_step"] = 0.0
-            return True
+        gradient norm is ``grad_norm``: only when the loss (``metrics[loss_key]``) and the norm
+        are finite on every rank (a pipeline stage without the loss, or a rank whose share is all
+        padding, takes the others' answer), so no rank steps alone. Marks ``metrics["skipped_step"]``."""
         finite = torch.tensor(int(math.isfinite(metrics.get(loss_key, 0.0)) and math.isfinite(grad_norm)))
         dist.all_reduce(finite, op=dist.ReduceOp.MIN)  # every rank, tensor and pipeline stages too
         metrics["skipped_step"] = 0.0 if finite.item() else 1.0

@@ -145,9 +145,9 @@ class TrainGroup:
         if names:
             shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
             raise NonFiniteError(
-                f"refusing to {action}: {len(names)} of the trainer's parameters hold NaN or infinite values ({shown}), "
-                "most likely from an optimizer step applied with --no-check-for-nan-in-loss-and-grad; resume from the "
-                "last checkpoint (--load) with the check on, which skips such steps")
+                f"refusing to {action}: {len(names)} of the trainer's parameters hold NaN or infinite values ({shown}); "
+                "steps with a non-finite gradient are skipped, so something else wrote them (a hook, a loaded "
+                "checkpoint, --lr). Fix that and resume from the last checkpoint (--load)")
 
     def save(self, rollout_id: int) -> str:
         """A checkpoint under ``--save`` (every rank writes its part); its directory."""

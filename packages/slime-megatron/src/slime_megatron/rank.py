@@ -250,18 +250,15 @@ class MegatronTrainRank:
 
     def _apply_gradients(self, metrics: dict[str, float]) -> float:
         """One update, clipped to ``--clip-grad``, unless the step's loss or gradient norm is
-        not finite (`RankStep.apply_step` decides on every rank and marks ``metrics``; the norm
-        is then computed before the update, which computes it again as it clips, as THUDM slime
-        does); the norm before clipping."""
-        checked = self.config.check_for_nan_in_loss_and_grad
-        grad_norm = 0.0
-        if checked:
-            self.optimizer.prepare_grads()
-            grad_norm = float(self.optimizer.get_grad_norm())
+        not finite (`RankStep.apply_step` decides on every rank and marks ``metrics``): the norm
+        is computed before the update, which computes it again as it clips (THUDM slime's way
+        of skipping such steps); the norm before clipping."""
+        self.optimizer.prepare_grads()
+        grad_norm = float(self.optimizer.get_grad_norm())
         if self.step.apply_step(metrics, grad_norm):
-            _, grad_norm, _ = self.optimizer.step()
+            self.optimizer.step()
             self.updates += 1
-        return float(grad_norm)
+        return grad_norm
 
     def _loss(self, micro: inputs.MicroBatch, logits: torch.Tensor, data: StepTensors, denominators, scale: int):
         """The schedule's loss function: this micro-batch's loss (scaled, see the module

@@ -175,11 +175,13 @@ def _training(o: OptionSet) -> None:
     o.add("--adam-eps", type=float, default=1e-8, help="AdamW epsilon", group=g)
     o.add("--clip-grad", type=float, default=1.0, help="gradient-norm clipping", group=g)
     o.add("--check-for-nan-in-loss-and-grad", type=bool, default=True, group=g,
-          help="skip an optimizer step whose loss or gradient norm is NaN or infinite, on every rank (counted in "
-          "train/skipped_steps); off: such a step is applied, and the NaN weights stop the run at the next weight "
-          "update or save")
+          help="an optimizer step whose loss or gradient norm is NaN or infinite is skipped on every rank (counted in "
+          "train/skipped_steps) and --max-consecutive-skipped-steps of them in a row stop the run; off "
+          "(--no-check-for-nan-in-loss-and-grad, slime's answer to NaN gradients): such steps are skipped and counted, "
+          "and never stop the run")
     o.add("--max-consecutive-skipped-steps", type=int, default=3, group=g,
-          help="stop the run after this many optimizer steps in a row were skipped for a non-finite loss or gradient norm")
+          help="stop the run after this many optimizer steps in a row were skipped for a non-finite loss or gradient "
+          "norm (1: at the first, as Megatron-LM)")
     o.add("--bf16", type=bool, default=False, help="bf16 compute with float32 master weights", group=g)
     o.add("--use-dynamic-batch-size", type=bool, default=False, help="pack micro-batches up to --max-tokens-per-gpu tokens", group=g)
     o.add("--max-tokens-per-gpu", type=int, default=None, help="token budget of a packed micro-batch", group=g)

@@ -85,7 +85,8 @@ class Run:
         self.config, self.plugins, self.run_dir = config, plugins, run_dir
         self.sample_filters = SampleFilters.from_config(config, plugins)
         self.monitor = None  # slime_core.loop.fault_tolerance.EngineMonitor with --use-fault-tolerance
-        self.skipped_steps = SkippedSteps(config.max_consecutive_skipped_steps)
+        self.skipped_steps = SkippedSteps(config.max_consecutive_skipped_steps if config.check_for_nan_in_loss_and_grad
+                                          else None)
         self.source_states: dict[int, dict] = {}  # the data source as it was before each rollout started
         self._stack = ExitStack()
 

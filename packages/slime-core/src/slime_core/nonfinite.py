@@ -20,19 +20,11 @@ already written stay as they are.
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
 from slime_core.run_error import RunError
 
 
 class NonFiniteError(RunError):
     """A non-finite value stopped the run; the message names where it came from and the fix."""
-
-
-def is_finite_number(value: Any) -> bool:
-    """False for a NaN or infinite int/float (bool and non-numbers are not this check's business)."""
-    return not isinstance(value, float) or math.isfinite(value)
 
 
 class SkippedSteps:

@@ -9,9 +9,9 @@ from slime_core.config import ConfigError, OptionSet, load_config
 from slime_core.config.accepted_flags import no_effect_notes
 from slime_core.config.no_effect import no_effect_warnings
 from slime_core.loop.trackers import TrackerError, tracker_problems
-from slime_core.run_error import RunError
 from slime_core.plugins.custom_paths import apply_custom_paths
 from slime_core.preflight import preflight_problems
+from slime_core.run_error import RunError
 
 
 def run_command(argv: list[str], plugins) -> int:

@@ -129,6 +129,9 @@ class FakeTrainRank:
     def weight_version(self) -> int:
         return self.version
 
+    def nonfinite_weights(self) -> list[str]:
+        return [] if math.isfinite(self.theta) else ["theta"]
+
     def save(self, rollout_id: int) -> str:
         Recorder.calls["rank.save"] += 1
         final, tmp = staging(self.config.save, rollout_id)

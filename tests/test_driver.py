@@ -195,3 +195,17 @@ def test_ppo_with_a_train_backend_without_a_critic_is_refused_before_anything_st
     assert "--advantage-estimator ppo needs a critic, and train backend 'fake' provides none" in error
     assert "(train backends with a critic: fsdp)" in error
     assert not Recorder.calls and not (fake_run.tmp_path / "run").exists()  # nothing started
+
+
+def test_weights_that_are_not_finite_are_never_saved(fake_run, capsys):
+    """The driver asks the ranks before a checkpoint (here before any weight update: async,
+    every second rollout): an infinite learning rate makes θ non-finite, the save is refused
+    with the parameter's name, nothing is written, and `slime run` exits with 1."""
+    fake_run("--num-rollout", "2", "--async", "--update-weights-interval", "2", "--lr", "inf", "--save-interval", "1",
+             exit_code=1)
+    err = capsys.readouterr().err
+    assert "refusing to save the checkpoint of rollout 0: 1 of the trainer's parameters hold NaN or infinite " \
+           "values (theta)" in err
+    ckpt = fake_run.tmp_path / "run" / "checkpoints"
+    assert not list(ckpt.glob("iter_*")) and not list(ckpt.glob("rollout_state/*"))
+    assert json.loads((fake_run.tmp_path / "run" / "status.json").read_text())["status"] == "failed"

@@ -53,6 +53,15 @@ def test_every_error_is_reported_together(tmp_path, options, data):
     assert len(errors) >= 5
 
 
+def test_a_nan_failure_reward_and_a_skip_limit_below_one_are_refused(options, base):
+    errors = errors_of(base + ["--rm-failure-reward", "nan", "--max-consecutive-skipped-steps", "0"], options)
+    assert errors == ["--rm-failure-reward nan: failed samples would be trained on a non-finite reward; give a finite number",
+                      "--max-consecutive-skipped-steps must be at least 1, got 0"]
+    checked = load_config(base, options)
+    assert checked.check_for_nan_in_loss_and_grad is True and checked.drop_nonfinite_rewards is False
+    assert load_config(base + ["--no-check-for-nan-in-loss-and-grad"], options).check_for_nan_in_loss_and_grad is False
+
+
 def test_choices_suggest_the_nearest(options, base):
     (error,) = errors_of(base + ["--kl-loss-type", "low_var"], options)
     assert "'low_var' is not one of k1, k2, k3, low_var_kl; did you mean 'low_var_kl'?" in error

@@ -65,6 +65,10 @@ def _step_results(batch: RolloutBatch) -> dict:
         "sums": sum_over_ranks({"loss": float(len(batch))}),
         "gap": sum_over_ranks({"gap": metrics["train_rollout_logprob_abs_diff"]})["gap"],
         "rollout": step.rollout_metrics([{"loss": 1.0}, {"loss": 3.0}]),
+        # a NaN loss on rank 1 alone (its share's), an infinite norm seen by every rank
+        "apply_nan_loss": step.apply_step({"loss": math.nan if dist.get_rank() == 1 else 1.0}, 1.0),
+        "apply_inf_norm": step.apply_step({"loss": 1.0}, math.inf),
+        "apply_finite": step.apply_step({"loss": 1.0}, 2.0),
     }
 
 
@@ -105,7 +109,11 @@ def test_two_ranks_plan_together_and_count_and_sum_the_global_batch(rank_pool):
     gaps = [sum(abs(-0.1 * (t + 1) - r + 0.5 * (i + 1)) for t in range(n)) / n
             for i, (n, r) in enumerate(zip(batch.response_lengths, batch.rewards))]
     assert whole["gap"] == pytest.approx(sum(gaps) / 6, rel=1e-6)
-    assert whole["rollout"] == {"loss": 2.0}  # the mean over the steps
+    assert whole["rollout"] == {"loss": 2.0, "skipped_steps": 0.0}  # the mean over the steps
+    # a step is skipped on every rank when the loss or the norm is not finite on any rank
+    assert [r["apply_nan_loss"] for r in results] == [False, False] and whole["apply_nan_loss"] is True
+    assert [r["apply_inf_norm"] for r in results] == [False, False] and whole["apply_inf_norm"] is False
+    assert [r["apply_finite"] for r in results] == [True, True]
     # whitening runs over both ranks: the shares' advantages are the whole batch's
     shares = results[0]["advantages"] + results[1]["advantages"]
     assert all(a == pytest.approx(b, abs=1e-6) for a, b in zip(shares, whole["advantages"]))
@@ -194,3 +202,23 @@ def test_samples_without_prompt_or_response_are_refused_and_rows_are_padded():
     with pytest.raises(ValueError, match="at least one prompt token and one response token"):
         check_prompts([[1, 2, 3]], [3])
     assert pad_rows([[1.0], torch.tensor([2.0, 3.0])], value=-1.0).tolist() == [[1.0, -1.0], [2.0, 3.0]]
+
+
+def test_skipped_steps_are_counted_and_left_out_of_the_rollout_s_averages():
+    step = RankStep.__new__(RankStep)  # rollout_metrics reads no option
+    history = [{"loss": 1.0, "grad_norm": 2.0, "skipped_step": 0.0}, {"loss": math.nan, "grad_norm": math.inf, "skipped_step": 1.0},
+               {"loss": 3.0, "grad_norm": 4.0, "skipped_step": 0.0}]
+    assert step.rollout_metrics(history) == {"loss": 2.0, "grad_norm": 3.0, "skipped_steps": 1.0}
+    everything_skipped = step.rollout_metrics(history[1:2])
+    assert math.isnan(everything_skipped["loss"]) and everything_skipped["skipped_steps"] == 1.0
+
+
+def test_nonfinite_parameters_names_the_parameters_with_a_nan_or_an_infinity():
+    from slime_core.rank_step import nonfinite_parameters
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 2))
+    assert nonfinite_parameters(model.named_parameters()) == []
+    with torch.no_grad():
+        model[0].bias[1] = math.nan
+        model[1].weight[0, 0] = -math.inf
+    assert nonfinite_parameters(model.named_parameters()) == ["0.bias", "1.weight"]

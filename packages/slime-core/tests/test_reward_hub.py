@@ -6,6 +6,7 @@ import pytest
 
 from slime_core import Sample, SampleStatus, hookimpl
 from slime_core.config import Config, OptionSet
+from slime_core.nonfinite import NonFiniteError
 from slime_core.plugins import Plugins
 from slime_core.reward_hub import RewardHub, scalar_reward
 
@@ -27,6 +28,9 @@ class Judges:
         register("hangs", lambda sample, config: time.sleep(2) or 1.0)
         register("dict", lambda sample, config: {"score": 2.0, "acc": True})
         register("ranks", lambda samples, config: [float(i) for i, _ in enumerate(samples)])
+        register("nan_for_b", lambda sample, config: float("nan") if sample.response == "b" else 1.0)
+        register("inf_dict", lambda sample, config: {"score": float("-inf"), "acc": 1.0})
+        register("nan_in_group", lambda samples, config: [1.0, float("nan")][: len(samples)])
 
     def slow(self, sample, config):
         with self.lock:
@@ -95,7 +99,7 @@ def test_a_raising_function_fails_the_sample_not_the_run(judges):
     assert samples[0].status is SampleStatus.FAILED and samples[0].reward is None
     assert samples[0].error == "reward function 'broken' (plugin 'judges', local module) raised ZeroDivisionError: bad grader"
     assert samples[1].status is SampleStatus.COMPLETED and samples[1].reward == 1.0
-    assert hub.metrics() == {"reward/calls": 2, "reward/failed": 1, "reward/timed_out": 0}
+    assert hub.metrics() == {"reward/calls": 2, "reward/failed": 1, "reward/timed_out": 0, "reward/non_finite": 0}
 
 
 def test_a_hanging_function_times_out_and_can_get_a_default_reward(judges):
@@ -136,3 +140,45 @@ def test_dict_rewards_are_reduced_with_the_reward_key(judges):
         scalar_reward(samples[0], None)
     with pytest.raises(ValueError, match=r"--reward-key 'scor' is not in the reward dict"):
         scalar_reward(samples[0], "scor")
+
+
+def sourced(*responses):
+    """A group whose prompt came from line 7 of a data file (as the prompt dataset records it)."""
+    samples = group(*responses)
+    for i, sample in enumerate(samples):
+        sample.group_index, sample.global_index, sample.metadata["source"] = 3, 30 + i, "data/math.jsonl:7"
+    return samples
+
+
+def test_a_nan_reward_stops_with_the_function_the_sample_its_prompt_and_the_value(judges):
+    plugins, _ = judges
+    with pytest.raises(NonFiniteError) as stopped:
+        asyncio.run(hub_for(plugins, rm_type="nan_for_b").score_group(sourced("a", "b")))
+    assert str(stopped.value).startswith(
+        "reward function 'nan_for_b' (plugin 'judges', local module) returned nan for sample 3/1 (#31) of the prompt "
+        "at data/math.jsonl:7: a non-finite reward cannot be trained on")
+    assert "--drop-nonfinite-rewards" in str(stopped.value)
+    with pytest.raises(NonFiniteError, match=r"returned nan for sample 3/1 \(#31\)"):  # a group reward function too
+        asyncio.run(hub_for(plugins, rm_type="nan_in_group", group_rm=True).score_group(sourced("a", "b")))
+    with pytest.raises(NonFiniteError, match=r"'inf_dict' .* returned -inf for sample 3/0"):  # the entry trained on
+        asyncio.run(hub_for(plugins, rm_type="inf_dict", reward_key="score").score_group(sourced("a")))
+    finite_entry = sourced("a")
+    asyncio.run(hub_for(plugins, rm_type="inf_dict", reward_key="acc").score_group(finite_entry))
+    assert finite_entry[0].reward == {"score": float("-inf"), "acc": 1.0}
+
+
+def test_with_drop_nonfinite_rewards_the_sample_fails_and_is_counted(judges):
+    plugins, _ = judges
+    samples = sourced("a", "b", "c")
+    hub = hub_for(plugins, rm_type="nan_for_b", drop_nonfinite_rewards=True)
+    asyncio.run(hub.score_group(samples))
+    assert [s.status for s in samples] == [SampleStatus.COMPLETED, SampleStatus.FAILED, SampleStatus.COMPLETED]
+    assert samples[1].reward is None and "returned nan for sample 3/1 (#31)" in samples[1].error
+    assert hub.metrics()["reward/non_finite"] == 1
+
+
+def test_a_nan_reward_set_outside_the_hub_is_refused_where_it_is_read():
+    sample = sourced("a")[0]
+    sample.reward = float("nan")
+    with pytest.raises(NonFiniteError, match=r"sample 3/0 \(#30\) of the prompt at data/math.jsonl:7 has the reward nan"):
+        scalar_reward(sample, None)

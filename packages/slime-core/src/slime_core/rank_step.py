@@ -24,7 +24,9 @@ numbers for the same data:
    full-vocabulary logits (`SampleLogits`, which the backend builds only for such a loss) and
    computes the whole contribution itself;
 4. `sum_over_ranks` adds up the micro-batches' metrics of every data-parallel rank, and
-   `RankStep.rollout_metrics` averages the steps;
+   `RankStep.rollout_metrics` averages the steps; `RankStep.apply_step` decides, the same on
+   every rank, whether the step's loss and gradient norm are finite, so that it may be applied
+   (`nonfinite_parameters` is the weights' own check);
 5. `lr_factor`: the learning-rate schedule, one value per optimizer step.
 
 Only rank processes import this module (it imports torch and torch.distributed).
@@ -226,9 +228,22 @@ class RankStep:
         return compute_policy_loss(inputs, self.loss_config, denominators, self.loss_fn, self.tis_fn, self.pg_loss_reducer)
 
     def rollout_metrics(self, history: list[dict[str, float]]) -> dict[str, float]:
-        """The steps' metrics averaged (``train_rollout_logprob_abs_diff`` among them: each
-        step's gap between the trainer's and the engine's log-probs, reduced like the loss)."""
-        return {key: sum(m[key] for m in history) / len(history) for key in history[0]}
+        """The applied steps' metrics averaged (``train_rollout_logprob_abs_diff`` among them:
+        each step's gap between the trainer's and the engine's log-probs, reduced like the
+        loss; every step's when all were skipped), and ``skipped_steps``: how many were skipped."""
+        applied = [m for m in history if not m.get("skipped_step")] or history
+        averaged = {key: sum(m[key] for m in applied) / len(applied) for key in applied[0] if key != "skipped_step"}
+        return {**averaged, "skipped_steps": float(sum(m.get("skipped_step", 0.0) for m in history))}
+
+    def apply_step(self, metrics: dict[str, float], grad_norm: float, loss_key: str = "loss") -> bool:
+        """Whether to apply an optimizer step whose summed metrics are ``metrics`` and whose
+        gradient norm is ``grad_norm``: only when the loss (``metrics[loss_key]``) and the norm
+        are finite on every rank (a pipeline stage without the loss, or a rank whose share is all
+        padding, takes the others' answer), so no rank steps alone. Marks ``metrics["skipped_step"]``."""
+        finite = torch.tensor(int(math.isfinite(metrics.get(loss_key, 0.0)) and math.isfinite(grad_norm)))
+        dist.all_reduce(finite, op=dist.ReduceOp.MIN)  # every rank, tensor and pipeline stages too
+        metrics["skipped_step"] = 0.0 if finite.item() else 1.0
+        return bool(finite.item())
 
     def lr(self, step: int) -> float:
         """``--lr`` times `lr_factor` at optimizer step ``step`` (0 = the first update)."""
@@ -273,6 +288,20 @@ def memory_gib(device: torch.device) -> dict[str, float]:
         return {"allocated_gib": torch.cuda.memory_allocated() / 2**30, "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
     status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
     return {"rss_gib": int(status["VmRSS"].split()[0]) / 2**20, "peak_rss_gib": int(status["VmHWM"].split()[0]) / 2**20}
+
+
+def nonfinite_parameters(named_parameters) -> list[str]:
+    """The names of the parameters whose values (this rank's shard of each) hold a NaN or an
+    infinity. One float32-accumulated sum per parameter, no copy: a NaN or an infinity makes it
+    non-finite, and finite weights cannot sum past float32's range."""
+    named = [(name, param.to_local() if hasattr(param, "to_local") else param) for name, param in named_parameters]
+    named = [(name, tensor) for name, tensor in named if tensor.numel()]
+    if not named:
+        return []
+    with torch.no_grad():
+        sums = [tensor.detach().sum(dtype=torch.float32) for _, tensor in named]
+        finite = torch.isfinite(torch.stack([value.to(sums[0].device) for value in sums])).tolist()  # one sync
+    return [name for (name, _), ok in zip(named, finite) if not ok]
 
 
 def check_prompts(tokens: list[list[int]], response_lengths: list[int]) -> None:

@@ -12,8 +12,10 @@ the ranks' group normalisation of the rewards (then ``raw_rewards`` keeps what w
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 
+from slime_core.nonfinite import NonFiniteError
 from slime_core.reward_hub import scalar_reward
 from slime_core.sample import Sample, SampleStatus
 
@@ -125,6 +127,11 @@ def _post_processed(samples: list[Sample], config, plugins) -> tuple[list[float]
     if len(raw) != len(samples) or len(rewards) != len(samples):
         raise ValueError(f"{what} returned {len(raw)} raw rewards and {len(rewards)} rewards for {len(samples)} "
                          "samples; it must return one of each per sample, in the order it got them")
+    for kind, values in (("raw reward", raw), ("reward", rewards)):
+        bad = next((i for i, value in enumerate(values) if not math.isfinite(value)), None)
+        if bad is not None:
+            raise NonFiniteError(f"{what} returned the {kind} {values[bad]} for {samples[bad].describe()}, which cannot "
+                                 "be trained on (or logged); it must return finite numbers")
     return raw, rewards
 
 

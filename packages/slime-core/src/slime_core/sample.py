@@ -55,6 +55,15 @@ class Sample:
     error: str | None = None  # why the sample failed (status FAILED)
     metadata: dict[str, Any] = field(default_factory=dict)  # free-form, from data and plugins
 
+    def describe(self) -> str:
+        """How messages name this sample: group/index, its index over the run, and the data
+        file:line its prompt came from (``metadata["source"]``, set by the prompt dataset)."""
+        name = f"sample {self.group_index}/{self.index}"
+        if self.global_index is not None:
+            name += f" (#{self.global_index})"
+        source = self.metadata.get("source")
+        return f"{name} of the prompt at {source}" if source else name
+
     @property
     def prompt_length(self) -> int:
         """Number of prompt tokens at the start of `tokens`."""

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Protocol
 
 from slime_core.network import LOOPBACK
+from slime_core.nonfinite import NonFiniteError
 from slime_core.process_group import SERVED_STORE_ENV, serve_store
 from slime_core.rollout_batch import RolloutBatch, dp_rank_indices
 from slime_core.weight_bucket import WeightBucket
@@ -65,6 +66,11 @@ class TrainRank(Protocol):
 
     def weight_version(self) -> int:
         """How many optimizer updates the weights have seen (0 = the loaded checkpoint)."""
+
+    def nonfinite_weights(self) -> list[str]:
+        """The names of this rank's parameters (its shards of them) that hold a NaN or an
+        infinity (`slime_core.rank_step.nonfinite_parameters`); the loop asks before every
+        weight update and checkpoint."""
 
     def save(self, rollout_id: int) -> str:
         """Write a checkpoint under ``--save`` atomically; returns its directory."""
@@ -135,6 +141,17 @@ class TrainGroup:
 
     def weight_version(self) -> int:
         return self.call("weight_version")[0]
+
+    def check_finite_weights(self, action: str) -> None:
+        """Raise `NonFiniteError` instead of ``action`` (a weight update, a checkpoint) when a
+        rank holds a parameter that is NaN or infinite: such weights never leave the trainer."""
+        names = sorted({name for names in self.call("nonfinite_weights") for name in names})
+        if names:
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            raise NonFiniteError(
+                f"refusing to {action}: {len(names)} of the trainer's parameters hold NaN or infinite values ({shown}); "
+                "steps with a non-finite gradient are skipped, so something else wrote them (a hook, a loaded "
+                "checkpoint, --lr). Fix that and resume from the last checkpoint (--load)")
 
     def save(self, rollout_id: int) -> str:
         """A checkpoint under ``--save`` (every rank writes its part); its directory."""

@@ -107,4 +107,5 @@ class FSDPCriticRank(FSDPTrainRank):
             for key, value in (("value_loss", loss), ("value_clipfrac", reduce_loss(clipfrac, rows(mask), denominators))):
                 totals[key] = totals.get(key, 0.0) + value.item()
         metrics = sum_over_ranks(totals)
-        return {**metrics, "critic_grad_norm": self._apply_gradients()}
+        metrics["critic_grad_norm"] = self._apply_gradients(metrics, loss_key="value_loss")
+        return metrics

@@ -15,7 +15,8 @@ import torch
 
 from slime_core.checkpoint_dir import is_megatron_checkpoint, resume_checkpoint, starts_from_ref_load
 from slime_core.process_group import init_default_group
-from slime_core.rank_step import RankStep, RolloutSteps, StepTensors, check_prompts, memory_gib, pad_rows, sum_over_ranks
+from slime_core.rank_step import (RankStep, RolloutSteps, StepTensors, check_prompts, memory_gib, nonfinite_parameters,
+                                  pad_rows, sum_over_ranks)
 from slime_core.rollout_batch import RolloutBatch
 from slime_core.weight_bucket import WeightBucket
 from slime_fsdp import checkpoint, inputs, weights
@@ -149,18 +150,21 @@ class FSDPTrainRank:
             for key, value in self._backward(batch, micro_indices, data, denominators).items():
                 totals[key] = totals.get(key, 0.0) + value
         metrics = sum_over_ranks(totals)
-        metrics.update(lr=self.scheduler.get_last_lr()[0], grad_norm=self._apply_gradients())
+        metrics.update(lr=self.scheduler.get_last_lr()[0])
+        metrics["grad_norm"] = self._apply_gradients(metrics)
         return metrics
 
-    def _apply_gradients(self) -> float:
+    def _apply_gradients(self, metrics: dict[str, float], loss_key: str = "loss") -> float:
         """Clip the accumulated gradients to ``--clip-grad``, step the optimizer and the LR
-        schedule, clear the gradients; returns the norm before clipping."""
+        schedule unless the step is skipped for a non-finite loss or norm (`RankStep.apply_step`
+        marks ``metrics``), clear the gradients; returns the norm before clipping."""
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad)
-        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-        self.optimizer.step()
+        grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+        if self.step.apply_step(metrics, grad_norm, loss_key):
+            self.optimizer.step()
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
-        return float(grad_norm)
+        return grad_norm
 
     def _backward(self, batch, indices, data, denominators) -> dict[str, float]:
         """Forward and backward of one micro-batch; its contribution to the step's metrics."""
@@ -205,6 +209,10 @@ class FSDPTrainRank:
     def weight_buckets(self, bucket_bytes: int) -> int:
         self._buckets = weights.plan_buckets(self.model, bucket_bytes)
         return len(self._buckets)
+
+    def nonfinite_weights(self) -> list[str]:
+        """The parameters whose shard on this rank holds a NaN or an infinity."""
+        return nonfinite_parameters(self.model.named_parameters())
 
     def export_bucket(self, index: int) -> WeightBucket | None:
         bucket = weights.gather_bucket(self.model, self._buckets[index], keep=self.rank == 0)

@@ -44,8 +44,8 @@ import torch.distributed as dist
 
 from slime_core.algorithms import nucleus_keep_mask
 from slime_core.checkpoint_dir import is_megatron_checkpoint, megatron_checkpoint, resume_checkpoint, starts_from_ref_load
-from slime_core.rank_step import (RankStep, RolloutSteps, SampleLogits, StepTensors, check_prompts, memory_gib, pad_rows,
-                                  sum_over_ranks)
+from slime_core.rank_step import (RankStep, RolloutSteps, SampleLogits, StepTensors, check_prompts, memory_gib,
+                                  nonfinite_parameters, pad_rows, sum_over_ranks)
 from slime_core.rollout_batch import RolloutBatch
 from slime_core.weight_bucket import WeightBucket
 from slime_megatron import export, inputs, offload, schedule, swap
@@ -244,10 +244,21 @@ class MegatronTrainRank:
             for key, value in result.items():
                 totals[key] = totals.get(key, 0.0) + value
         metrics = sum_over_ranks(totals, self.step.group)
-        _, grad_norm, _ = self.optimizer.step()  # clips to --clip-grad; the norm before clipping
-        self.updates += 1
-        metrics.update(lr=self.optimizer.param_groups[0]["lr"], grad_norm=float(grad_norm))
+        metrics["lr"] = self.optimizer.param_groups[0]["lr"]
+        metrics["grad_norm"] = self._apply_gradients(metrics)
         return metrics
+
+    def _apply_gradients(self, metrics: dict[str, float]) -> float:
+        """One update, clipped to ``--clip-grad``, unless the step's loss or gradient norm is
+        not finite (`RankStep.apply_step` decides on every rank and marks ``metrics``): the norm
+        is computed before the update, which computes it again as it clips (THUDM slime's way
+        of skipping such steps); the norm before clipping."""
+        self.optimizer.prepare_grads()
+        grad_norm = float(self.optimizer.get_grad_norm())
+        if self.step.apply_step(metrics, grad_norm):
+            self.optimizer.step()
+            self.updates += 1
+        return grad_norm
 
     def _loss(self, micro: inputs.MicroBatch, logits: torch.Tensor, data: StepTensors, denominators, scale: int):
         """The schedule's loss function: this micro-batch's loss (scaled, see the module
@@ -307,6 +318,10 @@ class MegatronTrainRank:
         dist.broadcast_object_list(count, src=0)
         self._buckets = self._buckets or [[] for _ in range(count[0])]
         return count[0]
+
+    def nonfinite_weights(self) -> list[str]:
+        """The parameters whose shard on this rank holds a NaN or an infinity."""
+        return nonfinite_parameters(self.model.named_parameters())
 
     def export_bucket(self, index: int) -> WeightBucket | None:
         bucket, self._buckets[index] = self._buckets[index], []  # served once: free it

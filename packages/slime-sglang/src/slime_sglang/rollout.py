@@ -34,6 +34,7 @@ from slime_core.engine import TOP_P_REPLAY_PARAM, SamplingParams
 from slime_core.filters import RolloutProgress
 from slime_core.rollout_parts import RolloutParts
 from slime_core.rollout_result import RolloutResult
+from slime_core.run_error import RunError
 from slime_core.sample import Sample, SampleStatus
 from slime_sglang.generate import generate_group_resilient, generate_produced, generate_sample
 
@@ -85,6 +86,7 @@ class _Rollout:
         self.accepted: list[list[Sample]] = []
         self.finished: list[list[Sample]] = []  # every group generated to the end, kept or not
         self.counts = {"filtered": 0, "submitted": 0, "aborted": 0, "failed_reward": 0, "surplus": 0, "regenerated": 0}
+        self.reward_failure = ""  # the last failed sample's error, for the message when too many fail
 
     async def run(self) -> RolloutResult:
         start = time.perf_counter()
@@ -115,6 +117,11 @@ class _Rollout:
             return
         limit = self.config.dynamic_sampling_max_groups
         if limit and self.counts["submitted"] + count > limit * self.target:
+            if self.counts["failed_reward"] > self.counts["filtered"]:
+                raise RunError(
+                    f"{self.counts['submitted']} groups were generated for a rollout of {self.target} and "
+                    f"{self.counts['failed_reward']} had a sample whose reward failed, the last: {self.reward_failure}. "
+                    "Fix the reward function, or give such samples a reward with --rm-failure-reward")
             raise RuntimeError(
                 f"{self.counts['submitted']} groups were generated for a rollout of {self.target} and the filter kept "
                 f"{len(self.accepted)}: the dynamic-sampling filter rejects almost everything. Check the rewards "
@@ -198,8 +205,10 @@ class _Rollout:
             self._hand_back([group])
             return
         self.finished.append(group)
-        if any(sample.status == SampleStatus.FAILED for sample in group):
+        failed = [sample for sample in group if sample.status == SampleStatus.FAILED]
+        if failed:
             self.counts["failed_reward"] += 1
+            self.reward_failure = f"{failed[0].error} on {failed[0].describe()}"
             return
         keep = self.parts.group_filter
         progress = RolloutProgress(needed=self.target, accepted=len(self.accepted), in_flight=in_flight)

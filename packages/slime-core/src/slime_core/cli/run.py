@@ -12,6 +12,7 @@ from slime_core.data.checks import prompt_length_problems, record_problems
 from slime_core.loop.trackers import TrackerError, tracker_problems
 from slime_core.plugins.custom_paths import apply_custom_paths
 from slime_core.preflight import preflight_problems
+from slime_core.run_error import RunError
 
 
 def run_command(argv: list[str], plugins) -> int:
@@ -42,6 +43,9 @@ def run_command(argv: list[str], plugins) -> int:
         return 2
     except CheckpointError as exc:  # a save that failed, a checkpoint refused (raised in a train rank: Ray's wrapper)
         print(f"slime run: {getattr(exc, 'cause', None) or exc}", file=sys.stderr)
+        return 1
+    except RunError as exc:  # e.g. a NaN reward, a reward that always fails: the message names it and the fix
+        print(f"slime run: {exc}", file=sys.stderr)
         return 1
 
 

@@ -102,6 +102,9 @@ def _reward(o: OptionSet) -> None:
     o.add("--rm-timeout", type=float, default=30.0, help="seconds one reward call may take", group=g)
     o.add("--rm-max-concurrency", type=int, default=64, help="reward calls in flight at once", group=g)
     o.add("--rm-failure-reward", type=float, default=None, help="reward for samples whose reward call failed (default: drop them)", group=g)
+    o.add("--drop-nonfinite-rewards", type=bool, default=False, group=g,
+          help="a reward that is NaN or infinite fails its sample, as one whose reward call raised (counted in "
+          "reward/non_finite), instead of stopping the run with an error naming the function and the sample")
     o.add("--reward-post-process", default=None, group=g,
           help="registered reward post-processor: fn(samples, config) -> (raw_rewards, rewards); the rewards are "
           "trained on as they are, instead of the estimator's group normalisation, and the raw ones are logged")
@@ -171,6 +174,14 @@ def _training(o: OptionSet) -> None:
     o.add("--adam-beta2", type=float, default=0.999, help="AdamW beta2", group=g)
     o.add("--adam-eps", type=float, default=1e-8, help="AdamW epsilon", group=g)
     o.add("--clip-grad", type=float, default=1.0, help="gradient-norm clipping", group=g)
+    o.add("--check-for-nan-in-loss-and-grad", type=bool, default=True, group=g,
+          help="an optimizer step whose loss or gradient norm is NaN or infinite is skipped on every rank (counted in "
+          "train/skipped_steps) and --max-consecutive-skipped-steps of them in a row stop the run; off "
+          "(--no-check-for-nan-in-loss-and-grad, slime's answer to NaN gradients): such steps are skipped and counted, "
+          "and never stop the run")
+    o.add("--max-consecutive-skipped-steps", type=int, default=3, group=g,
+          help="stop the run after this many optimizer steps in a row were skipped for a non-finite loss or gradient "
+          "norm (1: at the first, as Megatron-LM)")
     o.add("--bf16", type=bool, default=False, help="bf16 compute with float32 master weights", group=g)
     o.add("--use-dynamic-batch-size", type=bool, default=False, help="pack micro-batches up to --max-tokens-per-gpu tokens", group=g)
     o.add("--max-tokens-per-gpu", type=int, default=None, help="token budget of a packed micro-batch", group=g)

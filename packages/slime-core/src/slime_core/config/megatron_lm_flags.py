@@ -75,7 +75,6 @@ MEGATRON_LM_FLAGS: tuple[Accepted, ...] = (
     Accepted("--accumulate-allreduce-grads-in-fp32",
              reason="gradients are reduced and accumulated in float32 already (float32 master weights with --bf16)"),
     Accepted("--attention-softmax-in-fp32", reason="the attention softmax runs in float32 already"),
-    Accepted("--no-check-for-nan-in-loss-and-grad", reason="there is no NaN check of the loss to turn off"),
     Accepted("--deterministic-mode", reason="deterministic kernels are not forced; --seed fixes the random state"),
     Accepted("--fp8-format", type=str, reason=_FP8),
     Accepted("--fp8-recipe", type=str, reason=_FP8),

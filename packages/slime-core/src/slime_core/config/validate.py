@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from slime_core.config.accepted_flags import architecture_problems
@@ -25,6 +26,7 @@ def validate(config: Config, options: OptionSet) -> list[str]:
     errors += _check_resume(config)
     errors += _check_top_p(config)
     errors += _check_context_len(config)
+    errors += _check_nonfinite(config)
     errors += architecture_problems(config)
     return errors
 
@@ -91,6 +93,19 @@ def _check_fault_tolerance(config: Config) -> list[str]:
     if config.get("rollout_external_engine_addrs"):
         errors.append("--use-fault-tolerance restarts the engines slime started; engines given by "
                       "--rollout-external-engine-addrs are not slime's to restart (drop one of the two options)")
+    return errors
+
+
+def _check_nonfinite(config: Config) -> list[str]:
+    """A default reward that is itself NaN, and a skip limit that could never stop a run."""
+    errors = []
+    failure_reward = config.get("rm_failure_reward")
+    if failure_reward is not None and not math.isfinite(failure_reward):
+        errors.append(f"--rm-failure-reward {failure_reward}: failed samples would be trained on a non-finite reward; "
+                      "give a finite number")
+    limit = config.get("max_consecutive_skipped_steps")
+    if limit is not None and limit < 1:
+        errors.append(f"--max-consecutive-skipped-steps must be at least 1, got {limit}")
     return errors
 
 

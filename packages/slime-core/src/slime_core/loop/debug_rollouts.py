@@ -59,6 +59,10 @@ class ReplayedRollouts:
             future.set_exception(exc)
         return future
 
+    def reward_metrics(self) -> dict[str, int]:
+        """Replayed samples are scored already: no reward calls to count."""
+        return {}
+
     def state_dict(self) -> dict:
         return {}
 

@@ -24,7 +24,9 @@ from slime_core.loop.rollouts import ROLLOUT_SECONDS
 from slime_core.loop.run_dir import RunDir
 from slime_core.loop.runtime import ray_runtime
 from slime_core.loop.sample_filters import SampleFilters
+from slime_core.nonfinite import SkippedSteps
 from slime_core.rollout_batch import train_batch
+from slime_core.run_error import RunError
 
 
 def run(config, plugins) -> int:
@@ -41,6 +43,9 @@ def run(config, plugins) -> int:
         status = "completed"
     except KeyboardInterrupt:
         status = "interrupted"
+        raise
+    except RunError as exc:  # `slime run` prints it; slime.log keeps it with the run
+        run_dir.log_error(f"slime run: {exc}")
         raise
     finally:
         run_dir.close(status)
@@ -80,6 +85,8 @@ class Run:
         self.config, self.plugins, self.run_dir = config, plugins, run_dir
         self.sample_filters = SampleFilters.from_config(config, plugins)
         self.monitor = None  # slime_core.loop.fault_tolerance.EngineMonitor with --use-fault-tolerance
+        self.skipped_steps = SkippedSteps(config.max_consecutive_skipped_steps if config.check_for_nan_in_loss_and_grad
+                                          else None)
         self.source_states: dict[int, dict] = {}  # the data source as it was before each rollout started
         self._stack = ExitStack()
 
@@ -132,6 +139,7 @@ class Run:
         filtered = self.sample_filters.apply(groups)  # before the batch: it zeroes loss masks
         batch = train_batch(in_prompt_order(groups), self.config, self.plugins)
         metrics = {**self.rollout_log(rollout_id, result, groups, batch), **timings, **filtered,
+                   **self.parts.rollouts.reward_metrics(),
                    "rollout/stale_groups_dropped": float(dropped),
                    "rollout/staleness_max": float(max((staleness(g, self.version) for g in groups), default=0))}
         trainer, critic, weights = self.parts.trainer, self.parts.critic, self.parts.weights
@@ -148,6 +156,7 @@ class Run:
         seconds = time.perf_counter() - start
         tokens = sum(len(t) for t in batch.tokens)
         metrics.update({f"train/{k}": v for k, v in train.items()})
+        metrics.update(self.skipped_steps.metrics())
         metrics.update({"time/train": seconds, "perf/train_tokens_per_second": tokens / max(seconds, 1e-9),
                         "perf/tokens": float(tokens), "weight_version": float(self.version)})
         return metrics
@@ -168,6 +177,7 @@ class Run:
         metrics: dict[str, float] = {}
         yield metrics
         self.plugins.after_train_step(rollout_id, step, metrics)
+        self.skipped_steps.record(rollout_id, step, metrics)  # stops the run after too many in a row
 
     def update_weights(self, rollout_id: int) -> dict[str, float]:
         weights = self.parts.weights
@@ -223,8 +233,12 @@ class Run:
     def save(self, rollout_id: int) -> None:
         """Every role's checkpoint of ``rollout_id`` (`slime_core.checkpoint_dir`): the rollout
         state first, then the critic's, then the policy's, whose pointer file, written last,
-        makes the set the latest; then ``--save-retain-count``'s pruning. A save that fails (a
-        full disk) stops the run with a `CheckpointError` naming the checkpoint left intact."""
+        makes the set the latest; then ``--save-retain-count``'s pruning. Weights that are not
+        finite are refused before anything is written; a save that fails (a full disk) stops the
+        run with a `CheckpointError` naming the checkpoint left intact."""
+        self.parts.trainer.check_finite_weights(f"save the checkpoint of rollout {rollout_id}")
+        if self.parts.critic is not None:
+            self.parts.critic.check_finite_weights(f"save the critic's checkpoint of rollout {rollout_id}")
         try:
             self._save_roles(rollout_id)
         except Exception as exc:  # noqa: BLE001 - any failure of a save ends the run the same way

@@ -28,7 +28,19 @@ class Progress:
                  f"{metrics.get('perf/tokens_per_second', 0.0):,.0f} tok/s",
                  f"ETA {_clock(eta)}"]
         evals = [f"{key[5:]} {value:.3f}" for key, value in metrics.items() if key.startswith("eval/") and key.endswith("/reward_mean")]
-        return "  ".join(parts + evals)
+        return "  ".join(parts + evals + _nonfinite(metrics))
+
+
+def _nonfinite(metrics: dict[str, float]) -> list[str]:
+    """What non-finite values cost so far, once they cost anything: optimizer steps skipped
+    (this rollout's, and in a row) and samples dropped for a non-finite reward (the run's)."""
+    out = []
+    if metrics.get("train/skipped_steps"):
+        out.append(f"SKIPPED {metrics['train/skipped_steps']:.0f} non-finite steps "
+                   f"({metrics.get('train/skipped_steps_in_a_row', 0.0):.0f} in a row)")
+    if metrics.get("reward/non_finite"):
+        out.append(f"dropped {metrics['reward/non_finite']:.0f} non-finite rewards so far")
+    return out
 
 
 def _clock(seconds: float) -> str:

@@ -78,6 +78,11 @@ class RolloutManager:
         result = self.run(self.eval_fn(self.config, self.parts, self.eval_datasets))
         return result if isinstance(result, EvalResult) else EvalResult(result)
 
+    def reward_metrics(self) -> dict[str, int]:
+        """The reward hub's counts so far (calls, failed, timed out, non-finite), logged with
+        every rollout whatever logs the rollout's own metrics."""
+        return self.parts.reward_hub.metrics()
+
     def state_dict(self) -> dict[str, Any]:
         """The data source's position and buffer (saved with every checkpoint)."""
         return self.parts.data_source.state_dict()

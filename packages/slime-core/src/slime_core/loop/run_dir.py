@@ -99,6 +99,11 @@ class RunDir:
         with (self.path / "slime.log").open("a") as out:
             out.write(line + "\n")
 
+    def log_error(self, line: str) -> None:
+        """Keep an error that ends the run in ``slime.log`` (the command prints it to stderr)."""
+        with (self.path / "slime.log").open("a") as out:
+            out.write(line + "\n")
+
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The records of a ``metrics.jsonl``, of a finished or a running run: a last line that

@@ -15,7 +15,8 @@ Engines are paused and their caches flushed around an update, so no request mixe
 versions inside one forward pass; generation resumes where it stopped. ``lock`` is held
 while the trainer's weights are read for an update (and, by the loop, while they change in a
 training step), so an engine replaced by the fault-tolerance monitor gets one consistent
-version (`push_to_engine`).
+version (`push_to_engine`). Weights that are not finite are never sent: the push raises
+``slime_core.nonfinite.NonFiniteError`` before the engines are paused.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class WeightSync:
                 self.run(one.close_weight_updates())
 
     def _push(self, engines, version: int) -> dict[str, float]:
+        self.trainer.check_finite_weights(f"push weight version {version} to the engines")
         start = time.perf_counter()
         self.run(engines.pause())
         try:

@@ -187,7 +187,7 @@ class EngineGroup:
         place = (lambda _: actor_options(index)) if actor_options else None
         for attempt in range(RESTART_ATTEMPTS):
             try:
-                (url,), (server,) = start_servers(config, command_fn, model_path, 1, place)
+                (url,), (server,) = start_servers(config, command_fn, model_path, 1, place, first_index=index)
                 break
             except EnginesLost:  # scheduled on a node that was being lost: Ray moves the bundle, then it starts
                 if attempt + 1 == RESTART_ATTEMPTS:

@@ -11,6 +11,7 @@ from slime_core.config.no_effect import no_effect_warnings
 from slime_core.loop.trackers import TrackerError, tracker_problems
 from slime_core.plugins.custom_paths import apply_custom_paths
 from slime_core.preflight import preflight_problems
+from slime_core.run_fault import RunFault
 
 
 def run_command(argv: list[str], plugins) -> int:
@@ -37,6 +38,9 @@ def run_command(argv: list[str], plugins) -> int:
     except TrackerError as exc:  # e.g. an online W&B run without a login
         print(f"slime run: {exc}", file=sys.stderr)
         return 2
+    except RunFault as exc:  # a part of the run failed; the message names it
+        print(f"slime run: {exc}", file=sys.stderr)
+        return 1
 
 
 def run_problems(config, plugins) -> list[str]:

@@ -25,22 +25,30 @@ from slime_core.loop.run_dir import RunDir
 from slime_core.loop.runtime import ray_runtime
 from slime_core.loop.sample_filters import SampleFilters
 from slime_core.rollout_batch import train_batch
+from slime_core.run_fault import stoppable, stopping_fault
 
 
 def run(config, plugins) -> int:
     """Run the loop to ``--num-rollout``; 0 when it finished. Ctrl-C or SIGTERM stop it
-    cleanly: every part (engines, router, train ranks, Ray) is shut down on the way out."""
+    cleanly: every part (engines, router, train ranks, Ray) is shut down on the way out, and
+    the run directory says ``interrupted`` (the run can be resumed from its last checkpoint);
+    a fault that a watcher finds (the Ray cluster lost, an engine failing) stops it with that
+    `slime_core.run_fault.RunFault` (``failed``)."""
     run_dir = RunDir.create(config, plugins)
     run_dir.log(f"slime run: writing to {run_dir.path}")
     plugins.before_run(config)
     _import_torch_before_ray()
     status = "failed"
     try:
-        with ray_runtime(config), _sigterm_as_interrupt(), Run(config, plugins, run_dir) as loop:
+        with stoppable(), ray_runtime(config), _sigterm_as_interrupt(), Run(config, plugins, run_dir) as loop:
             loop.train_async() if config.train_mode == "async" else loop.train_sync()
         status = "completed"
-    except KeyboardInterrupt:
-        status = "interrupted"
+    except BaseException as exc:
+        fault = stopping_fault()  # a watcher stopped the run (Ray lost, an engine failing): its message says why
+        if fault is not None:
+            raise fault from (None if isinstance(exc, KeyboardInterrupt) else exc)
+        if isinstance(exc, KeyboardInterrupt):
+            status = "interrupted"
         raise
     finally:
         run_dir.close(status)

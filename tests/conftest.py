@@ -38,14 +38,15 @@ def slime_run(ray_cluster, tiny_model_dir, tmp_path):
             "--rm-type", "digit_share", "--rollout-batch-size", "8", "--n-samples-per-prompt", "8",
             "--rollout-max-response-len", "8", "--lr", "5e-3", "--use-dynamic-batch-size", "--max-tokens-per-gpu", "2048"]
 
-    def run(*flags, output="run", hooks=()):
-        """``hooks``: more plugin objects (with ``@hookimpl`` methods) for this run."""
+    def run(*flags, output="run", hooks=(), code=0):
+        """``hooks``: more plugin objects (with ``@hookimpl`` methods) for this run; ``code``:
+        the exit code it must end with."""
         plugins = Plugins()
         extra = {"loop_test_rewards": _Rewards, **{f"loop_test_hooks_{i}": h for i, h in enumerate(hooks)}}
         for name, obj in extra.items():
             plugins.register_object(name, obj)
         try:
-            assert run_command([*base, "--output-dir", str(tmp_path / output), *flags], plugins) == 0
+            assert run_command([*base, "--output-dir", str(tmp_path / output), *flags], plugins) == code
         finally:
             for name in extra:
                 plugins.unregister(name)

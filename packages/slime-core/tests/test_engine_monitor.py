@@ -49,7 +49,7 @@ class Colocation:
 
 
 def _monitor(engines, weights, lines):
-    config = Config({"rollout_health_check_interval": 0.05, "rollout_health_check_timeout": 30.0,
+    config = Config({"use_fault_tolerance": True, "rollout_health_check_interval": 0.05, "rollout_health_check_timeout": 30.0,
                      "max_engine_restarts": 3})
     return EngineMonitor(config, engines, Router(), weights, Colocation(), run=None, version=lambda: 7,
                          log=lines.append).start()

@@ -90,8 +90,14 @@ class EngineGroup:
         return one
 
     def health_problem(self, index: int, timeout: float) -> str | None:
-        """Why engine ``index`` fails ``/health`` (died, hung, unhealthy), or None."""
-        return health_problem(self.urls[index], timeout)
+        """Why engine ``index`` fails ``/health`` (died, hung, unhealthy, with its answer), or
+        None; names the engine's log when this group started it."""
+        problem = health_problem(self.urls[index], timeout)
+        if problem is None or self._launch is None:
+            return problem
+        from slime_sglang.servers import engine_log
+
+        return f"{problem}; its log: {engine_log(self._launch[0], index, int(self.urls[index].rsplit(':', 1)[1]))}"
 
     # -- control calls, to every engine at once ---------------------------------------------
     async def pause(self) -> None:
@@ -258,4 +264,6 @@ def health_problem(url: str, timeout: float) -> str | None:
         return f"{url} gave no answer to /health within {timeout:g} s (hung)"
     except httpx.HTTPError as exc:
         return f"{url} did not answer /health ({type(exc).__name__}: died)"
-    return None if response.status_code == 200 else f"{url} answered /health with {response.status_code}"
+    if response.status_code == 200:
+        return None
+    return f"{url} answered /health with {response.status_code}: {response.text[:500]}"

@@ -87,7 +87,7 @@ class Run:
     def __init__(self, config, plugins, run_dir: RunDir):
         self.config, self.plugins, self.run_dir = config, plugins, run_dir
         self.sample_filters = SampleFilters.from_config(config, plugins)
-        self.monitor = None  # slime_core.loop.fault_tolerance.EngineMonitor with --use-fault-tolerance
+        self.monitor = None  # slime_core.loop.fault_tolerance.EngineMonitor, when the run has engines
         self.source_states: dict[int, dict] = {}  # the data source as it was before each rollout started
         self._stack = ExitStack()
 
@@ -184,7 +184,7 @@ class Run:
         self.parts.colocation.for_rollout()
         self.plugins.before_weight_update(rollout_id, self.version)
         push = lambda: weights.push(self.version)  # noqa: E731
-        metrics = self.monitor.after_replacements(push) if self.monitor else push()
+        metrics = self.monitor.after_replacements(push) if self.config.use_fault_tolerance else push()
         metrics["time/weight_update"] = metrics["weight_update/seconds"]
         if self.config.check_weight_update_equal:
             from slime_core.loop.weight_check import max_logprob_diff
@@ -201,7 +201,7 @@ class Run:
             metrics["time/save"] = _timed(self.save, rollout_id)[1]
         if self.parts.router is not None:
             metrics.update(self.parts.router.metrics())  # e.g. slime-router's `metrics` middleware
-        if self.monitor is not None:
+        if self.config.use_fault_tolerance:
             metrics.update(self.monitor.metrics())
         step = sum(v for k, v in metrics.items() if k.startswith("time/"))
         metrics["perf/step_seconds"] = step
@@ -261,7 +261,7 @@ class Run:
         try:
             self.parts = start_parts(self.config, self.plugins, self.run_dir, self._stack)
             self.start, self.version = self.parts.start, self.parts.version
-            if self.config.use_fault_tolerance and self.parts.engines is not None:
+            if self.parts.engines is not None:
                 self.monitor = self._stack.enter_context(self._monitored())
         except BaseException:
             self._stack.close()
@@ -275,7 +275,8 @@ class Run:
 
     @contextmanager
     def _monitored(self):
-        """The fault-tolerance monitor over the run's engines, stopped before them."""
+        """The monitor over the run's engines (replacing failed ones with --use-fault-tolerance,
+        else stopping the run), stopped before them."""
         from slime_core.loop.fault_tolerance import EngineMonitor
 
         from slime_core.loop.parts import placement_record

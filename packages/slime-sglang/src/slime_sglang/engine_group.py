@@ -15,8 +15,8 @@ place (``--use-fault-tolerance``: ``slime_core.loop.fault_tolerance``).
 Control calls (pause, weight updates, ...) go to every engine concurrently (with the run's
 token when it spans Ray nodes: ``slime_core.network``), each over a connection of its own
 made for the call, so one group serves any event loop (also one that ``asyncio.run`` makes
-per phase). A call that fails on some engine raises that engine's
-`EngineError` once every engine has answered.
+per phase), and may take `CONTROL_TIMEOUT_S` at most. A call that fails on some engine raises
+that engine's `EngineError` once every engine has answered.
 """
 
 from __future__ import annotations
@@ -34,6 +34,10 @@ from slime_sglang.client import EngineClient
 from slime_sglang.servers import EnginesLost, start_servers, stop_servers
 
 HEALTH_TIMEOUT_S = 5.0  # an external engine must answer /health within this
+#: Seconds one control call (pause, a weight bucket, loading weights from disk, joining a
+#: broadcast group) may take before it fails naming the engine and the endpoint: the longest
+#: of them, a large model's weights loaded from disk, takes a few minutes.
+CONTROL_TIMEOUT_S = 600.0
 RESTART_ATTEMPTS, RESTART_WAIT_S = 10, 3.0  # a lost node: Ray declares it dead within ~30 s by default
 
 
@@ -42,12 +46,12 @@ class EngineGroup:
 
     transports = WEIGHT_TRANSPORTS  # the CPU engine's (and external engines', unknown) weight transports
 
-    def __init__(self, urls: list[str], servers: list | None = None, request_timeout: float | None = None,
+    def __init__(self, urls: list[str], servers: list | None = None, request_timeout: float | None = CONTROL_TIMEOUT_S,
                  launch: tuple | None = None, ranks_per_engine: int = 1, network: Network | None = None):
         self.urls = list(urls)
         self._network = network or Network()  # the run's: its token and where a broadcast group listens
         self._servers = list(servers or [])  # Ray actors of the servers this group started
-        self._request_timeout = request_timeout  # seconds per control call (None: no limit)
+        self._request_timeout = request_timeout  # seconds per control call
         self._launch = launch  # (config, command_fn, model_path, actor_options) of started engines
         self._ranks_per_engine = ranks_per_engine  # ranks of one engine in a broadcast group (its TP size on GPUs)
         self._broadcaster = None  # slime_sglang.weight_broadcast.WeightBroadcaster, once a broadcast update ran

@@ -89,9 +89,9 @@ def test_a_hung_engine_scheduler_is_replaced_with_fault_tolerance(slime_run, tin
     scheduler, so the health check times out, the monitor replaces the engine, and the run
     finishes with every sample."""
     fault = AtRollout1(hang_scheduler(tiny_model_dir))
-    records = slime_run(*WATCHED, "--use-fault-tolerance", "--num-rollout", "3", hooks=[fault])
+    records = slime_run(*WATCHED, "--use-fault-tolerance", "--num-rollout", "2", hooks=[fault])
     assert len(fault.hit) == 1
-    assert [r["rollout_id"] for r in records] == [0, 1, 2] and all(r["rollout/samples"] == 64 for r in records)
+    assert [r["rollout_id"] for r in records] == [0, 1] and all(r["rollout/samples"] == 64 for r in records)
     assert sum(r["fault/engine_restarts"] for r in records) == 1
     run_dir = slime_run.tmp_path / "run"
     assert "[fault tolerance] engine 0 failed (http://" in (run_dir / "slime.log").read_text()

@@ -242,8 +242,9 @@ class RankLost(RunFault):
 def _dead_actor(error) -> str:
     """Where a dead actor ran and why Ray says it died, from Ray's message: ``pid P on IP:
     <Ray's first sentence on the cause>``."""
-    fields = dict(line.strip().split(": ", 1) for line in str(error).splitlines() if line.strip().startswith(("pid:", "ip:")))
-    cause = next((line.strip() for line in str(error).splitlines() if "is dead because" in line), "")
+    lines = [line.strip() for line in str(error).splitlines()]
+    fields = dict(line.split(": ", 1) for line in lines if line.startswith(("pid: ", "ip: ")))
+    cause = next((line for line in lines if "is dead because" in line), "")
     where = f"pid {fields.get('pid', '?')} on {fields.get('ip', '?')}"
     return f"{where}: {cause.split('. ')[0].rstrip('.')}" if cause else where
 

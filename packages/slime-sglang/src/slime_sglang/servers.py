@@ -5,7 +5,8 @@ kind, a registered rollout engine (``sglang``: ``python -m sglang.launch_server`
 actor's GPUs with every ``--sglang-*`` option passed through; ``cpu``: ``slime engine
 serve``; a plugin's: ``command(config, model_path, port) -> argv``, called with ``host=`` the
 node's IP and ``api_key=`` the run's token as well when the run spans nodes); `wait_healthy`
-waits until ``/health`` answers, `shutdown` stops it. The server dies with its actor: it runs in
+waits until ``/health`` answers, `shutdown` stops it; its output goes to `engine_log` (in the
+run directory). The server dies with its actor: it runs in
 its own process group and gets SIGTERM from the kernel when the actor's process exits
 (``PR_SET_PDEATHSIG``), so a crashed run leaves no orphan server behind. `start_servers`
 starts a run's engines side by side and `stop_servers` stops them (``slime_sglang.engine_group``).
@@ -135,8 +136,9 @@ def _last_line(path: Path) -> str:
 def start_servers(config, command_fn, model_path: str, count: int, actor_options=None,
                   first_index: int = 0) -> tuple[list[str], list]:
     """Start ``count`` `EngineServer` actors side by side (engines ``first_index`` ... of the
-    run); their URLs and actors once all are healthy. The CPU engine takes no GPU; every other engine ``--rollout-num-gpus-per-engine``;
-    ``actor_options(index) -> dict`` (the run's placement) overrides that per engine.
+    run); their URLs and actors once all are healthy. The CPU engine takes no GPU; every other
+    engine ``--rollout-num-gpus-per-engine``; ``actor_options(index) -> dict`` (the run's
+    placement) overrides that per engine.
     If one does not come up, all are stopped and the error names each that failed."""
     import ray
 

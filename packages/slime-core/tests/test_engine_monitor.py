@@ -48,8 +48,8 @@ class Colocation:
     enabled = False
 
 
-def _monitor(engines, weights, lines):
-    config = Config({"rollout_health_check_interval": 0.05, "rollout_health_check_timeout": 30.0,
+def _monitor(engines, weights, lines, fault_tolerance=True):
+    config = Config({"use_fault_tolerance": fault_tolerance, "rollout_health_check_interval": 0.05, "rollout_health_check_timeout": 30.0,
                      "max_engine_restarts": 3})
     return EngineMonitor(config, engines, Router(), weights, Colocation(), run=None, version=lambda: 7,
                          log=lines.append).start()
@@ -92,3 +92,28 @@ def test_an_engine_that_answers_again_while_a_weight_update_held_it_up_is_kept()
     finally:
         monitor.stop()
     assert monitor.restarts == 0 and not engines.restarted.is_set() and weights.pushed == []
+
+
+def test_without_fault_tolerance_a_failed_engine_stops_the_run_naming_it(monkeypatch):
+    """The monitor watches every run: without --use-fault-tolerance it replaces nothing and
+    stops the run (`stop_run`) with the engine's index and problem."""
+    from slime_core import run_fault
+    from slime_core.loop.fault_tolerance import EngineFailed
+    from slime_core.run_fault import stoppable, stopping_fault
+
+    monkeypatch.setattr(run_fault, "_fault", None)  # and back afterwards
+
+    engines, weights, lines = Engines(), Weights(), []
+    with stoppable():  # in the main thread: the monitor's stop interrupts it, as the driver's
+        monitor = _monitor(engines, weights, lines, fault_tolerance=False)
+        try:
+            engines.hung = True
+            time.sleep(10)  # interrupted
+        except KeyboardInterrupt:
+            pass
+        finally:
+            monitor.stop()
+    fault = stopping_fault()
+    assert isinstance(fault, EngineFailed) and not engines.restarted.is_set()
+    assert str(fault) == ("rollout engine 0 failed: gave no answer to /health within 30 s (hung). The run stopped; "
+                          "--use-fault-tolerance replaces failed engines")

@@ -37,12 +37,15 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from slime_core import ray_watch
 from slime_core.network import Network, gloo_interface
 from slime_core.train_backend import cpu_thread_options
 
 #: Colocated on a GPU: the share each side asks Ray for (they never run at the same time).
 COLOCATED_TRAIN_GPU, COLOCATED_ENGINE_GPU = 0.6, 0.3
 RESERVE_TIMEOUT_S = 120.0
+#: How long stopping a run waits for Ray to give its bundles back (it takes milliseconds).
+RELEASE_TIMEOUT_S = 10.0
 #: What a bundle asks of a ``--*-node-resource``: a node started with ``{NAME: 1}`` holds 10,000 such bundles.
 NODE_RESOURCE_SHARE = 0.0001
 
@@ -158,10 +161,16 @@ class Placement:
         return {"num_cpus": 0, "num_gpus": gpus, "scheduling_strategy": self._bundle(bundle)}
 
     def release(self) -> None:
+        """Give the bundles back, waiting at most `RELEASE_TIMEOUT_S`: once Ray's GCS is gone,
+        ``remove_placement_group`` blocks for minutes (a lost cluster: not asked at all)."""
         import ray
 
-        for group in self.groups:
-            ray.util.remove_placement_group(group)
+        if not self.groups or ray_watch.lost():
+            return
+        if not ray_watch.bounded(lambda: [ray.util.remove_placement_group(group) for group in self.groups],
+                                 RELEASE_TIMEOUT_S):
+            print(f"slime: Ray did not release the run's placement groups within {RELEASE_TIMEOUT_S:.0f} s (is its "
+                  f"GCS at {ray.get_runtime_context().gcs_address} alive?); going on", flush=True)
 
     def _bundle(self, index: int):
         """The scheduling strategy that puts an actor in the run's bundle ``index``."""

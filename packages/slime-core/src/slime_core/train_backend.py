@@ -20,11 +20,14 @@ from slime_core.network import LOOPBACK
 from slime_core.nonfinite import NonFiniteError
 from slime_core.process_group import SERVED_STORE_ENV, serve_store
 from slime_core.rollout_batch import RolloutBatch, dp_rank_indices
+from slime_core.run_fault import RunFault
 from slime_core.weight_bucket import WeightBucket
 
 #: Which model a log-prob pass uses: the policy being trained, the frozen reference
 #: (KL loss / KL penalty) or the distillation teacher.
 LOG_PROB_MODELS = ("actor", "ref", "teacher")
+#: After a rank's call failed, how long to wait for Ray to report a rank's death (`TrainGroup._lost_rank`).
+LOST_RANK_WAIT_S = 10.0
 
 
 class TrainRank(Protocol):
@@ -125,15 +128,46 @@ class TrainGroup:
 
     def call(self, method: str, *args) -> list[Any]:
         """``method(*args)`` on every rank; the results in rank order."""
-        return self._gather([rank.call.remote(method, *args) for rank in self.ranks])
+        return self._gather([rank.call.remote(method, *args) for rank in self.ranks], method)
 
-    def _gather(self, calls: list) -> list[Any]:
-        """The results of calls made with ``.remote`` (Ray object refs, or in-process values)."""
+    def _gather(self, calls: list, method: str) -> list[Any]:
+        """The results of calls made with ``.remote`` (Ray object refs, or in-process values).
+        A failure is raised as soon as one rank fails, without waiting for its peers, which may
+        wait for it in a collective for ever; a rank that died stops the run as `RankLost`."""
         if self.ranks and isinstance(self.ranks[0], _InProcessRank):
             return list(calls)
         import ray
 
+        pending = list(calls)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(done)
+            except ray.exceptions.RayError:
+                lost = self._lost_rank(calls, method)
+                if lost is None:
+                    raise
+                raise lost from None
         return ray.get(calls)
+
+    def _lost_rank(self, calls: list, method: str) -> RankLost | None:
+        """After a call failed: the error naming a rank that died, if one did. A dead rank's
+        peers may fail first (their connection to it closed), so Ray is given `LOST_RANK_WAIT_S`
+        to report the death itself."""
+        import ray
+
+        ready, _ = ray.wait(calls, num_returns=len(calls), timeout=LOST_RANK_WAIT_S)
+        for rank, call in enumerate(calls):
+            try:
+                if call in ready:
+                    ray.get(call)
+            except ray.exceptions.RayActorError as exc:
+                return RankLost(f"train rank {rank} of {self.num_ranks} ({_dead_actor(exc)}) died during {method}. "
+                                "The run stopped: a lost train rank is not replaced (--use-fault-tolerance replaces "
+                                "rollout engines only); resume from the last checkpoint with --load")
+            except ray.exceptions.RayError:
+                continue
+        return None
 
     def init(self) -> dict[str, Any]:
         """Load (or resume) every rank; ``{"rollout_id": next rollout, "weight_version": int}``."""
@@ -180,7 +214,7 @@ class TrainGroup:
         """Each rank computes ``method`` on its share; the answers put back in batch order."""
         shares = dp_rank_indices(batch, self.num_ranks)
         calls = [rank.call.remote(method, batch.select(share), *args) for rank, share in zip(self.ranks, shares)]
-        results = self._gather(calls)
+        results = self._gather(calls, method)
         out: list[list[float]] = [[] for _ in range(len(batch))]
         for share, result in zip(shares, results):
             for index, log_probs in zip(share, result):
@@ -194,7 +228,7 @@ class TrainGroup:
         reads after the step, which is filled with the step's metrics."""
         shares = dp_rank_indices(batch, self.num_ranks)
         steps = self._gather([rank.call.remote("start_train", rollout_id, batch.select(share))
-                              for rank, share in zip(self.ranks, shares)])[0]
+                              for rank, share in zip(self.ranks, shares)], "start_train")[0]
         for step in range(steps):
             with on_step(step) if on_step else nullcontext({}) as metrics:
                 metrics.update(self.call("train_step", step)[0])
@@ -205,7 +239,7 @@ class TrainGroup:
         call each (critic ranks have no step hooks); the global-batch metrics."""
         shares = dp_rank_indices(batch, self.num_ranks)
         return self._gather([rank.call.remote("train", rollout_id, batch.select(share))
-                             for rank, share in zip(self.ranks, shares)])[0]
+                             for rank, share in zip(self.ranks, shares)], "train")[0]
 
     def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]:
         """The weights in Hugging Face names and shapes, one bucket at a time (iterate a
@@ -220,6 +254,20 @@ class TrainGroup:
 
             for rank in ranks:
                 ray.kill(rank)
+
+
+class RankLost(RunFault):
+    """A train rank's process died (or its node was lost); the message names the rank."""
+
+
+def _dead_actor(error) -> str:
+    """Where a dead actor ran and why Ray says it died, from Ray's message: ``pid P on IP:
+    <Ray's first sentence on the cause>``."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    fields = dict(line.split(": ", 1) for line in lines if line.startswith(("pid: ", "ip: ")))
+    cause = next((line for line in lines if "is dead because" in line), "")
+    where = f"pid {fields.get('pid', '?')} on {fields.get('ip', '?')}"
+    return f"{where}: {cause.split('. ')[0].rstrip('.')}" if cause else where
 
 
 class RankProcess:

@@ -15,8 +15,8 @@ place (``--use-fault-tolerance``: ``slime_core.loop.fault_tolerance``).
 Control calls (pause, weight updates, ...) go to every engine concurrently (with the run's
 token: ``slime_core.network``), each over a connection of its own
 made for the call, so one group serves any event loop (also one that ``asyncio.run`` makes
-per phase). A call that fails on some engine raises that engine's
-`EngineError` once every engine has answered.
+per phase), and may take `CONTROL_TIMEOUT_S` at most. A call that fails on some engine raises
+that engine's `EngineError` once every engine has answered.
 """
 
 from __future__ import annotations
@@ -34,6 +34,10 @@ from slime_sglang.client import EngineClient
 from slime_sglang.servers import EnginesLost, start_servers, stop_servers
 
 HEALTH_TIMEOUT_S = 5.0  # an external engine must answer /health within this
+#: Seconds one control call (pause, a weight bucket, loading weights from disk, joining a
+#: broadcast group) may take before it fails naming the engine and the endpoint: the longest
+#: of them, a large model's weights loaded from disk, takes a few minutes.
+CONTROL_TIMEOUT_S = 600.0
 RESTART_ATTEMPTS, RESTART_WAIT_S = 10, 3.0  # a lost node: Ray declares it dead within ~30 s by default
 
 
@@ -42,12 +46,12 @@ class EngineGroup:
 
     transports = WEIGHT_TRANSPORTS  # the CPU engine's (and external engines', unknown) weight transports
 
-    def __init__(self, urls: list[str], servers: list | None = None, request_timeout: float | None = None,
+    def __init__(self, urls: list[str], servers: list | None = None, request_timeout: float | None = CONTROL_TIMEOUT_S,
                  launch: tuple | None = None, ranks_per_engine: int = 1, network: Network | None = None):
         self.urls = list(urls)
         self._network = network or Network()  # the run's: its token and where a broadcast group listens
         self._servers = list(servers or [])  # Ray actors of the servers this group started
-        self._request_timeout = request_timeout  # seconds per control call (None: no limit)
+        self._request_timeout = request_timeout  # seconds per control call
         self._launch = launch  # (config, command_fn, model_path, actor_options) of started engines
         self._ranks_per_engine = ranks_per_engine  # ranks of one engine in a broadcast group (its TP size on GPUs)
         self._broadcaster = None  # slime_sglang.weight_broadcast.WeightBroadcaster, once a broadcast update ran
@@ -90,8 +94,14 @@ class EngineGroup:
         return one
 
     def health_problem(self, index: int, timeout: float) -> str | None:
-        """Why engine ``index`` fails ``/health`` (died, hung, unhealthy), or None."""
-        return health_problem(self.urls[index], timeout)
+        """Why engine ``index`` fails ``/health`` (died, hung, unhealthy, with its answer), or
+        None; names the engine's log when this group started it."""
+        problem = health_problem(self.urls[index], timeout)
+        if problem is None or self._launch is None:
+            return problem
+        from slime_sglang.servers import engine_log
+
+        return f"{problem}; its log: {engine_log(self._launch[0], index, int(self.urls[index].rsplit(':', 1)[1]))}"
 
     # -- control calls, to every engine at once ---------------------------------------------
     async def pause(self) -> None:
@@ -187,7 +197,7 @@ class EngineGroup:
         place = (lambda _: actor_options(index)) if actor_options else None
         for attempt in range(RESTART_ATTEMPTS):
             try:
-                (url,), (server,) = start_servers(config, command_fn, model_path, 1, place)
+                (url,), (server,) = start_servers(config, command_fn, model_path, 1, place, first_index=index)
                 break
             except EnginesLost:  # scheduled on a node that was being lost: Ray moves the bundle, then it starts
                 if attempt + 1 == RESTART_ATTEMPTS:
@@ -258,4 +268,6 @@ def health_problem(url: str, timeout: float) -> str | None:
         return f"{url} gave no answer to /health within {timeout:g} s (hung)"
     except httpx.HTTPError as exc:
         return f"{url} did not answer /health ({type(exc).__name__}: died)"
-    return None if response.status_code == 200 else f"{url} answered /health with {response.status_code}"
+    if response.status_code == 200:
+        return None
+    return f"{url} answered /health with {response.status_code}: {response.text[:500]}"

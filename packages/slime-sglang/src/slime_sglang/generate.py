@@ -132,7 +132,9 @@ async def _retried(samples: list[Sample], attempt, config) -> int:
     replacement explains (`engine_fault_handled`: the sample waits for the fault-tolerance
     monitor's check and replacement) is tried again at once and counts against none of
     ``--generate-max-retries``, so a lost node cannot use them up; the others count, tried again
-    after 1, 2, 4 … 10 s. Returns how many times the samples were generated again."""
+    after 1, 2, 4 … 10 s. Without fault tolerance the failure is raised once the engine monitor
+    has checked the engines, so that a failed engine stops the run under its own name and
+    error rather than the router's. Returns how many times the samples were generated again."""
     fault_tolerant = bool(config.get("use_fault_tolerance"))
     before = copy.deepcopy(samples) if fault_tolerant else None
     again = counted = 0
@@ -141,9 +143,9 @@ async def _retried(samples: list[Sample], attempt, config) -> int:
             await attempt()
             return again
         except EngineUnavailable as exc:
+            replaced = await engine_fault_handled()  # without fault tolerance: a failed engine stops the run
             if not fault_tolerant:
                 raise
-            replaced = await engine_fault_handled()
             if not replaced:
                 if counted == config.generate_max_retries:
                     raise

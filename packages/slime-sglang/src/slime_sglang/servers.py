@@ -5,7 +5,8 @@ kind, a registered rollout engine (``sglang``: ``python -m sglang.launch_server`
 actor's GPUs with every ``--sglang-*`` option passed through, by `slime_sglang.sglang_server`;
 ``cpu``: ``slime engine serve``; a plugin's: ``command(config, model_path, port) -> argv``,
 called with ``host=`` the node's IP as well when the run spans nodes); `wait_healthy` waits
-until ``/health`` answers, `shutdown` stops it. The server dies with its actor: it runs in
+until ``/health`` answers, `shutdown` stops it; its output goes to `engine_log` (in the run
+directory). The server dies with its actor: it runs in
 its own process group and gets SIGTERM from the kernel when the actor's process exits
 (``PR_SET_PDEATHSIG``), so a crashed run leaves no orphan server behind. `start_servers`
 starts a run's engines side by side and `stop_servers` stops them (``slime_sglang.engine_group``).
@@ -70,11 +71,11 @@ class EngineServer:
     servers of a group start side by side and each failure comes back as a plain error.
     """
 
-    def __init__(self, config, command_fn, model_path: str):
+    def __init__(self, config, command_fn, model_path: str, index: int = 0):
         network = config.network
         if network.spans_nodes:
             network.use_node_interface_for_gloo()  # the server's weight-update group, over gloo on CPU
-        self._launch = (config, command_fn, model_path)
+        self._launch = (config, command_fn, model_path, index)
         self._start()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._exit_quietly)
@@ -82,14 +83,15 @@ class EngineServer:
     def _start(self) -> None:
         """Start the server on a port free now (this node's IP when the run spans nodes, else
         the loopback), with the run's keys in its environment."""
-        config, command_fn, model_path = self._launch
+        config, command_fn, model_path, index = self._launch
         network = config.network
         host = network.listen_host()
         self.port = ports.free_port(host)
         self.url = f"http://{host}:{self.port}"
         command = command_fn(config, model_path, self.port, **({"host": host} if network.spans_nodes else {}))
-        self.log_path = Path(os.environ.get("SLIME_ENGINE_LOG_DIR", "/tmp")) / f"slime-engine-{self.port}.log"
-        with open(self.log_path, "wb") as log:
+        self.log_path = engine_log(config, index, self.port)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:  # a replaced or restarted engine's log goes on after the last one's
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                             preexec_fn=die_with_parent, env={**os.environ, **network.key_env()})
 
@@ -141,6 +143,15 @@ class EngineServer:
             self.process.wait()
 
 
+def engine_log(config, index: int, port: int | None = None) -> Path:
+    """Where engine ``index`` writes its output: ``engines/engine_<index>.log`` in the run
+    directory (on the engine's node, when the run spans nodes); without one (an engine group
+    started outside ``slime run``), ``$SLIME_ENGINE_LOG_DIR`` (default /tmp), by port."""
+    if config.get("output_dir"):
+        return Path(config.output_dir) / "engines" / f"engine_{index}.log"
+    return Path(os.environ.get("SLIME_ENGINE_LOG_DIR", "/tmp")) / f"slime-engine-{port}.log"
+
+
 def _last_line(path: Path) -> str:
     """The last non-empty line of a log (at most 300 characters)."""
     with open(path, "rb") as log:
@@ -149,17 +160,19 @@ def _last_line(path: Path) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def start_servers(config, command_fn, model_path: str, count: int, actor_options=None) -> tuple[list[str], list]:
-    """Start ``count`` `EngineServer` actors side by side; their URLs and actors once all are
-    healthy. The CPU engine takes no GPU; every other engine ``--rollout-num-gpus-per-engine``;
-    ``actor_options(index) -> dict`` (the run's placement) overrides that per engine.
+def start_servers(config, command_fn, model_path: str, count: int, actor_options=None,
+                  first_index: int = 0) -> tuple[list[str], list]:
+    """Start ``count`` `EngineServer` actors side by side (engines ``first_index`` ... of the
+    run); their URLs and actors once all are healthy. The CPU engine takes no GPU; every other
+    engine ``--rollout-num-gpus-per-engine``; ``actor_options(index) -> dict`` (the run's
+    placement) overrides that per engine.
     If one does not come up, all are stopped and the error names each that failed."""
     import ray
 
     gpus = 0 if config.rollout_engine == "cpu" else config.rollout_num_gpus_per_engine
     actor_class = ray.remote(num_cpus=0, num_gpus=gpus)(EngineServer)
-    servers = [actor_class.options(**(actor_options(index) if actor_options else {})).remote(config, command_fn, model_path)
-               for index in range(count)]
+    servers = [actor_class.options(**(actor_options(index) if actor_options else {})).remote(
+        config, command_fn, model_path, first_index + index) for index in range(count)]
     urls, problems, lost = [], [], 0
     for index, ready in enumerate([server.wait_healthy.remote() for server in servers]):
         try:
@@ -179,17 +192,21 @@ class EnginesLost(RuntimeError):
     another node, starting it again can succeed."""
 
 
+#: Seconds `stop_servers` waits for the servers to stop (each is killed 10 s after SIGTERM).
+STOP_TIMEOUT_S = 30.0
+
+
 def stop_servers(servers: list) -> None:
-    """Stop the servers of `EngineServer` actors, then the actors."""
+    """Stop the servers of `EngineServer` actors, all at once, then the actors."""
     if not servers:
         return
     import ray
 
-    for stopping in [server.shutdown.remote() for server in servers]:
-        try:
-            ray.get(stopping, timeout=30)
-        except ray.exceptions.RayError:
-            pass  # the actor is gone already, and its server with it (it dies with its actor)
+    from slime_core import ray_watch
+
+    if not ray_watch.lost():  # a lost cluster: the servers die with their actors, which die with their raylet
+        stopping = [server.shutdown.remote() for server in servers]
+        ray.wait(stopping, num_returns=len(stopping), timeout=STOP_TIMEOUT_S)  # each waits 10 s, then kills
     for server in servers:
         ray.kill(server)
 

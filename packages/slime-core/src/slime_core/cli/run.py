@@ -44,7 +44,7 @@ def run_command(argv: list[str], plugins) -> int:
     except CheckpointError as exc:  # a save that failed, a checkpoint refused (raised in a train rank: Ray's wrapper)
         print(f"slime run: {getattr(exc, 'cause', None) or exc}", file=sys.stderr)
         return 1
-    except RunError as exc:  # e.g. a NaN reward, a reward that always fails: the message names it and the fix
+    except RunError as exc:  # a NaN reward, a lost Ray cluster, a failing engine: the message names it and the fix
         print(f"slime run: {exc}", file=sys.stderr)
         return 1
 

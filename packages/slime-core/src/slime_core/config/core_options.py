@@ -220,7 +220,7 @@ def _checkpoint(o: OptionSet) -> None:
 def _fault_tolerance(o: OptionSet) -> None:
     g = "Fault tolerance"
     o.add("--use-fault-tolerance", type=bool, default=False, help="replace rollout engines that die or hang (health-checked), bring them to the current weights, and generate their unfinished samples again", group=g)
-    o.add("--rollout-health-check-interval", type=float, default=10.0, help="seconds between two /health checks of every engine", group=g)
+    o.add("--rollout-health-check-interval", type=float, default=10.0, help="seconds between two /health checks of every engine (always; a failed engine stops the run unless --use-fault-tolerance replaces it)", group=g)
     o.add("--rollout-health-check-timeout", type=float, default=30.0, help="an engine that does not answer /health within this many seconds counts as hung", group=g)
     o.add("--max-engine-restarts", type=int, default=10, help="engine replacements before the run gives up", group=g)
     o.add("--generate-max-retries", type=int, default=8, help="times a sample whose engine failed is generated again (waiting 1, 2, 4 ... 10 s); a failure that an engine replacement explains (--use-fault-tolerance) is retried without counting", group=g)

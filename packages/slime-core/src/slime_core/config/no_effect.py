@@ -70,8 +70,6 @@ RULES: dict[str, tuple[Callable, str]] = {
     "micro_batch_size": (lambda c: not c.use_dynamic_batch_size,
                          "--use-dynamic-batch-size packs micro-batches by --max-tokens-per-gpu instead"),
     "eps_clip_c": (lambda c: c.loss_type != "sft_loss", "supervised training (--loss-type sft_loss) has no ratio to clip"),
-    "rollout_health_check_interval": (lambda c: c.use_fault_tolerance, "engines are health-checked with --use-fault-tolerance"),
-    "rollout_health_check_timeout": (lambda c: c.use_fault_tolerance, "engines are health-checked with --use-fault-tolerance"),
     "max_engine_restarts": (lambda c: c.use_fault_tolerance, "engines are replaced with --use-fault-tolerance"),
     "generate_max_retries": (lambda c: c.use_fault_tolerance, "samples are generated again with --use-fault-tolerance"),
     "mtp_loss_scaling_factor": (lambda c: c.get("enable_mtp_training"),

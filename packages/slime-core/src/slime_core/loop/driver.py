@@ -27,25 +27,33 @@ from slime_core.loop.sample_filters import SampleFilters
 from slime_core.nonfinite import SkippedSteps
 from slime_core.rollout_batch import train_batch
 from slime_core.run_error import RunError
+from slime_core.run_fault import stoppable, stopping_fault
 
 
 def run(config, plugins) -> int:
     """Run the loop to ``--num-rollout``; 0 when it finished. Ctrl-C or SIGTERM stop it
-    cleanly: every part (engines, router, train ranks, Ray) is shut down on the way out."""
+    cleanly: every part (engines, router, train ranks, Ray) is shut down on the way out, and
+    the run directory says ``interrupted`` (the run can be resumed from its last checkpoint);
+    a fault that a watcher finds (the Ray cluster lost, an engine failing) stops it with that
+    `slime_core.run_fault.RunFault` (``failed``)."""
     run_dir = RunDir.create(config, plugins)
     run_dir.log(f"slime run: writing to {run_dir.path}")
     plugins.before_run(config)
     _import_torch_before_ray()
     status = "failed"
     try:
-        with ray_runtime(config), _sigterm_as_interrupt(), Run(config, plugins, run_dir) as loop:
+        with stoppable(), ray_runtime(config), _sigterm_as_interrupt(), Run(config, plugins, run_dir) as loop:
             loop.train_async() if config.train_mode == "async" else loop.train_sync()
         status = "completed"
-    except KeyboardInterrupt:
-        status = "interrupted"
-        raise
-    except RunError as exc:  # `slime run` prints it; slime.log keeps it with the run
-        run_dir.log_error(f"slime run: {exc}")
+    except BaseException as exc:
+        fault = stopping_fault()  # a watcher stopped the run (Ray lost, an engine failing): its message says why
+        if fault is not None:
+            run_dir.log_error(f"slime run: {fault}")
+            raise fault from (None if isinstance(exc, KeyboardInterrupt) else exc)
+        if isinstance(exc, KeyboardInterrupt):
+            status = "interrupted"
+        elif isinstance(exc, RunError):  # `slime run` prints it; slime.log keeps it with the run
+            run_dir.log_error(f"slime run: {exc}")
         raise
     finally:
         run_dir.close(status)
@@ -84,7 +92,7 @@ class Run:
     def __init__(self, config, plugins, run_dir: RunDir):
         self.config, self.plugins, self.run_dir = config, plugins, run_dir
         self.sample_filters = SampleFilters.from_config(config, plugins)
-        self.monitor = None  # slime_core.loop.fault_tolerance.EngineMonitor with --use-fault-tolerance
+        self.monitor = None  # slime_core.loop.fault_tolerance.EngineMonitor, when the run has engines
         self.skipped_steps = SkippedSteps(config.max_consecutive_skipped_steps if config.check_for_nan_in_loss_and_grad
                                           else None)
         self.source_states: dict[int, dict] = {}  # the data source as it was before each rollout started
@@ -186,7 +194,7 @@ class Run:
         self.parts.colocation.for_rollout()
         self.plugins.before_weight_update(rollout_id, self.version)
         push = lambda: weights.push(self.version)  # noqa: E731
-        metrics = self.monitor.after_replacements(push) if self.monitor else push()
+        metrics = self.monitor.after_replacements(push) if self.config.use_fault_tolerance else push()
         metrics["time/weight_update"] = metrics["weight_update/seconds"]
         if self.config.check_weight_update_equal:
             from slime_core.loop.weight_check import max_logprob_diff
@@ -203,7 +211,7 @@ class Run:
             metrics["time/save"] = _timed(self.save, rollout_id)[1]
         if self.parts.router is not None:
             metrics.update(self.parts.router.metrics())  # e.g. slime-router's `metrics` middleware
-        if self.monitor is not None:
+        if self.config.use_fault_tolerance:
             metrics.update(self.monitor.metrics())
         step = sum(v for k, v in metrics.items() if k.startswith("time/"))
         metrics["perf/step_seconds"] = step
@@ -289,7 +297,7 @@ class Run:
         try:
             self.parts = start_parts(self.config, self.plugins, self.run_dir, self._stack)
             self.start, self.version = self.parts.start, self.parts.version
-            if self.config.use_fault_tolerance and self.parts.engines is not None:
+            if self.parts.engines is not None:
                 self.monitor = self._stack.enter_context(self._monitored())
         except BaseException:
             self._stack.close()
@@ -303,7 +311,8 @@ class Run:
 
     @contextmanager
     def _monitored(self):
-        """The fault-tolerance monitor over the run's engines, stopped before them."""
+        """The monitor over the run's engines (replacing failed ones with --use-fault-tolerance,
+        else stopping the run), stopped before them."""
         from slime_core.loop.fault_tolerance import EngineMonitor
 
         from slime_core.loop.parts import placement_record

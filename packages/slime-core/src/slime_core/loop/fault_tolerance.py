@@ -1,9 +1,13 @@
-"""``--use-fault-tolerance``: replace rollout engines that die or hang, and keep the run going.
+"""Watching a run's engines; with ``--use-fault-tolerance``, replacing those that die or hang.
 
 `EngineMonitor` is a background thread of the driver. Every ``--rollout-health-check-interval``
 seconds it asks the rollout backend about each engine (`Engines.health_problem`: for SGLang's
-API, ``/health``); an engine that died or gives no answer within
-``--rollout-health-check-timeout`` seconds (it hangs) is replaced:
+API, ``/health``, which the CPU engine answers only between two generation steps and with 503
+while every step fails). Without ``--use-fault-tolerance``, an engine that died, gives no
+answer within ``--rollout-health-check-timeout`` seconds (it hangs) or reports itself failing
+stops the run (`EngineFailed`, through `slime_core.run_fault.stop_run`: the rollout waiting on
+it would otherwise wait for ever, or fail with the router's "no available workers"), naming
+the engine, its answer and its log. With it, such an engine is replaced:
 
 1. the router stops sending it requests;
 2. the backend kills it and starts a fresh engine in its place (`Engines.restart`), on the
@@ -20,7 +24,8 @@ starts: a failure that a replacement explains costs the sample none of its
 ``--generate-max-retries``; only failures while every engine answers ``/health`` count. So
 losing a node, which takes Ray's health checks (about 30 s) plus an engine's start to
 recover from, does not exhaust a sample's retries. Each replacement is logged to
-``slime.log`` and counted in the next rollout's ``fault/engine_restarts``.
+``slime.log`` and counted in the next rollout's ``fault/engine_restarts``; once replacing gives
+up (more than ``--max-engine-restarts``), the run stops with the last engine's problem.
 """
 
 from __future__ import annotations
@@ -32,18 +37,23 @@ import time
 from typing import Callable, Iterator
 
 from slime_core.engine import EngineUnavailable
+from slime_core.run_fault import RunFault, stop_run
 
 #: The monitor of the run in this process while it watches (`engine_fault_handled` asks it).
 _watching: EngineMonitor | None = None
 
 
+class EngineFailed(RunFault):
+    """An engine died, hangs or fails every request, and is not replaced; the message names it."""
+
+
 async def engine_fault_handled() -> bool:
     """After a request failed with `EngineUnavailable` (in the driver's rollout loop): wait
-    until the fault-tolerance monitor has checked every engine since the failure, replacing
-    those that failed, and say whether it replaced one meanwhile. True: an engine failed and
-    was replaced, so the request is worth sending again without counting it as a retry; False:
-    no monitor watches (no ``--use-fault-tolerance``, or it gave up), or every engine was
-    healthy."""
+    until the monitor has checked every engine since the failure, replacing those that failed
+    (or stopping the run, without ``--use-fault-tolerance``), and say whether it replaced one
+    meanwhile. True: an engine failed and was replaced, so the request is worth sending again
+    without counting it as a retry; False: no monitor watches (or it stopped), or every engine
+    was healthy."""
     monitor = _watching
     return await monitor.replaced_since_now() if monitor is not None else False
 
@@ -61,6 +71,7 @@ class EngineMonitor:
                  log: Callable[[str], None], replaced: Callable[[], None] | None = None):
         self.engines, self.router, self.weights, self.colocation = engines, router, weights, colocation
         self.run, self.version, self.log, self.replaced = run, version, log, replaced
+        self.replaces = bool(config.get("use_fault_tolerance"))  # else a failed engine stops the run
         self.interval = config.rollout_health_check_interval
         self.timeout = config.rollout_health_check_timeout
         self.max_restarts = config.max_engine_restarts
@@ -136,15 +147,20 @@ class EngineMonitor:
                     if problem and not self._stop.is_set():
                         self._replace(index, problem)
                 self._sweeps_done = self._sweeps_started
-        except BaseException as exc:  # noqa: BLE001 - kept and raised in the driver by `metrics`
+        except BaseException as exc:  # noqa: BLE001 - kept, and the run stopped with it
             self.failure = exc
-            self.log(f"[fault tolerance] stopped: {type(exc).__name__}: {exc}")
+            if self.replaces:
+                self.log(f"[fault tolerance] stopped: {type(exc).__name__}: {exc}")
+            stop_run(exc if isinstance(exc, RunFault) else EngineFailed(f"engine fault tolerance gave up: {exc}"))
 
     @contextlib.contextmanager
     def _weights_held(self) -> Iterator[bool]:
         """Hold the weight lock; yields whether a weight update or training step held it first.
         Only then is a second health check worth its time: a hung engine costs a whole
         ``--rollout-health-check-timeout`` per check (30 s by default)."""
+        if self.weights is None:  # no trainer (--debug-rollout-only): no weight update to wait for
+            yield False
+            return
         lock = self.weights.lock
         waited = not lock.acquire(blocking=False)
         if waited:
@@ -158,9 +174,12 @@ class EngineMonitor:
         with self._weights_held() as waited:  # no weight update or training step meanwhile
             if waited and self.engines.health_problem(index, self.timeout) is None:
                 return  # it recovered while an update held the lock
+            if not self.replaces:
+                raise EngineFailed(f"rollout engine {index} failed: {problem}. The run stopped; "
+                                   "--use-fault-tolerance replaces failed engines")
             if self.restarts >= self.max_restarts:
-                raise RuntimeError(f"engine {index} failed ({problem}) after {self.restarts} replacements "
-                                   f"(--max-engine-restarts {self.max_restarts})")
+                raise EngineFailed(f"rollout engine {index} failed ({problem}) after {self.restarts} replacements "
+                                   f"(--max-engine-restarts {self.max_restarts}); the run stopped")
             start, old = time.perf_counter(), self.engines.urls[index]
             self.router.remove_worker(old)
             new = self.engines.restart(index)

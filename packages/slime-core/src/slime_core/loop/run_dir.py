@@ -6,8 +6,11 @@
       placement.json                 the Ray node (id, IP) of each train rank, engine, the driver
                                      and the router (rewritten when an engine is replaced)
       metrics.jsonl                  one line per rollout (and one per evaluation)
-      status.json                    running, then completed / failed / interrupted
+      status.json                    running, then completed / failed (a fault: its message says
+                                     which part) / interrupted (Ctrl-C, SIGTERM)
       slime.log                      what the console showed (with the start-up timeline)
+      engines/engine_N.log           each engine's output (slime-sglang; on the engine's node)
+      router/                        the router's logs (slime-router)
       rollouts/                      each rollout's samples, with --dump-rollouts
       checkpoints/                   when --save-interval is given without --save
       weights/                       the Hugging Face directories of --update-weight-transport disk

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
-from slime_core.local_ray import start_local_ray
+from slime_core.local_ray import kill_process_groups, ray_process_groups, start_local_ray
+from slime_core.ray_watch import watching
 
 
 @contextmanager
@@ -15,7 +16,9 @@ def ray_runtime(config):
     start a local one for the run (`start_local_ray`; shut down after it). Attached, the run starts no Ray of its
     own and at its end only disconnects: its actors and placement group are gone by then (the
     run's parts stop them), so the cluster is left as it was found. A local Ray keeps its files
-    under ``RAY_TMPDIR`` when that is set. ``--actor-runtime inprocess`` needs none."""
+    under ``RAY_TMPDIR`` when that is set. ``--actor-runtime inprocess`` needs none. A Ray that this
+run connected to or started is watched (`slime_core.ray_watch`): when its GCS stops answering,
+the run stops within about `LOST_AFTER_S` plus its parts' stop, naming the cluster."""
     if config.actor_runtime == "inprocess":
         yield
         return
@@ -37,10 +40,13 @@ def ray_runtime(config):
         temp_dir = {"_temp_dir": os.environ["RAY_TMPDIR"]} if os.environ.get("RAY_TMPDIR") else {}
         start_local_ray(num_cpus=max(os.cpu_count() or 1, _actors_needed(config)), log_to_driver=True,
                         _system_config={"worker_niceness": 0, "prestart_worker_first_driver": False}, **temp_dir)
+    local_groups = [] if address else ray_process_groups()
     try:
-        yield
+        with watching(ray.get_runtime_context().gcs_address):
+            yield
     finally:
         ray.shutdown()
+        kill_process_groups(local_groups)
 
 
 def _actors_needed(config) -> int:

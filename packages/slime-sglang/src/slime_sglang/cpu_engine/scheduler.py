@@ -9,12 +9,20 @@ Everything else (abort, pause, weight updates, memory release) is a function run
 steps (:meth:`Scheduler.call`), so it sees a consistent batch and weights never change in
 the middle of a forward. A request generated across a weight update reports the version
 in force when it finished.
+
+``/health`` is answered by a no-op call, so it reflects the scheduler's progress: a step that
+never ends leaves it unanswered (a health check's timeout then counts the engine as hung),
+a dead scheduler thread is reported (`alive`), and so is an engine whose every step fails
+(`failed_steps`, e.g. weights gone non-finite), with its error. To test that, ``SLIME_CPU_ENGINE_HANG_FILE``
+names a file: once it exists, the scheduler deletes it and its next step never ends (a hung
+forward, while the HTTP side still answers). Tests only; unset, it costs nothing.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import logging
+import os
 import queue
 import threading
 from collections import deque
@@ -28,6 +36,8 @@ from slime_sglang.cpu_engine.sampling import sample_tokens
 from slime_sglang.cpu_engine.stopping import StopChecker
 
 log = logging.getLogger(__name__)
+#: Tests only: the file whose appearance hangs the scheduler (see the module docstring).
+HANG_FILE_ENV = "SLIME_CPU_ENGINE_HANG_FILE"
 
 
 class Scheduler:
@@ -41,11 +51,14 @@ class Scheduler:
         self.paused = False  # no decoding or prefilling while paused
         self.held: set[str] = set()  # reasons besides pause to stand still (released weights)
         self.finished_requests = 0
+        self.failed_steps = 0  # generation steps that failed in a row (each fails its requests)
+        self.last_error: str | None = None  # the error of the last of them
         self.generated_tokens = 0
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._waiting: deque[GenerateRequest] = deque()
         self._batch: batching.RunningBatch | None = None
         self._thread = threading.Thread(target=self._run, name="cpu-engine-scheduler", daemon=True)
+        self._hang_file = os.environ.get(HANG_FILE_ENV)  # tests: see the module docstring
 
     # -- any thread ------------------------------------------------------------------------
     def start(self) -> None:
@@ -60,6 +73,11 @@ class Scheduler:
         future: concurrent.futures.Future = concurrent.futures.Future()
         self._inbox.put((fn, future))
         return future
+
+    @property
+    def alive(self) -> bool:
+        """Whether the scheduler thread runs (it ends only on a bug, which its log shows)."""
+        return self._thread.is_alive()
 
     @property
     def running_requests(self) -> int:
@@ -108,6 +126,8 @@ class Scheduler:
             self._waiting.append(item)
             return
         fn, future = item
+        if not future.set_running_or_notify_cancel():
+            return  # its caller went away (e.g. a health check that timed out)
         try:
             future.set_result(fn())
         except Exception as exc:  # the caller (an HTTP handler) reports it
@@ -116,8 +136,10 @@ class Scheduler:
     def _step_or_fail(self) -> None:
         try:
             self._step()
+            self.failed_steps, self.last_error = 0, None
         except Exception as exc:  # a failed forward fails its requests, not the engine
             log.exception("generation step failed")
+            self.failed_steps, self.last_error = self.failed_steps + 1, f"{type(exc).__name__}: {exc}"
             failed = self._requests()
             self._waiting.clear()
             self._batch = None
@@ -125,6 +147,10 @@ class Scheduler:
                 request.on_done(exc)
 
     def _step(self) -> None:
+        if self._hang_file and os.path.exists(self._hang_file):
+            os.remove(self._hang_file)
+            log.warning("%s exists: this step never ends (a hung scheduler, for tests)", self._hang_file)
+            threading.Event().wait()
         admitted = self._admit()
         if admitted:
             try:

@@ -97,6 +97,19 @@ async def _all_or_none(calls) -> list:
 
 
 async def health(request: web.Request) -> web.Response:
+    """200 once the scheduler thread has come round between two steps to answer (a no-op
+    call): an engine whose scheduler is stuck in a step does not answer, which a health check's
+    timeout (``--rollout-health-check-timeout``) counts as hung. 503, with the reason, if that
+    thread died or its last generation step failed, and none succeeded since (an engine that
+    answers every request with an error, e.g. on non-finite weights, is not healthy; bad
+    requests are refused before they reach a step)."""
+    scheduler = request.app[ENGINE].scheduler
+    if not scheduler.alive:
+        return web.json_response({"error": "the scheduler thread stopped; see this engine's log"}, status=503)
+    await request.app[ENGINE].at_safe_point(lambda: None)
+    if scheduler.failed_steps:
+        return web.json_response({"error": f"its last {scheduler.failed_steps} generation step(s) failed, the last "
+                                  f"with {scheduler.last_error}"}, status=503)
     return web.json_response({"status": "ok"})
 
 

@@ -10,6 +10,7 @@ import glob
 import importlib.metadata
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -58,11 +59,18 @@ def _install_steps(python: Path) -> tuple[dict[str, str], list[list[str]]]:
     pin = f"torch=={importlib.metadata.version('torch')}"
     install = [*_uv(), "pip", "install", "--quiet", "-p", str(python)]
     packages = [pin, "-e", "packages/slime-core", "-e", "packages/slime-fsdp"]
-    links = os.environ.get("UV_FIND_LINKS") or subprocess.run(
-        [sys.executable, "-m", "pip", "config", "get", "global.find-links"], capture_output=True, text=True).stdout.strip()
+    links = os.environ.get("UV_FIND_LINKS") or os.environ.get("PIP_FIND_LINKS") or _pip_config("global.find-links")
     if links and glob.glob(os.path.join(links, "torch-*+cpu-*.whl")):
         return {"UV_FIND_LINKS": links}, [install + packages]
     return {}, [install + [pin, "--index-url", CPU_INDEX], install + packages]
+
+
+def _pip_config(key: str) -> str:
+    """pip's setting ``key``, with the user's own home: the session's Ray (the ``ray_cluster``
+    fixture) points HOME at a temporary folder, where pip finds no user config."""
+    home = pwd.getpwuid(os.getuid()).pw_dir
+    return subprocess.run([sys.executable, "-m", "pip", "config", "get", key], capture_output=True, text=True,
+                          env={**os.environ, "HOME": home}).stdout.strip()
 
 
 def _python(venv_bin: Path, code: str, *args: str) -> str:

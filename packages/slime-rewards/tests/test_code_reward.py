@@ -69,7 +69,8 @@ def test_a_sample_whose_tests_run_past_its_deadline_scores_zero_and_is_kept():
     """Sixteen tests that each loop until the per-test limit would take 16 s; the reward hub
     gives the call 10 s. The sample's deadline (3 s) ends it first, at 0, with the reason."""
     config = Config({"rm_type": "code", "rm_timeout": 10.0, "rm_max_concurrency": 1, "group_rm": False,
-                     "rm_failure_reward": None, "code_timeout": 1.0, "code_memory_mb": 256, "code_sample_timeout": 3.0})
+                     "rm_failure_reward": None, "reward_key": None, "drop_nonfinite_rewards": False, "code_timeout": 1.0,
+                     "code_memory_mb": 256, "code_sample_timeout": 3.0})
     hub = RewardHub(config, Plugins())
     loop = fenced("while True:\n    pass")
     sample = Sample(response=loop, label=[{"input": str(n), "output": str(n)} for n in range(16)], status=SampleStatus.COMPLETED)

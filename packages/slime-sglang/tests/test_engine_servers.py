@@ -75,6 +75,6 @@ def test_sglang_command_passes_sglang_options_through(tiny_model_dir, tmp_path):
     config = make_config(data, tiny_model_dir, rollout_batch_size=1, rollout_num_gpus_per_engine=2)
     config.sglang.update({"mem_fraction_static": 0.7, "enable_torch_compile": True, "disable_radix_cache": False})
     command = sglang_command(config, "/models/x", 30001)
-    assert command[1:3] == ["-m", "sglang.launch_server"]
+    assert command[1:3] == ["-m", "slime_sglang.sglang_server"]  # sglang.launch_server, given the run's keys
     assert command[3:] == ["--model-path", "/models/x", "--host", "127.0.0.1", "--port", "30001", "--tp-size", "2",
                            "--mem-fraction-static", "0.7", "--enable-torch-compile"]

@@ -8,6 +8,7 @@ rollout 0 kept."""
 import asyncio
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -169,3 +170,38 @@ def test_a_train_rank_killed_mid_step_stops_the_run_naming_it(slime_run, capsys,
     assert message.startswith("slime run: train rank ") and " of 2 (pid " in message, message
     assert f"(pid {fault.killed[0]} on " in message and "died during train_step" in message
     assert "not replaced (--use-fault-tolerance replaces rollout engines only)" in message
+
+
+class StopRankMidStep(KillRankMidStep):
+    """As rollout 1's first optimizer step starts, SIGSTOPs the last started train rank: alive
+    to Ray, silent to its peer, which waits for it in the step's collectives."""
+
+    def _kill(self):
+        from ray._private import state
+
+        ranks = [actor for actor in state.actors().values()
+                 if actor["ActorClassName"].endswith("RankProcess") and actor["State"] == "ALIVE"]
+        pid = max(ranks, key=lambda actor: actor["StartTime"])["Pid"]
+        os.kill(pid, signal.SIGSTOP)
+        self.killed.append(pid)
+        self.hit = time.monotonic()
+
+
+def test_a_hung_train_rank_stops_the_run_after_the_distributed_timeout_naming_it(slime_run, capsys):
+    """--distributed-timeout-minutes bounds the peer's wait in a collective; the driver then
+    names the rank that never answered (before it, the run waited for torch's 30 minutes)."""
+    fault = StopRankMidStep()
+    try:
+        message, _ = failing_run(slime_run, capsys, *WATCHED, "--num-rollout", "3", "--actor-num-gpus-per-node", "2",
+                                 "--distributed-timeout-minutes", "0.2", hooks=[fault])
+    finally:
+        for pid in fault.killed:
+            try:
+                os.kill(pid, signal.SIGCONT)  # a rank the run failed to stop would hang on
+            except ProcessLookupError:
+                pass
+    assert len(fault.killed) == 1 and 12 <= time.monotonic() - fault.hit < 12 + STOP_BOUND_S
+    hung = re.match(r"slime run: train rank\(s\) ([01]) of 2 did not answer train_step: hung", message)
+    assert hung, message
+    assert f"rank {1 - int(hung[1])} gave up waiting for them after --distributed-timeout-minutes" in message
+    assert "Timed out waiting 12000ms" in message  # the peer's own error: 0.2 minutes

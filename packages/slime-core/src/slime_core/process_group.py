@@ -24,20 +24,25 @@ def serve_store(host: str):
     return store, store.port
 
 
-def init_default_group(backend: str, master_addr: str, master_port: int, rank: int, world_size: int) -> None:
+def init_default_group(backend: str, master_addr: str, master_port: int, rank: int, world_size: int,
+                       timeout_minutes: float | None = None) -> None:
     """A TCP rendezvous at ``master_addr:master_port`` for several ranks: a store the driver
     serves (with `SERVED_STORE_ENV` set), else one that rank 0 serves. A single rank needs
     none and gets an in-memory store: binding the chosen port raced with every other process
     on the machine (a port free when it was picked could be taken before the store bound it,
-    and the rank failed with EADDRINUSE)."""
+    and the rank failed with EADDRINUSE). ``timeout_minutes`` (``--distributed-timeout-minutes``;
+    torch's default without it) bounds every collective: a peer that hangs makes the others fail."""
+    from datetime import timedelta
+
     import torch.distributed as dist
     from torch.distributed.constants import default_pg_timeout
 
+    timeout = default_pg_timeout if timeout_minutes is None else timedelta(minutes=timeout_minutes)
     if world_size == 1:
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-    elif os.environ.get(SERVED_STORE_ENV):  # the timeout of torch's own tcp:// store
-        store = dist.TCPStore(master_addr, master_port, is_master=False, timeout=default_pg_timeout)
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+    elif os.environ.get(SERVED_STORE_ENV):
+        store = dist.TCPStore(master_addr, master_port, is_master=False, timeout=timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     else:
         dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=rank,
-                                world_size=world_size)
+                                world_size=world_size, timeout=timeout)

@@ -151,12 +151,14 @@ class TrainGroup:
         return ray.get(calls)
 
     def _lost_rank(self, calls: list, method: str) -> RankLost | None:
-        """After a call failed: the error naming a rank that died, if one did. A dead rank's
-        peers may fail first (their connection to it closed), so Ray is given `LOST_RANK_WAIT_S`
-        to report the death itself."""
+        """After a call failed: the error naming a rank that died, if one did, else one that
+        still has not answered (hung: its peers gave up on it after ``--distributed-timeout-minutes``).
+        A dead rank's peers may fail first (their connection to it closed), so Ray is given
+        `LOST_RANK_WAIT_S` to report the death itself."""
         import ray
 
-        ready, _ = ray.wait(calls, num_returns=len(calls), timeout=LOST_RANK_WAIT_S)
+        ready, silent = ray.wait(calls, num_returns=len(calls), timeout=LOST_RANK_WAIT_S)
+        timed_out = None
         for rank, call in enumerate(calls):
             try:
                 if call in ready:
@@ -165,8 +167,15 @@ class TrainGroup:
                 return RankLost(f"train rank {rank} of {self.num_ranks} ({_dead_actor(exc)}) died during {method}. "
                                 "The run stopped: a lost train rank is not replaced (--use-fault-tolerance replaces "
                                 "rollout engines only); resume from the last checkpoint with --load")
-            except ray.exceptions.RayError:
-                continue
+            except ray.exceptions.RayError as exc:
+                if timed_out is None and "timed out" in str(exc).lower():
+                    timed_out = (rank, exc)
+        if silent and timed_out:
+            hung = ", ".join(str(calls.index(call)) for call in silent)
+            rank, exc = timed_out
+            return RankLost(f"train rank(s) {hung} of {self.num_ranks} did not answer {method}: hung (stopped, deadlocked); "
+                            f"rank {rank} gave up waiting for them after --distributed-timeout-minutes "
+                            f"({_last_line(exc)}). The run stopped; resume from the last checkpoint with --load")
         return None
 
     def init(self) -> dict[str, Any]:
@@ -258,6 +267,12 @@ class TrainGroup:
 
 class RankLost(RunFault):
     """A train rank's process died (or its node was lost); the message names the rank."""
+
+
+def _last_line(error) -> str:
+    """The last non-empty line of an error's text (a rank's traceback ends with its message)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1][:300] if lines else type(error).__name__
 
 
 def _dead_actor(error) -> str:

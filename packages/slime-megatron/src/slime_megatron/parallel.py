@@ -29,7 +29,7 @@ def init_parallel(config, rank: int, world_size: int, master_addr: str, master_p
         # ranks share the cores (a caller that asked for fewer threads keeps its setting)
         torch.set_num_threads(min(torch.get_num_threads(), max(1, (os.cpu_count() or 1) // world_size)))
     backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
-    init_default_group(backend, master_addr, master_port, rank, world_size)
+    init_default_group(backend, master_addr, master_port, rank, world_size, config.get("distributed_timeout_minutes"))
     initialize_model_parallel(config)
     seed_parallel_rng(config.seed)
 
@@ -44,6 +44,8 @@ def initialize_model_parallel(config) -> None:
         context_parallel_size=config.context_parallel_size,
         expert_model_parallel_size=config.expert_model_parallel_size,
         expert_tensor_parallel_size=config.expert_tensor_parallel_size,
+        **({"distributed_timeout_minutes": config.distributed_timeout_minutes}  # Megatron's groups: the same bound
+           if config.get("distributed_timeout_minutes") else {}),
     )
 
 

@@ -182,6 +182,9 @@ def _training(o: OptionSet) -> None:
     o.add("--max-consecutive-skipped-steps", type=int, default=3, group=g,
           help="stop the run after this many optimizer steps in a row were skipped for a non-finite loss or gradient "
           "norm (1: at the first, as Megatron-LM)")
+    o.add("--distributed-timeout-minutes", type=float, default=10.0, group=g,
+          help="how long a train rank waits for its peers in a collective (Megatron-LM's option and default): a rank "
+          "that hangs (stopped, deadlocked) makes the others fail after this, and the run stops naming it")
     o.add("--bf16", type=bool, default=False, help="bf16 compute with float32 master weights", group=g)
     o.add("--use-dynamic-batch-size", type=bool, default=False, help="pack micro-batches up to --max-tokens-per-gpu tokens", group=g)
     o.add("--max-tokens-per-gpu", type=int, default=None, help="token budget of a packed micro-batch", group=g)

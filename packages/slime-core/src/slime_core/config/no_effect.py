@@ -38,6 +38,8 @@ RULES: dict[str, tuple[Callable, str]] = {
     "train_node_resource": (lambda c: c.actor_runtime == "ray", "--actor-runtime inprocess places nothing on Ray"),
     "ray_address": (lambda c: c.actor_runtime == "ray", "--actor-runtime inprocess runs without Ray"),
     "kl_loss_coef": (lambda c: c.use_kl_loss, "the KL loss is added with --use-kl-loss"),
+    "distributed_timeout_minutes": (lambda c: c.actor_num_nodes * c.actor_num_gpus_per_node > 1,
+                                    "it bounds the train ranks' collectives, and one rank has no peer to wait for"),
     "ckpt_step": (lambda c: c.get("load"), "it picks the checkpoint under --load that the run resumes from"),
     "save_retain_count": (lambda c: c.get("save") and c.get("save_interval"),
                           "it deletes old checkpoints under --save, which a run writes with --save and --save-interval"),

@@ -38,7 +38,8 @@ class FSDPTrainRank:
         # On GPUs, CUDA tensors go over nccl and the small CPU-side reductions (micro-batch
         # counts, loss denominators, metrics) over gloo, so neither has to move devices.
         backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
-        init_default_group(backend, master_addr, master_port, rank, world_size, config.get("distributed_timeout_minutes"))
+        init_default_group(backend, master_addr, master_port, rank, world_size,
+                           getattr(config, "distributed_timeout_minutes", None))
         self.mesh = init_device_mesh(self.device.type, (world_size,))
         self.step = RankStep(config)
         self.version = 0

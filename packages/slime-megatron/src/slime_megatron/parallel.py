@@ -29,7 +29,8 @@ def init_parallel(config, rank: int, world_size: int, master_addr: str, master_p
         # ranks share the cores (a caller that asked for fewer threads keeps its setting)
         torch.set_num_threads(min(torch.get_num_threads(), max(1, (os.cpu_count() or 1) // world_size)))
     backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
-    init_default_group(backend, master_addr, master_port, rank, world_size, config.get("distributed_timeout_minutes"))
+    timeout = getattr(config, "distributed_timeout_minutes", None)  # tools pass only the parallel sizes
+    init_default_group(backend, master_addr, master_port, rank, world_size, timeout)
     initialize_model_parallel(config)
     seed_parallel_rng(config.seed)
 
@@ -38,14 +39,14 @@ def initialize_model_parallel(config) -> None:
     """Megatron's process groups for the sizes in ``config`` (torch.distributed must be up)."""
     from megatron.core import parallel_state
 
+    timeout = getattr(config, "distributed_timeout_minutes", None)  # Megatron's groups: the same bound
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=config.tensor_model_parallel_size,
         pipeline_model_parallel_size=config.pipeline_model_parallel_size,
         context_parallel_size=config.context_parallel_size,
         expert_model_parallel_size=config.expert_model_parallel_size,
         expert_tensor_parallel_size=config.expert_tensor_parallel_size,
-        **({"distributed_timeout_minutes": config.distributed_timeout_minutes}  # Megatron's groups: the same bound
-           if config.get("distributed_timeout_minutes") else {}),
+        **({"distributed_timeout_minutes": timeout} if timeout else {}),
     )
 
 

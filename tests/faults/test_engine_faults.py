@@ -139,6 +139,8 @@ class KillRankMidStep:
     """As rollout 1's first optimizer step starts, SIGKILLs the last started of the run's train
     ranks (in the hook itself: a timer could fire after a tiny model's step had finished)."""
 
+    SIGNAL = signal.SIGKILL
+
     def __init__(self):
         self.killed = []
 
@@ -153,7 +155,7 @@ class KillRankMidStep:
         ranks = [actor for actor in state.actors().values()
                  if actor["ActorClassName"].endswith("RankProcess") and actor["State"] == "ALIVE"]
         pid = max(ranks, key=lambda actor: actor["StartTime"])["Pid"]
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, self.SIGNAL)
         self.killed.append(pid)
         self.hit = time.monotonic()
 
@@ -176,15 +178,7 @@ class StopRankMidStep(KillRankMidStep):
     """As rollout 1's first optimizer step starts, SIGSTOPs the last started train rank: alive
     to Ray, silent to its peer, which waits for it in the step's collectives."""
 
-    def _kill(self):
-        from ray._private import state
-
-        ranks = [actor for actor in state.actors().values()
-                 if actor["ActorClassName"].endswith("RankProcess") and actor["State"] == "ALIVE"]
-        pid = max(ranks, key=lambda actor: actor["StartTime"])["Pid"]
-        os.kill(pid, signal.SIGSTOP)
-        self.killed.append(pid)
-        self.hit = time.monotonic()
+    SIGNAL = signal.SIGSTOP
 
 
 def test_a_hung_train_rank_stops_the_run_after_the_distributed_timeout_naming_it(slime_run, capsys):

@@ -12,7 +12,7 @@ import resource
 import pytest
 
 from slime_core import hookimpl
-from slime_core.testing import command_line, descendants
+from slime_core.testing import PicklePayload, command_line, descendants
 
 pytestmark = pytest.mark.integration
 
@@ -85,27 +85,17 @@ def test_a_checkpoint_write_the_disk_refuses_stops_the_run_and_loses_nothing_sav
     assert sorted(p.name for p in ckpt.glob("iter_*")) == ["iter_0000001", "iter_0000002"]  # resumed from 1: kept
 
 
-class _Payload:
-    """What a hostile checkpoint carries: unpickling it would create ``marker``."""
-
-    def __init__(self, marker):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return os.system, (f"touch {self.marker}",)
-
-
 def _with_payload(checkpoint, where: str, marker) -> str:
     """Put the payload into the checkpoint's DCP ``.metadata`` or its rank extras; the file."""
     import torch
 
     if where == ".metadata":
         metadata = pickle.loads((checkpoint / ".metadata").read_bytes())
-        metadata.planner_data = _Payload(marker)
+        metadata.planner_data = PicklePayload(marker)
         (checkpoint / ".metadata").write_bytes(pickle.dumps(metadata))
     else:
         extras = torch.load(checkpoint / where, weights_only=True)
-        extras["scheduler"]["last_epoch"] = _Payload(marker)
+        extras["scheduler"]["last_epoch"] = PicklePayload(marker)
         torch.save(extras, checkpoint / where)
     return str(checkpoint / where)
 

@@ -3,7 +3,6 @@ distributed checkpoint's non-tensor item is refused, naming the file, the item a
 and never runs; what torch's own writers put in a checkpoint still loads. (A payload in
 ``.metadata`` or in a rank's extras: tests/faults/test_checkpoints.py, end to end.)"""
 
-import os
 import warnings
 
 import pytest
@@ -11,14 +10,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 from slime_core.checkpoint_safety import UnsafeCheckpointError, dcp_failures_raised, guarded_dcp_reads, load_torch_file
-
-
-class _Payload:
-    def __init__(self, marker):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return os.system, (f"touch {self.marker}",)
+from slime_core.testing import PicklePayload
 
 
 def _save(state, path):
@@ -38,7 +30,7 @@ def test_a_payload_in_a_non_tensor_item_is_refused_naming_the_file_item_and_type
     """torch reads a DCP item that is not a tensor with ``torch.load(weights_only=False)``; the
     guard reads it with the allow-list instead."""
     marker = tmp_path / "payload-ran"
-    _save({"weight": torch.ones(2), "hyper": {"lr": 0.1}, "extra": _Payload(marker)}, tmp_path / "ckpt")
+    _save({"weight": torch.ones(2), "hyper": {"lr": 0.1}, "extra": PicklePayload(marker)}, tmp_path / "ckpt")
     guarded_dcp_reads()
     state = {"weight": torch.zeros(2), "hyper": {"lr": 0.0}, "extra": None}
     try:

@@ -8,6 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 from slime_core.cli.main import main
+from slime_core.testing import PicklePayload
 from slime_core.tiny_models import build_char_tokenizer
 
 pytestmark = pytest.mark.integration
@@ -39,18 +40,6 @@ def test_megatron_to_hf_without_a_checkpoint_is_a_clear_error(tmp_path):
               "--out", str(tmp_path / "out")])
 
 
-class _Payload:
-    """What a hostile checkpoint carries: unpickling it would create ``marker``."""
-
-    def __init__(self, marker):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        import os
-
-        return os.system, (f"touch {self.marker}",)
-
-
 def test_a_megatron_checkpoint_whose_metadata_carries_a_payload_is_refused_unrun(tiny_hf, tmp_path):
     """The ``.metadata`` of a Megatron checkpoint (what slime's launch scripts give as
     ``--ref-load``; `slime convert megatron-to-hf` and both backends read it with
@@ -66,7 +55,7 @@ def test_a_megatron_checkpoint_whose_metadata_carries_a_payload_is_refused_unrun
     assert main(["convert", "hf-to-megatron", "--hf", str(hf_dir), "--out", str(checkpoint)]) == 0
     metadata_file = checkpoint / "iter_0000000" / ".metadata"
     metadata = pickle.loads(metadata_file.read_bytes())
-    metadata.planner_data = _Payload(marker)
+    metadata.planner_data = PicklePayload(marker)
     metadata_file.write_bytes(pickle.dumps(metadata))
     try:
         with pytest.raises(UnsafeCheckpointError, match=f"{metadata_file}: refused to load it: it names posix.system"):

@@ -13,6 +13,17 @@ from slime_core.local_ray import start_local_ray
 HEAVY_MODULES = ("torch", "ray", "transformers", "megatron", "sglang")
 
 
+class PicklePayload:
+    """What a hostile checkpoint carries: unpickling it runs ``touch marker``, so a test can
+    put it into a checkpoint file and check that loading the file ran nothing."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
 def check_plugin_installed(name: str, distribution: str) -> dict:
     """Assert that plugin ``name`` is found through the ``slime`` entry-point group, comes
     from ``distribution``, and that importing it (as ``slime --help`` does) stays light.

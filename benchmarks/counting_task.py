@@ -42,8 +42,17 @@ MODEL_FLAGS = ("--hidden-size", "512", "--num-layers", "8", "--max-positions", "
 #: The response budget: the longest answer (``99 by 1:``, 289 characters) and end-of-text fit.
 MAX_RESPONSE_LEN = 296
 #: What the warm-up and GRPO runs share: the FSDP backend packing each step into rows of 8,192 tokens.
-_COMMON_FLAGS = ("--input-key", "prompt", "--label-key", "label", "--train-backend", "fsdp",
-                 "--use-dynamic-batch-size", "--max-tokens-per-gpu", "8192")
+_COMMON_FLAGS = (
+    "--input-key",
+    "prompt",
+    "--label-key",
+    "label",
+    "--train-backend",
+    "fsdp",
+    "--use-dynamic-batch-size",
+    "--max-tokens-per-gpu",
+    "8192",
+)
 
 
 #: Warm-up steps (16 prompts each; module docstring) and the GRPO learning rate.
@@ -53,17 +62,44 @@ SFT_ROLLOUTS, GRPO_LR = 300, 5e-5
 def sft_flags(train_data: Path) -> list[str]:
     """``slime run`` flags of the supervised warm-up: prompt + answer + end-of-text, 16 per step,
     AdamW at a constant 1e-3 after a 10-step ramp (a decayed warm-up leaves GRPO less to gain)."""
-    return ["--prompt-data", str(train_data), *_COMMON_FLAGS, "--rollout-function", "sft", "--loss-type", "sft_loss",
-            "--calculate-per-token-loss", "--rollout-batch-size", "16",
-            "--n-samples-per-prompt", "1", "--global-batch-size", "16", "--lr", "1e-3", "--lr-warmup-iters", "10",
-            "--seed", "1234"]
+    return [
+        "--prompt-data",
+        str(train_data),
+        *_COMMON_FLAGS,
+        "--rollout-function",
+        "sft",
+        "--loss-type",
+        "sft_loss",
+        "--calculate-per-token-loss",
+        "--rollout-batch-size",
+        "16",
+        "--n-samples-per-prompt",
+        "1",
+        "--global-batch-size",
+        "16",
+        "--lr",
+        "1e-3",
+        "--lr-warmup-iters",
+        "10",
+        "--seed",
+        "1234",
+    ]
 
 
 def grpo_flags(train_data: Path) -> list[str]:
     """``slime run`` flags of GRPO on the task (the benchmark adds sizes, steps and seeds):
     the CPU engine and the exact-match reward."""
-    return ["--prompt-data", str(train_data), *_COMMON_FLAGS, "--rollout-engine", "cpu", "--rm-type", "exact_match",
-            "--advantage-estimator", "grpo"]
+    return [
+        "--prompt-data",
+        str(train_data),
+        *_COMMON_FLAGS,
+        "--rollout-engine",
+        "cpu",
+        "--rm-type",
+        "exact_match",
+        "--advantage-estimator",
+        "grpo",
+    ]
 
 
 def count_down(start: int, step: int) -> str:
@@ -104,5 +140,7 @@ if __name__ == "__main__":
     for path in write_split(args.out_dir, args.seed):
         rows = [json.loads(line) for line in path.read_text().splitlines()]
         lengths = sorted(len(row["label"]) for row in rows)
-        print(f"wrote {len(rows)} prompts to {path}; answer length min {lengths[0]}, median "
-              f"{lengths[len(lengths) // 2]}, mean {sum(lengths) / len(lengths):.1f}, max {lengths[-1]}")
+        print(
+            f"wrote {len(rows)} prompts to {path}; answer length min {lengths[0]}, median "
+            f"{lengths[len(lengths) // 2]}, mean {sum(lengths) / len(lengths):.1f}, max {lengths[-1]}"
+        )

@@ -39,18 +39,25 @@ def workload(count: int, seed: int) -> list[tuple[list[int], int]]:
     """(prompt token ids, max_new_tokens) pairs; lengths are log-normal around 48."""
     rng = random.Random(seed)
     return [
-        ([rng.randrange(4, 100) for _ in range(rng.randint(16, 64))],
-         max(4, min(512, round(rng.lognormvariate(math.log(48), 1.0)))))
+        (
+            [rng.randrange(4, 100) for _ in range(rng.randint(16, 64))],
+            max(4, min(512, round(rng.lognormvariate(math.log(48), 1.0)))),
+        )
         for _ in range(count)
     ]
 
 
 def run_engine(url: str, requests: list[tuple[list[int], int]]) -> float:
     """Seconds to answer every request, all sent at once."""
+
     async def send_all():
         async with httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=len(requests))) as client:
+
             async def one(prompt, length):
-                body = {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": length, "ignore_eos": True}}
+                body = {
+                    "input_ids": prompt,
+                    "sampling_params": {"temperature": 0, "max_new_tokens": length, "ignore_eos": True},
+                }
                 answer = (await client.post(f"{url}/generate", json=body)).json()
                 assert answer["meta_info"]["completion_tokens"] == length, answer
 
@@ -67,14 +74,20 @@ def run_transformers(model, requests: list[tuple[list[int], int]], batch_size: i
 
     start = time.perf_counter()
     for first in range(0, len(requests), batch_size):
-        chunk = requests[first: first + batch_size]
+        chunk = requests[first : first + batch_size]
         width = max(len(p) for p, _ in chunk)
         ids = torch.tensor([[0] * (width - len(p)) + p for p, _ in chunk])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p, _ in chunk])
         longest = max(n for _, n in chunk)
         with torch.inference_mode():
-            model.generate(ids, attention_mask=mask, max_new_tokens=longest, min_new_tokens=longest,
-                           do_sample=False, pad_token_id=0)
+            model.generate(
+                ids,
+                attention_mask=mask,
+                max_new_tokens=longest,
+                min_new_tokens=longest,
+                do_sample=False,
+                pad_token_id=0,
+            )
     return time.perf_counter() - start
 
 
@@ -85,9 +98,26 @@ def router_latency(engine_url: str, count: int) -> dict[str, list[float]]:
 
     port = free_port()
     router = subprocess.Popen(
-        [sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
-         "--prometheus-port", str(free_port()), "--worker-urls", engine_url, "--policy", "round_robin",
-         "--log-level", "warn"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "sglang_router.launch_router",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--prometheus-port",
+            str(free_port()),
+            "--worker-urls",
+            engine_url,
+            "--policy",
+            "round_robin",
+            "--log-level",
+            "warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     router_url = f"http://127.0.0.1:{port}"
     try:
         _wait(f"{router_url}/readiness")
@@ -127,9 +157,13 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--hidden-size", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads in every variant (default 1: on a small shared machine more threads "
-                        "mostly measure contention)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads in every variant (default 1: on a small shared machine more threads "
+        "mostly measure contention)",
+    )
     parser.add_argument("--router-requests", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -146,20 +180,25 @@ def main() -> None:
     tokens = sum(n for _, n in requests)
     lengths = sorted(n for _, n in requests)
     with tempfile.TemporaryDirectory() as folder:
-        model_dir = build_tiny_qwen3(Path(folder) / "model", hidden_size=args.hidden_size, num_layers=args.layers,
-                                     max_positions=1024)
+        model_dir = build_tiny_qwen3(
+            Path(folder) / "model", hidden_size=args.hidden_size, num_layers=args.layers, max_positions=1024
+        )
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
         run_transformers(model, requests[:2], batch_size=2)  # warm-up
-        seconds = {"transformers generate, one prompt at a time": run_transformers(model, requests, 1),
-                   "transformers generate, static batches of 8": run_transformers(model, requests, 8)}
+        seconds = {
+            "transformers generate, one prompt at a time": run_transformers(model, requests, 1),
+            "transformers generate, static batches of 8": run_transformers(model, requests, 8),
+        }
         with cpu_engine(model_dir, "--max-running-requests", str(args.prompts), "--num-threads", str(threads)) as url:
             run_engine(url, requests[:4])  # warm-up
             seconds["CPU engine (continuous batching, 64 at once)"] = run_engine(url, requests)
             latency = router_latency(url, args.router_requests)
 
     print(f"\n    {' '.join(['.venv/bin/python', *sys.argv])}\n")
-    print(f"{args.prompts} prompts, {tokens} tokens to generate (max_new_tokens median {statistics.median(lengths):.0f}, "
-          f"max {lengths[-1]}), Qwen3 hidden {args.hidden_size} x {args.layers} layers, {threads} torch threads\n")
+    print(
+        f"{args.prompts} prompts, {tokens} tokens to generate (max_new_tokens median {statistics.median(lengths):.0f}, "
+        f"max {lengths[-1]}), Qwen3 hidden {args.hidden_size} x {args.layers} layers, {threads} torch threads\n"
+    )
     print("| variant | seconds | tokens/s | vs one at a time |\n|---|---:|---:|---:|")
     baseline = seconds["transformers generate, one prompt at a time"]
     for name, value in seconds.items():

@@ -35,11 +35,19 @@ def build_model(root: Path, args) -> tuple[Path, int]:
     from slime_core.tiny_models import build_char_tokenizer
 
     tokenizer = build_char_tokenizer(root)
-    config = Qwen3Config(vocab_size=151936, hidden_size=args.hidden_size, intermediate_size=3 * args.hidden_size,
-                         num_hidden_layers=args.num_layers, num_attention_heads=args.hidden_size // 64,
-                         num_key_value_heads=max(1, args.hidden_size // 256), head_dim=64, tie_word_embeddings=True,
-                         max_position_embeddings=4096, pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id)
+    config = Qwen3Config(
+        vocab_size=151936,
+        hidden_size=args.hidden_size,
+        intermediate_size=3 * args.hidden_size,
+        num_hidden_layers=args.num_layers,
+        num_attention_heads=args.hidden_size // 64,
+        num_key_value_heads=max(1, args.hidden_size // 256),
+        head_dim=64,
+        tie_word_embeddings=True,
+        max_position_embeddings=4096,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(config)
     model.save_pretrained(root)
@@ -58,16 +66,36 @@ def measure(args, model_dir: Path, batch: dict, packed: bool) -> dict:
 
     prompts = model_dir / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
-    batching = (dict(use_dynamic_batch_size=True, max_tokens_per_gpu=args.max_tokens_per_gpu) if packed
-                else dict(micro_batch_size=args.micro_batch_size))
-    config = make_config(prompts, model_dir, train_backend="fsdp", rollout_batch_size=args.groups,
-                         n_samples_per_prompt=args.group_size, num_steps_per_rollout=1, lr=1e-6, clip_grad=1.0,
-                         bf16=True, calculate_per_token_loss=True, rollout_max_response_len=args.max_response,
-                         gradient_checkpointing=args.gradient_checkpointing,
-                         fsdp_torch_compile=args.fsdp_torch_compile, **batching)
+    batching = (
+        dict(use_dynamic_batch_size=True, max_tokens_per_gpu=args.max_tokens_per_gpu)
+        if packed
+        else dict(micro_batch_size=args.micro_batch_size)
+    )
+    config = make_config(
+        prompts,
+        model_dir,
+        train_backend="fsdp",
+        rollout_batch_size=args.groups,
+        n_samples_per_prompt=args.group_size,
+        num_steps_per_rollout=1,
+        lr=1e-6,
+        clip_grad=1.0,
+        bf16=True,
+        calculate_per_token_loss=True,
+        rollout_max_response_len=args.max_response,
+        gradient_checkpointing=args.gradient_checkpointing,
+        fsdp_torch_compile=args.fsdp_torch_compile,
+        **batching,
+    )
     responses = batch["response_lengths"]
-    rollout = RolloutBatch(batch["tokens"], responses, [[1] * r for r in responses], batch["rewards"],
-                           batch["group_ids"], [[0.0] * r for r in responses])
+    rollout = RolloutBatch(
+        batch["tokens"],
+        responses,
+        [[1] * r for r in responses],
+        batch["rewards"],
+        batch["group_ids"],
+        [[0.0] * r for r in responses],
+    )
     group = TrainGroup(FSDPTrainRank, config, 1, in_process=True)
     try:
         group.init()
@@ -81,8 +109,11 @@ def measure(args, model_dir: Path, batch: dict, packed: bool) -> dict:
         seconds = (time.perf_counter() - start) / args.steps
         if args.profile:
             profile_step(group, rollout)
-        return {"seconds": seconds, "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
-                "attention": group.ranks[0]._rank.attn_implementation}
+        return {
+            "seconds": seconds,
+            "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+            "attention": group.ranks[0]._rank.attn_implementation,
+        }
     finally:
         dist.destroy_process_group()
 
@@ -121,10 +152,13 @@ def main() -> None:
             packed = {"packed": True, "padded": False}[name]
             result = measure(args, model_dir, batch, packed)
             mfu = 6 * params * tokens / result["seconds"] / (args.peak_tflops * 1e12)
-            print(f"{name:7s} {result['attention']:>14s}  {result['seconds']:.3f} s/step  "
-                  f"{tokens / result['seconds']:,.0f} tok/s  {sum(batch['response_lengths']) / result['seconds']:,.0f} "
-                  f"resp tok/s  peak {result['peak_gib']:.1f} GiB  MFU {mfu:.1%} (real tokens, attention excluded; "
-                  f"goal >= {GOAL_MFU:.0%}: {'meets' if mfu >= GOAL_MFU else 'misses'})", flush=True)
+            print(
+                f"{name:7s} {result['attention']:>14s}  {result['seconds']:.3f} s/step  "
+                f"{tokens / result['seconds']:,.0f} tok/s  {sum(batch['response_lengths']) / result['seconds']:,.0f} "
+                f"resp tok/s  peak {result['peak_gib']:.1f} GiB  MFU {mfu:.1%} (real tokens, attention excluded; "
+                f"goal >= {GOAL_MFU:.0%}: {'meets' if mfu >= GOAL_MFU else 'misses'})",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

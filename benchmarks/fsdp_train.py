@@ -18,7 +18,8 @@ one more; the table shows the median over repeats:
   advantages and a token-mean over the batch, backward, gradient clipping, AdamW.
 
 Every variant runs float32, token-mean loss, lr 1e-6, clip_grad 1.0; the slime variants use
-the backend's default attention on CPU (``slime_packed``: causal sdpa per bucket of samples of similar length, no mask), the
+the backend's default attention on CPU (``slime_packed``: causal sdpa per bucket of samples of similar length, no
+mask), the
 transformers loop sdpa with its padding mask, as transformers does by default. Columns:
 s/step = the median (and range) of the timed steps; response tok/s = response tokens / s/step;
 processed tok/s counts every token the model ran, padding included (each pass once); padding =
@@ -97,9 +98,11 @@ def _random_tokens(rng: random.Random, count: int) -> list[int]:
 def describe(batch: dict[str, list]) -> str:
     lengths = sorted(batch["response_lengths"])
     half = sum(length >= lengths[-1] / 2 for length in lengths)
-    return (f"{len(lengths)} samples, {sum(map(len, batch['tokens']))} tokens ({sum(lengths)} response); response "
-            f"lengths min {lengths[0]}, median {statistics.median(lengths):g}, mean {statistics.mean(lengths):.0f}, "
-            f"max {lengths[-1]}, {half} of them ≥ max/2")
+    return (
+        f"{len(lengths)} samples, {sum(map(len, batch['tokens']))} tokens ({sum(lengths)} response); response "
+        f"lengths min {lengths[0]}, median {statistics.median(lengths):g}, mean {statistics.mean(lengths):.0f}, "
+        f"max {lengths[-1]}, {half} of them ≥ max/2"
+    )
 
 
 # ---------------------------------------------------------------- slime variants (child process)
@@ -113,8 +116,14 @@ def run_slime(args, batch: dict[str, list]) -> dict:
     from slime_fsdp.rank import FSDPTrainRank
 
     responses = batch["response_lengths"]
-    rollout = RolloutBatch(batch["tokens"], responses, [[1] * r for r in responses], batch["rewards"],
-                           batch["group_ids"], [[0.0] * r for r in responses])
+    rollout = RolloutBatch(
+        batch["tokens"],
+        responses,
+        [[1] * r for r in responses],
+        batch["rewards"],
+        batch["group_ids"],
+        [[0.0] * r for r in responses],
+    )
     with ray_session(num_cpus=max(4, args.num_ranks)):
         group = TrainGroup(FSDPTrainRank, slime_config(args), args.num_ranks)
         try:
@@ -136,12 +145,24 @@ def slime_config(args):
 
     prompts = Path(args.model_dir) / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
-    batching = (dict(use_dynamic_batch_size=True, max_tokens_per_gpu=args.max_tokens_per_gpu)
-                if args.variant == "slime packed" else dict(micro_batch_size=args.micro_batch_size))
-    return make_config(prompts, args.model_dir, train_backend="fsdp", rollout_batch_size=args.groups,
-                       n_samples_per_prompt=args.group_size, num_steps_per_rollout=1, lr=1e-6, clip_grad=1.0,
-                       calculate_per_token_loss=True, rollout_max_response_len=SIZES[args.size].max_response,
-                       **batching)
+    batching = (
+        dict(use_dynamic_batch_size=True, max_tokens_per_gpu=args.max_tokens_per_gpu)
+        if args.variant == "slime packed"
+        else dict(micro_batch_size=args.micro_batch_size)
+    )
+    return make_config(
+        prompts,
+        args.model_dir,
+        train_backend="fsdp",
+        rollout_batch_size=args.groups,
+        n_samples_per_prompt=args.group_size,
+        num_steps_per_rollout=1,
+        lr=1e-6,
+        clip_grad=1.0,
+        calculate_per_token_loss=True,
+        rollout_max_response_len=SIZES[args.size].max_response,
+        **batching,
+    )
 
 
 # ---------------------------------------------------------------- transformers baseline (child process, no slime code)
@@ -193,7 +214,6 @@ def grpo_step(model, optimizer, batch: dict[str, list], micro_batch_size: int) -
 
 def group_normalised(rewards, group_ids):
     """A_i = (r_i - mean_g) / (std_g + 1e-6), the unbiased std over sample i's group g."""
-    import torch
 
     same = (group_ids[:, None] == group_ids[None, :]).float()  # (B, B)
     count = same.sum(1)
@@ -260,34 +280,58 @@ def layout(args, batch: dict[str, list], variant: str) -> tuple[int, int]:
 
 def measure(args, size: str, model_dir: Path, variant: str) -> dict:
     """One run of ``variant`` in a fresh process; its result dict."""
-    command = [sys.executable, __file__, "--child", variant, "--model-dir", str(model_dir), "--sizes", size,
-               *_shared_flags(args)]
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        variant,
+        "--model-dir",
+        str(model_dir),
+        "--sizes",
+        size,
+        *_shared_flags(args),
+    ]
     output = subprocess.run(command, capture_output=True, text=True)
     lines = [line for line in output.stdout.splitlines() if line.startswith("RESULT ")]
     if output.returncode or not lines:
         raise RuntimeError(f"{variant} on {size} failed (exit {output.returncode}):\n{output.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def _shared_flags(args) -> list[str]:
-    return ["--num-ranks", str(args.num_ranks), "--groups", str(args.groups), "--group-size", str(args.group_size),
-            "--micro-batch-size", str(args.micro_batch_size), "--max-tokens-per-gpu", str(args.max_tokens_per_gpu)]
+    return [
+        "--num-ranks",
+        str(args.num_ranks),
+        "--groups",
+        str(args.groups),
+        "--group-size",
+        str(args.group_size),
+        "--micro-batch-size",
+        str(args.micro_batch_size),
+        "--max-tokens-per-gpu",
+        str(args.max_tokens_per_gpu),
+    ]
 
 
 def table(args, batch: dict[str, list], runs: dict[str, list[dict]]) -> str:
     response_tokens = sum(batch["response_lengths"])
     real_tokens = sum(map(len, batch["tokens"]))
-    lines = ["| variant | s/step (min–max) | response tok/s | processed tok/s | padding | attention scores "
-             "| loaded RSS GiB | peak RSS GiB |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| variant | s/step (min–max) | response tok/s | processed tok/s | padding | attention scores "
+        "| loaded RSS GiB | peak RSS GiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for variant, results in runs.items():
         seconds = [r["seconds"] for r in results]
         step = statistics.median(seconds)
         processed, scores = layout(args, batch, variant)
         loaded = statistics.median(r["loaded_gib"] for r in results)
         peak = statistics.median(r["peak_gib"] for r in results)
-        lines.append(f"| {variant} | {step:.2f} ({min(seconds):.2f}–{max(seconds):.2f}) "
-                     f"| {response_tokens / step:,.0f} | {processed / step:,.0f} | {1 - real_tokens / processed:.0%} "
-                     f"| {scores / 1e6:.1f} M | {loaded:.2f} | {peak:.2f} |")
+        lines.append(
+            f"| {variant} | {step:.2f} ({min(seconds):.2f}–{max(seconds):.2f}) "
+            f"| {response_tokens / step:,.0f} | {processed / step:,.0f} | {1 - real_tokens / processed:.0%} "
+            f"| {scores / 1e6:.1f} M | {loaded:.2f} | {peak:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -298,8 +342,12 @@ def build_model(size: str, root: Path) -> tuple[Path, int]:
     from slime_core.tiny_models import build_tiny_qwen3
 
     spec = SIZES[size]
-    path = build_tiny_qwen3(root / size, hidden_size=spec.hidden_size, num_layers=spec.num_layers,
-                            max_positions=spec.max_response + PROMPT_LENGTH + 8)
+    path = build_tiny_qwen3(
+        root / size,
+        hidden_size=spec.hidden_size,
+        num_layers=spec.num_layers,
+        max_positions=spec.max_response + PROMPT_LENGTH + 8,
+    )
     with safe_open(str(path / "model.safetensors"), "pt") as weights:
         count = sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())
     return path, count
@@ -336,14 +384,18 @@ def report(args, size: str, root: Path) -> None:
     model_dir, num_params = build_model(size, root)
     spec = SIZES[size]
     batch = long_tailed_batch(args.groups, args.group_size, spec.max_response)
-    print(f"\n## {size}: Qwen3, hidden {spec.hidden_size}, {spec.num_layers} layers, {num_params:,} parameters; "
-          f"{args.num_ranks} rank(s), median of {args.repeats}\n\nbatch: {describe(batch)}\n", flush=True)
+    print(
+        f"\n## {size}: Qwen3, hidden {spec.hidden_size}, {spec.num_layers} layers, {num_params:,} parameters; "
+        f"{args.num_ranks} rank(s), median of {args.repeats}\n\nbatch: {describe(batch)}\n",
+        flush=True,
+    )
     runs: dict[str, list[dict]] = {variant: [] for variant in args.variants}
     for _ in range(args.repeats):
         for variant in args.variants:
             runs[variant].append(measure(args, size, model_dir, variant))
             print(f"{size} {variant}: {runs[variant][-1]['seconds']:.2f} s", file=sys.stderr, flush=True)
     print(table(args, batch, runs), flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -68,7 +68,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def eval_rows(setup: Setup) -> list[dict]:
-    return read_jsonl(setup.eval_data)[:setup.eval_prompts]
+    return read_jsonl(setup.eval_data)[: setup.eval_prompts]
 
 
 def exact_match(response: str, label: str) -> float:
@@ -88,9 +88,10 @@ def greedy_accuracy(model, tokenizer, rows: list[dict], max_new_tokens: int) -> 
     batch = tokenizer([r["prompt"] for r in rows], return_tensors="pt", padding=True)
     model.eval()
     with torch.no_grad():
-        out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
-                             pad_token_id=tokenizer.pad_token_id)
-    answers = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+        out = model.generate(
+            **batch, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
+        )
+    answers = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
     return sum(exact_match(a, r["label"]) for a, r in zip(answers, rows)) / len(rows)
 
 
@@ -109,8 +110,9 @@ def load_model(path: Path):
 def eval_model_dir(path: Path, setup: Setup) -> float:
     from transformers import AutoTokenizer
 
-    return greedy_accuracy(load_model(path), AutoTokenizer.from_pretrained(path), eval_rows(setup),
-                           setup.max_response_len)
+    return greedy_accuracy(
+        load_model(path), AutoTokenizer.from_pretrained(path), eval_rows(setup), setup.max_response_len
+    )
 
 
 def parameter_count(path: Path) -> int:

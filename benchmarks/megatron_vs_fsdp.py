@@ -55,11 +55,22 @@ def run_backend(args, model_dir: Path, batch: dict) -> dict:
     from slime_core.train_backend import TrainGroup
 
     responses = batch["response_lengths"]
-    rollout = RolloutBatch(batch["tokens"], responses, [[1] * r for r in responses], batch["rewards"],
-                           batch["group_ids"], [[0.0] * r for r in responses])
+    rollout = RolloutBatch(
+        batch["tokens"],
+        responses,
+        [[1] * r for r in responses],
+        batch["rewards"],
+        batch["group_ids"],
+        [[0.0] * r for r in responses],
+    )
     with contextlib.nullcontext() if args.in_process else ray_session(num_cpus=max(4, args.num_ranks)):
-        group = TrainGroup(rank_class(args.variant.split()[0]), config(args, model_dir), args.num_ranks,
-                           num_gpus_per_rank=1 if args.gpu else 0, in_process=args.in_process)
+        group = TrainGroup(
+            rank_class(args.variant.split()[0]),
+            config(args, model_dir),
+            args.num_ranks,
+            num_gpus_per_rank=1 if args.gpu else 0,
+            in_process=args.in_process,
+        )
         try:
             group.init()
             group.train(0, rollout)
@@ -90,12 +101,27 @@ def config(args, model_dir: Path):
     prompts.write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
     backend, batching = args.variant.split()
     layout = dict(tensor_model_parallel_size=args.tensor_parallel) if backend == "megatron" else {}
-    micro = (dict(use_dynamic_batch_size=True, max_tokens_per_gpu=args.max_tokens_per_gpu) if batching == "dynamic"
-             else dict(micro_batch_size=args.micro_batch_size))
-    return make_config(prompts, model_dir, train_backend=backend, rollout_batch_size=args.groups,
-                       n_samples_per_prompt=args.group_size, num_steps_per_rollout=1, lr=1e-6, clip_grad=1.0,
-                       calculate_per_token_loss=True, rollout_max_response_len=args.max_response, bf16=args.gpu,
-                       actor_num_gpus_per_node=args.num_ranks, **micro, **layout)
+    micro = (
+        dict(use_dynamic_batch_size=True, max_tokens_per_gpu=args.max_tokens_per_gpu)
+        if batching == "dynamic"
+        else dict(micro_batch_size=args.micro_batch_size)
+    )
+    return make_config(
+        prompts,
+        model_dir,
+        train_backend=backend,
+        rollout_batch_size=args.groups,
+        n_samples_per_prompt=args.group_size,
+        num_steps_per_rollout=1,
+        lr=1e-6,
+        clip_grad=1.0,
+        calculate_per_token_loss=True,
+        rollout_max_response_len=args.max_response,
+        bf16=args.gpu,
+        actor_num_gpus_per_node=args.num_ranks,
+        **micro,
+        **layout,
+    )
 
 
 def measure(args, model_dir: Path, variant: str) -> dict:
@@ -105,15 +131,34 @@ def measure(args, model_dir: Path, variant: str) -> dict:
     lines = [line for line in output.stdout.splitlines() if line.startswith("RESULT ")]
     if output.returncode or not lines:
         raise RuntimeError(f"{variant} failed (exit {output.returncode}):\n{output.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def shared_flags(args) -> list[str]:
-    flags = ["--num-ranks", str(args.num_ranks), "--tensor-parallel", str(args.tensor_parallel), "--groups",
-             str(args.groups), "--group-size", str(args.group_size), "--micro-batch-size", str(args.micro_batch_size),
-             "--max-tokens-per-gpu", str(args.max_tokens_per_gpu),
-             "--max-response", str(args.max_response), "--steps", str(args.steps), "--sizes", args.size,
-             "--hidden-size", str(args.hidden_size), "--num-layers", str(args.num_layers)]
+    flags = [
+        "--num-ranks",
+        str(args.num_ranks),
+        "--tensor-parallel",
+        str(args.tensor_parallel),
+        "--groups",
+        str(args.groups),
+        "--group-size",
+        str(args.group_size),
+        "--micro-batch-size",
+        str(args.micro_batch_size),
+        "--max-tokens-per-gpu",
+        str(args.max_tokens_per_gpu),
+        "--max-response",
+        str(args.max_response),
+        "--steps",
+        str(args.steps),
+        "--sizes",
+        args.size,
+        "--hidden-size",
+        str(args.hidden_size),
+        "--num-layers",
+        str(args.num_layers),
+    ]
     return flags + (["--gpu"] if args.gpu else []) + (["--in-process"] if args.in_process else [])
 
 
@@ -125,7 +170,8 @@ def table(args, batch: dict, num_params: int, runs: dict[str, list[dict]]) -> st
     for variant, results in runs.items():
         seconds = [r["seconds"] for r in results]
         step = statistics.median(seconds)
-        row = f"| {variant} | {step:.3f} ({min(seconds):.3f}–{max(seconds):.3f}) | {tokens / step:,.0f} | {responses / step:,.0f} |"
+        spread = f"{min(seconds):.3f}–{max(seconds):.3f}"
+        row = f"| {variant} | {step:.3f} ({spread}) | {tokens / step:,.0f} | {responses / step:,.0f} |"
         if args.gpu:
             row += f" {6 * num_params * tokens / step / (args.peak_tflops * 1e12 * args.num_ranks):.1%} |"
         lines.append(row)
@@ -150,8 +196,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes per variant; the median is shown")
     parser.add_argument("--steps", type=int, default=1, help="timed steps per run")
     parser.add_argument("--num-ranks", type=int, default=1, help="training ranks of both backends")
-    parser.add_argument("--in-process", action="store_true",
-                        help="one rank in the child process itself, no Ray (a GPU machine without Ray)")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="one rank in the child process itself, no Ray (a GPU machine without Ray)",
+    )
     parser.add_argument("--tensor-parallel", type=int, default=1, help="Megatron's tensor-parallel size")
     parser.add_argument("--groups", type=int, help="prompts in the batch (default: the size's, 16 on GPU)")
     parser.add_argument("--group-size", type=int, help="samples per prompt (default 4, 8 on GPU)")
@@ -168,11 +217,16 @@ def parse_args() -> argparse.Namespace:
 def with_defaults(args, size: str) -> argparse.Namespace:
     spec = fsdp_train.SIZES[size]
     gpu = args.gpu
-    return argparse.Namespace(**{**vars(args), "size": size,
-                                 "groups": args.groups or (16 if gpu else spec.groups),
-                                 "group_size": args.group_size or (8 if gpu else 4),
-                                 "max_response": args.max_response or (4096 if gpu else spec.max_response),
-                                 "max_tokens_per_gpu": 16384 if gpu and args.max_tokens_per_gpu == 2048 else args.max_tokens_per_gpu})
+    return argparse.Namespace(
+        **{
+            **vars(args),
+            "size": size,
+            "groups": args.groups or (16 if gpu else spec.groups),
+            "group_size": args.group_size or (8 if gpu else 4),
+            "max_response": args.max_response or (4096 if gpu else spec.max_response),
+            "max_tokens_per_gpu": 16384 if gpu and args.max_tokens_per_gpu == 2048 else args.max_tokens_per_gpu,
+        }
+    )
 
 
 def main() -> None:
@@ -184,12 +238,16 @@ def main() -> None:
         print("RESULT " + json.dumps(run_backend(args, Path(args.model_dir), batch)), flush=True)
         return
     print("$ " + shlex.join([os.path.relpath(sys.executable), *sys.argv]), flush=True)
-    for size in (["gpu"] if args.gpu else args.sizes):
+    for size in ["gpu"] if args.gpu else args.sizes:
         sized = with_defaults(args, "tiny" if args.gpu else size)
         with tempfile.TemporaryDirectory(prefix="megatron-vs-fsdp-") as root:
             model_dir, num_params, batch = build(sized, Path(root))
-            print(f"\n## {size}: {num_params:,} parameters, {args.num_ranks} rank(s), Megatron TP {args.tensor_parallel}, "
-                  f"median of {args.repeats}\n\nbatch: {fsdp_train.describe(batch)}\n", flush=True)
+            print(
+                f"\n## {size}: {num_params:,} parameters, {args.num_ranks} rank(s), Megatron TP "
+                f"{args.tensor_parallel}, "
+                f"median of {args.repeats}\n\nbatch: {fsdp_train.describe(batch)}\n",
+                flush=True,
+            )
             runs: dict[str, list[dict]] = {variant: [] for variant in args.variants}
             for _ in range(args.repeats):
                 for variant in args.variants:

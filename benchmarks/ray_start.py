@@ -49,8 +49,10 @@ def main() -> None:
             seconds[variant].append(one_start(variant))
             print(f"round {round_}, {variant} the wait: {seconds[variant][-1]:.2f} s", flush=True)
     for variant, values in seconds.items():
-        print(f"{variant} the registration wait: median {statistics.median(values):.2f} s "
-              f"({min(values):.2f}-{max(values):.2f} s) over {len(values)} starts")
+        print(
+            f"{variant} the registration wait: median {statistics.median(values):.2f} s "
+            f"({min(values):.2f}-{max(values):.2f} s) over {len(values)} starts"
+        )
 
 
 if __name__ == "__main__":

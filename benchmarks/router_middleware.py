@@ -41,7 +41,11 @@ def timed(client: httpx.Client, url: str, body: dict, headers: dict | None = Non
 
 def measure(router, prompt_ids: list[int], count: int, warmup: int) -> dict[str, list[float]]:
     """Milliseconds per request on each path, requests alternating between the paths."""
-    generate = {"input_ids": prompt_ids, "sampling_params": {"temperature": 0, "max_new_tokens": 1}, "return_logprob": True}
+    generate = {
+        "input_ids": prompt_ids,
+        "sampling_params": {"temperature": 0, "max_new_tokens": 1},
+        "return_logprob": True,
+    }
     chat = {"messages": MESSAGES, "temperature": 0, "max_tokens": 1}
     times: dict[str, list[float]] = {name: [] for name in ("bare /generate", "chain /generate", "chain chat")}
     with httpx.Client(timeout=60, trust_env=False) as client:
@@ -49,7 +53,9 @@ def measure(router, prompt_ids: list[int], count: int, warmup: int) -> dict[str,
             pair = {
                 "bare /generate": timed(client, f"{router.router_url}/generate", generate),
                 "chain /generate": timed(client, f"{router.url}/generate", generate),
-                "chain chat": timed(client, f"{router.url}/v1/chat/completions", chat, {"X-Session-Id": uuid.uuid4().hex}),
+                "chain chat": timed(
+                    client, f"{router.url}/v1/chat/completions", chat, {"X-Session-Id": uuid.uuid4().hex}
+                ),
             }
             if i >= warmup:
                 for name, value in pair.items():
@@ -84,8 +90,10 @@ def main() -> None:
             times = measure(router, prompt_ids, args.requests, args.warmup)
 
     print(f"\n    {' '.join(['.venv/bin/python', *sys.argv])}\n")
-    print(f"--router-middleware {' '.join(CHAIN)}; one CPU engine; {args.requests} sequential requests per path, "
-          f"prompt {len(prompt_ids)} tokens, 1 new token (ms)\n")
+    print(
+        f"--router-middleware {' '.join(CHAIN)}; one CPU engine; {args.requests} sequential requests per path, "
+        f"prompt {len(prompt_ids)} tokens, 1 new token (ms)\n"
+    )
     print("| path | p50 | p99 |\n|---|---:|---:|")
     for name, values in times.items():
         print(f"| {name} | {percentile(values, 0.5):.2f} | {percentile(values, 0.99):.2f} |")

@@ -16,8 +16,13 @@ class CpuSampler:
     """CPU seconds of this machine's processes summed by role, sampled from /proc every
     ``period`` seconds in a thread: ``samples`` holds (wall time, {role: seconds})."""
 
-    ROLES = {"train rank": ("ray::RankProcess",), "engine": ("engine serve",), "driver": ("slime run",),
-             "sglang-router": ("sglang::router",), "Ray's processes": ("ray/", "ray::")}  # first match wins
+    ROLES = {
+        "train rank": ("ray::RankProcess",),
+        "engine": ("engine serve",),
+        "driver": ("slime run",),
+        "sglang-router": ("sglang::router",),
+        "Ray's processes": ("ray/", "ray::"),
+    }  # first match wins
 
     def __init__(self, period: float = 0.5):
         self.period, self.samples = period, []
@@ -82,21 +87,55 @@ def run_slime(init: Path, workdir: Path, setup: Setup) -> Result:
 
 
 def slime_command(init: Path, out: Path, setup: Setup) -> None:
-    run(SLIME, "run", *setup.slime_config, "--hf-checkpoint", str(init), "--output-dir", str(out),
-        "--num-rollout", str(setup.steps), *(("--eval-interval", str(setup.steps)) if setup.eval_name else ()),
-        "--rollout-batch-size", str(setup.prompts_per_step), "--n-samples-per-prompt", str(setup.group_size),
-        "--global-batch-size", str(setup.samples_per_step), "--lr", str(setup.lr),
-        "--rollout-max-response-len", str(setup.max_response_len), "--rollout-temperature", str(setup.temperature),
-        "--seed", str(setup.seed), "--rollout-seed", str(setup.seed), "--save", str(out / "checkpoints"), "--save-interval", str(setup.steps),
-        "--save-hf", str(out / "hf"), "--train-mode", setup.slime_train_mode)
+    run(
+        SLIME,
+        "run",
+        *setup.slime_config,
+        "--hf-checkpoint",
+        str(init),
+        "--output-dir",
+        str(out),
+        "--num-rollout",
+        str(setup.steps),
+        *(("--eval-interval", str(setup.steps)) if setup.eval_name else ()),
+        "--rollout-batch-size",
+        str(setup.prompts_per_step),
+        "--n-samples-per-prompt",
+        str(setup.group_size),
+        "--global-batch-size",
+        str(setup.samples_per_step),
+        "--lr",
+        str(setup.lr),
+        "--rollout-max-response-len",
+        str(setup.max_response_len),
+        "--rollout-temperature",
+        str(setup.temperature),
+        "--seed",
+        str(setup.seed),
+        "--rollout-seed",
+        str(setup.seed),
+        "--save",
+        str(out / "checkpoints"),
+        "--save-interval",
+        str(setup.steps),
+        "--save-hf",
+        str(out / "hf"),
+        "--train-mode",
+        setup.slime_train_mode,
+    )
 
 
 def slime_step_times(records: list[dict], result: Result, train_mode: str = "sync") -> None:
     """Step wall time = time between consecutive metrics records, less the evaluation and
     checkpoint that some steps end with; `IDLE` = what generation (incl. reward), training
-    and the weight push leave of it (the driver between phases, waiting on the engine or rank). In async mode generation overlaps training,
+    and the weight push leave of it (the driver between phases, waiting on the engine or rank). In async mode
+    generation overlaps training,
     and the step waits for it only for what is left (``time/wait_rollout``)."""
-    generation = ("generation + reward", "time/rollout") if train_mode == "sync" else ("waiting for generation", "time/wait_rollout")
+    generation = (
+        ("generation + reward", "time/rollout")
+        if train_mode == "sync"
+        else ("waiting for generation", "time/wait_rollout")
+    )
     phases = {generation[0]: generation[1], "training": "time/train", "weight sync": "time/weight_update"}
     sums = dict.fromkeys([*phases, IDLE], 0.0)
     for previous, record in zip(records, records[1:]):

@@ -46,9 +46,15 @@ SLIME = str(Path(sys.executable).with_name("slime"))
 GOAL_S = 10.0
 MARK = re.compile(r"^start-up\s+([\d.]+)s\s+(.*)$")
 #: command-line words that name a part of the run; anything else is Ray's (workers not yet an actor included)
-PARTS = (("engine serve", "engine"), ("sglang_router", "router"), ("sglang::router", "router"),
-         ("slime_router.front", "router"), ("RankProcess", "train rank"), ("EngineServer", "engine actor"),
-         (" run ", "driver"))
+PARTS = (
+    ("engine serve", "engine"),
+    ("sglang_router", "router"),
+    ("sglang::router", "router"),
+    ("slime_router.front", "router"),
+    ("RankProcess", "train rank"),
+    ("EngineServer", "engine actor"),
+    (" run ", "driver"),
+)
 
 
 class CpuClock:
@@ -88,13 +94,30 @@ def one_round(work: Path, model: Path, index: int) -> tuple[float, list[tuple[fl
     """(seconds from launch to "first rollout submitted", the run's timeline, seconds to exit,
     CPU seconds per part by then)."""
     out = work / f"run{index}"
-    command = [SLIME, "run", str(ROOT / "examples/quickstart/grpo_addition.yaml"), "--hf-checkpoint", str(model),
-               "--num-rollout", "1", "--eval-interval", "0", "--output-dir", str(out)]
+    command = [
+        SLIME,
+        "run",
+        str(ROOT / "examples/quickstart/grpo_addition.yaml"),
+        "--hf-checkpoint",
+        str(model),
+        "--num-rollout",
+        "1",
+        "--eval-interval",
+        "0",
+        "--output-dir",
+        str(out),
+    ]
     env_home = work / f"ray{index}"
     env_home.mkdir()
     launched = time.perf_counter()
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, "HOME": str(env_home), "RAY_TMPDIR": str(env_home)})
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "HOME": str(env_home), "RAY_TMPDIR": str(env_home)},
+    )
     clock = CpuClock(process.pid)
     first_generation, cpu = None, Counter()
     timeline = []
@@ -125,13 +148,18 @@ def main() -> None:
         firsts.append(first)
         steps = "  ".join(f"{event} {seconds:.1f}" for seconds, event in timeline)
         parts = ", ".join(f"{part} {seconds:.1f}" for part, seconds in cpu.most_common())
-        print(f"round {index}: first generation {first:.1f} s after launch (whole 1-rollout run {total:.1f} s); "
-              f"in-run timeline: {steps}; CPU s by then: {sum(cpu.values()):.1f} ({parts}); "
-              f"load average {os.getloadavg()[0]:.1f}", flush=True)
+        print(
+            f"round {index}: first generation {first:.1f} s after launch (whole 1-rollout run {total:.1f} s); "
+            f"in-run timeline: {steps}; CPU s by then: {sum(cpu.values()):.1f} ({parts}); "
+            f"load average {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
     median = statistics.median(firsts)
     verdict = "meets" if median <= GOAL_S else "misses"
-    print(f"start-up to first generation: median {median:.1f} s over {len(firsts)} rounds "
-          f"(goal <= {GOAL_S:.0f} s: {verdict})")
+    print(
+        f"start-up to first generation: median {median:.1f} s over {len(firsts)} rounds "
+        f"(goal <= {GOAL_S:.0f} s: {verdict})"
+    )
 
 
 if __name__ == "__main__":

@@ -31,23 +31,33 @@ def cpu_ticks() -> tuple[int, int]:
 def main(pytest_args: list[str]) -> None:
     with tempfile.TemporaryDirectory() as folder:
         records = Path(folder) / "tests.jsonl"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent),
-                                                                          os.environ.get("PYTHONPATH")])),
-               "SUITE_CPU_RECORDS": str(records)}
-        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "suite_cpu_plugin", *pytest_args], cwd=ROOT,
-                       env=env, check=False)
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")])),
+            "SUITE_CPU_RECORDS": str(records),
+        }
+        subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "suite_cpu_plugin", *pytest_args],
+            cwd=ROOT,
+            env=env,
+            check=False,
+        )
         rows = [json.loads(line) for line in records.read_text().splitlines()]
     cores = os.cpu_count() or 1
     wall = sum(row["seconds"] for row in rows)
     busy_core_s = sum(row["seconds"] * row["busy"] * cores for row in rows)
-    print(f"\n{len(rows)} tests, {wall / 60:.1f} min of test time on {cores} cores, "
-          f"{busy_core_s / (wall * cores):.0%} busy, {busy_core_s:,.0f} CPU-s "
-          f"(goal <= {GOAL_S / 60:.0f} min: {'meets' if wall <= GOAL_S else 'misses'})")
+    print(
+        f"\n{len(rows)} tests, {wall / 60:.1f} min of test time on {cores} cores, "
+        f"{busy_core_s / (wall * cores):.0%} busy, {busy_core_s:,.0f} CPU-s "
+        f"(goal <= {GOAL_S / 60:.0f} min: {'meets' if wall <= GOAL_S else 'misses'})"
+    )
     print(f"every idle moment filled: {busy_core_s / cores / 60:.1f} min (goal {GOAL_S / 60:.0f} min)")
     print("most idle core-seconds:")
     for row in sorted(rows, key=lambda r: -r["seconds"] * (1 - r["busy"]))[:15]:
-        print(f"  {row['seconds'] * (1 - row['busy']) * cores:6.1f}  ({row['seconds']:5.1f} s, {row['busy']:.0%} busy)"
-              f"  {row['test']}")
+        print(
+            f"  {row['seconds'] * (1 - row['busy']) * cores:6.1f}  ({row['seconds']:5.1f} s, {row['busy']:.0%} busy)"
+            f"  {row['test']}"
+        )
 
 
 if __name__ == "__main__":

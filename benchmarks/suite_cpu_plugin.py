@@ -6,7 +6,6 @@ import os
 import time
 
 import pytest
-
 from suite_cpu import cpu_ticks
 
 

@@ -52,7 +52,9 @@ def trl_step_callback(timer: PhaseTimer, result: Result):
             self.optimizer_start = time.perf_counter()
 
         def on_optimizer_step(self, args, state, control, **kwargs):
-            timer.seconds["optimizer"] = timer.seconds.get("optimizer", 0.0) + time.perf_counter() - self.optimizer_start
+            timer.seconds["optimizer"] = (
+                timer.seconds.get("optimizer", 0.0) + time.perf_counter() - self.optimizer_start
+            )
 
         def on_step_end(self, args, state, control, **kwargs):
             now = time.perf_counter()
@@ -68,14 +70,35 @@ def trl_config(workdir: Path, setup: Setup):
     from trl import GRPOConfig
 
     return GRPOConfig(
-        output_dir=str(workdir / "trl"), use_cpu=True, bf16=False, report_to="none", save_strategy="no",
+        output_dir=str(workdir / "trl"),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
         gradient_checkpointing=False,  # TRL's default recomputes activations (~20% slower); slime's FSDP rank does not
-        max_steps=setup.steps, per_device_train_batch_size=setup.samples_per_step, gradient_accumulation_steps=1,
-        num_generations=setup.group_size, max_completion_length=setup.max_response_len,
-        temperature=setup.temperature, top_p=1.0, top_k=0, learning_rate=setup.lr, lr_scheduler_type="constant",
-        warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, beta=0.0, num_iterations=1, epsilon=0.2,
-        loss_type="grpo", scale_rewards="group", seed=setup.seed, logging_steps=1, dataloader_num_workers=0,
-        disable_tqdm=True)
+        max_steps=setup.steps,
+        per_device_train_batch_size=setup.samples_per_step,
+        gradient_accumulation_steps=1,
+        num_generations=setup.group_size,
+        max_completion_length=setup.max_response_len,
+        temperature=setup.temperature,
+        top_p=1.0,
+        top_k=0,
+        learning_rate=setup.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        beta=0.0,
+        num_iterations=1,
+        epsilon=0.2,
+        loss_type="grpo",
+        scale_rewards="group",
+        seed=setup.seed,
+        logging_steps=1,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
 
 
 def run_trl(init: Path, workdir: Path, setup: Setup) -> Result:
@@ -84,15 +107,19 @@ def run_trl(init: Path, workdir: Path, setup: Setup) -> Result:
     out = workdir / "trl"
     out.mkdir(parents=True, exist_ok=True)
     spec = out / "spec.json"
-    spec.write_text(json.dumps({"init": str(init), "workdir": str(workdir), "setup": dataclasses.asdict(setup)}, default=str))
+    spec.write_text(
+        json.dumps({"init": str(init), "workdir": str(workdir), "setup": dataclasses.asdict(setup)}, default=str)
+    )
     start = time.perf_counter()
     subprocess.run([sys.executable, __file__, str(spec)], check=True, cwd=ROOT)
     wall = time.perf_counter() - start
     fields = json.loads((out / "result.json").read_text())
     eval_seconds, trainer_seconds = fields.pop("eval_seconds"), fields.pop("trainer_seconds")
     result = dataclasses.replace(Result(**fields), total_seconds=wall - eval_seconds)
-    result.notes.append(f"TRL's whole run {result.total_seconds:.1f} s: {trainer_seconds:.1f} s loading the model, building "
-                        f"GRPOTrainer and training, {result.total_seconds - trainer_seconds:.1f} s of interpreter start and imports")
+    result.notes.append(
+        f"TRL's whole run {result.total_seconds:.1f} s: {trainer_seconds:.1f} s loading the model, building "
+        f"GRPOTrainer and training, {result.total_seconds - trainer_seconds:.1f} s of interpreter start and imports"
+    )
     return result
 
 
@@ -104,16 +131,20 @@ def train_and_eval(init: Path, workdir: Path, setup: Setup) -> tuple[Result, dic
     from trl import GRPOTrainer
 
     def reward(prompts, completions, label, **kwargs):
-        return [exact_match(c, l) for c, l in zip(completions, label)]
+        return [exact_match(c, answer) for c, answer in zip(completions, label)]
 
     start = time.perf_counter()
     result, timer = Result("TRL"), PhaseTimer()
     tokenizer = AutoTokenizer.from_pretrained(init)
     clock = trl_step_callback(timer, result)
-    trainer = GRPOTrainer(model=load_model(init), reward_funcs=reward,
-                          args=trl_config(workdir, setup), processing_class=tokenizer,
-                          train_dataset=Dataset.from_list(read_jsonl(setup.train_data)),
-                          callbacks=[clock])
+    trainer = GRPOTrainer(
+        model=load_model(init),
+        reward_funcs=reward,
+        args=trl_config(workdir, setup),
+        processing_class=tokenizer,
+        train_dataset=Dataset.from_list(read_jsonl(setup.train_data)),
+        callbacks=[clock],
+    )
     timer.wrap(trainer, "_generate", "generation")
     timer.wrap(trainer, "_calculate_rewards", "reward")
     timer.wrap(trainer, "_generate_and_score_completions", "generate and score")
@@ -134,7 +165,9 @@ def trl_phases(seconds: dict[str, float], wall: float, steps: int) -> dict[str, 
     loss, backward, optimizer), weight sync (none) and what is left (dataloader, logging)."""
     generation, reward = seconds.get("generation", 0.0), seconds.get("reward", 0.0)
     scoring = seconds.get("generate and score", 0.0) - generation - reward
-    training = seconds.get("training step", 0.0) - seconds.get("generate and score", 0.0) + seconds.get("optimizer", 0.0)
+    training = (
+        seconds.get("training step", 0.0) - seconds.get("generate and score", 0.0) + seconds.get("optimizer", 0.0)
+    )
     totals = {"generation + reward": generation + reward, "training": training + scoring, "weight sync": 0.0}
     totals[IDLE] = wall - sum(totals.values())
     return {name: value / steps for name, value in totals.items()} | {"  of which reward": reward / steps}

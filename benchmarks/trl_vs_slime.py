@@ -55,7 +55,8 @@ by role (train rank, engine, driver, sglang-router, Ray's own processes) over th
 between the first and the last metrics record; TRL's is this process's CPU time per step.
 
 Eval reward: greedy exact-match accuracy on the task's held-out prompts (quickstart: the 200
-of examples/quickstart/data/addition_eval.jsonl; counting: the first 100 of its 200), measured the same way (transformers
+of examples/quickstart/data/addition_eval.jsonl; counting: the first 100 of its 200), measured the same way
+(transformers
 ``generate``) on the starting weights and on each side's weights after N steps.
 
 Counting, 2026-11-25, quiet 2-core machine (load average 1.5-2.0), 2 rounds, from the step-300
@@ -95,9 +96,23 @@ def warm_start(workdir: Path, setup: Setup) -> Path:
     sft = workdir / "sft"
     if not list((sft / "hf").glob("iter_*")):
         run(SLIME, "tiny-model", str(workdir / "tiny-qwen3"), *setup.model_flags)
-        run(SLIME, "run", *setup.sft_config, "--hf-checkpoint", str(workdir / "tiny-qwen3"),
-            "--output-dir", str(sft), "--save", str(sft / "checkpoints"), "--save-hf", str(sft / "hf"),
-            "--num-rollout", str(setup.sft_rollouts), "--save-interval", str(setup.sft_rollouts))
+        run(
+            SLIME,
+            "run",
+            *setup.sft_config,
+            "--hf-checkpoint",
+            str(workdir / "tiny-qwen3"),
+            "--output-dir",
+            str(sft),
+            "--save",
+            str(sft / "checkpoints"),
+            "--save-hf",
+            str(sft / "hf"),
+            "--num-rollout",
+            str(setup.sft_rollouts),
+            "--save-interval",
+            str(setup.sft_rollouts),
+        )
     return sorted((sft / "hf").glob("iter_*"))[-1]
 
 
@@ -107,27 +122,40 @@ def counting_setup(workdir: Path, quick: bool) -> Setup:
     slime runs no eval of its own here, and this script evaluates the first 100 held-out prompts
     only: 256-token greedy answers cost minutes on 2 cores."""
     train, evaluation = counting_task.write_split(workdir / "data")
-    return Setup(steps=3 if quick else 10, prompts_per_step=2 if quick else 4, lr=counting_task.GRPO_LR,
-                 max_response_len=counting_task.MAX_RESPONSE_LEN, sft_rollouts=counting_task.SFT_ROLLOUTS, task="counting",
-                 train_data=train, eval_data=evaluation, eval_prompts=100, eval_name=None,
-                 slime_config=tuple(counting_task.grpo_flags(train)),
-                 model_flags=counting_task.MODEL_FLAGS, sft_config=tuple(counting_task.sft_flags(train)))
+    return Setup(
+        steps=3 if quick else 10,
+        prompts_per_step=2 if quick else 4,
+        lr=counting_task.GRPO_LR,
+        max_response_len=counting_task.MAX_RESPONSE_LEN,
+        sft_rollouts=counting_task.SFT_ROLLOUTS,
+        task="counting",
+        train_data=train,
+        eval_data=evaluation,
+        eval_prompts=100,
+        eval_name=None,
+        slime_config=tuple(counting_task.grpo_flags(train)),
+        model_flags=counting_task.MODEL_FLAGS,
+        sft_config=tuple(counting_task.sft_flags(train)),
+    )
 
 
 def table(results: list[Result], setup: Setup, eval_before: float) -> str:
-    rows = [("steps", [str(len(r.step_seconds)) for r in results]),
-            ("wall time per step, mean (s)", [f"{statistics.mean(r.step_seconds):.2f}" for r in results]),
-            ("wall time per step, median (s)", [f"{statistics.median(r.step_seconds):.2f}" for r in results])]
+    rows = [
+        ("steps", [str(len(r.step_seconds)) for r in results]),
+        ("wall time per step, mean (s)", [f"{statistics.mean(r.step_seconds):.2f}" for r in results]),
+        ("wall time per step, median (s)", [f"{statistics.median(r.step_seconds):.2f}" for r in results]),
+    ]
     for phase in dict.fromkeys(phase for r in results for phase in r.phases):
         rows.append((f"  {phase}", [f"{r.phases[phase]:.2f}" if phase in r.phases else "-" for r in results]))
     rows.append(("CPU seconds per step, all processes", [f"{sum(r.cpu.values()):.2f}" for r in results]))
     for role in dict.fromkeys(role for r in results for role in r.cpu):
         rows.append((f"  {role}", [f"{r.cpu[role]:.2f}" if role in r.cpu else "-" for r in results]))
-    rows += [("whole run, launch to exit, less evals and saves (s), mean", [f"{r.total_seconds:.1f}" for r in results]),
-             (f"eval reward before (greedy, {len(eval_rows(setup))} prompts)",
-              [f"{eval_before:.3f}"] * len(results)),
-             ("training reward, mean of the last 5 steps", [f"{statistics.mean(r.rewards):.3f}" for r in results]),
-             (f"eval reward after {setup.steps} steps", ["/".join(f"{e:.3f}" for e in r.eval_after) for r in results])]
+    rows += [
+        ("whole run, launch to exit, less evals and saves (s), mean", [f"{r.total_seconds:.1f}" for r in results]),
+        (f"eval reward before (greedy, {len(eval_rows(setup))} prompts)", [f"{eval_before:.3f}"] * len(results)),
+        ("training reward, mean of the last 5 steps", [f"{statistics.mean(r.rewards):.3f}" for r in results]),
+        (f"eval reward after {setup.steps} steps", ["/".join(f"{e:.3f}" for e in r.eval_after) for r in results]),
+    ]
     width, cell = max(len(name) for name, _ in rows), max(8, *(len(v) for _, values in rows for v in values))
     lines = [f"{'':{width}}  " + "  ".join(f"{r.name:>{cell}}" for r in results)]
     lines += [f"{name:{width}}  " + "  ".join(f"{v:>{cell}}" for v in values) for name, values in rows]
@@ -141,8 +169,10 @@ def verdict(slime: Result, trl: Result, task: str) -> str:
         ratio = statistics.mean(slime.step_seconds) / statistics.mean(trl.step_seconds)
         slime_eval, trl_eval = statistics.mean(slime.eval_after), statistics.mean(trl.eval_after)
         met = ratio <= 0.7 and slime_eval >= trl_eval
-        return (f"goal (step <= 0.7x TRL's, eval >= TRL's): step {ratio:.2f}x, eval {slime_eval:.3f} vs "
-                f"{trl_eval:.3f}: {'meets' if met else 'misses'}")
+        return (
+            f"goal (step <= 0.7x TRL's, eval >= TRL's): step {ratio:.2f}x, eval {slime_eval:.3f} vs "
+            f"{trl_eval:.3f}: {'meets' if met else 'misses'}"
+        )
     ratio = slime.total_seconds / trl.total_seconds
     return f"goal (whole run <= 2x TRL's): {ratio:.1f}x: {'meets' if ratio <= 2 else 'misses'}"
 
@@ -151,30 +181,62 @@ def merge(rounds: list[Result]) -> Result:
     """One side over several rounds: every step's time, mean phases and wall, each eval."""
     phases = {name: statistics.mean(r.phases[name] for r in rounds) for name in rounds[0].phases}
     cpu = {role: statistics.mean(r.cpu[role] for r in rounds) for role in rounds[0].cpu}
-    return Result(rounds[0].name, [t for r in rounds for t in r.step_seconds], phases,
-                  statistics.mean(r.total_seconds for r in rounds), cpu, [w for r in rounds for w in r.rewards],
-                  [e for r in rounds for e in r.eval_after], list(dict.fromkeys(n for r in rounds for n in r.notes)))
+    return Result(
+        rounds[0].name,
+        [t for r in rounds for t in r.step_seconds],
+        phases,
+        statistics.mean(r.total_seconds for r in rounds),
+        cpu,
+        [w for r in rounds for w in r.rewards],
+        [e for r in rounds for e in r.eval_after],
+        list(dict.fromkeys(n for r in rounds for n in r.notes)),
+    )
 
 
 def parse_args(argv=None) -> tuple[argparse.Namespace, Setup]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task", choices=["quickstart", "counting"], default="quickstart",
-                        help="quickstart: the tiny model on addition (answers of 1-2 tokens); counting: a 25 M-parameter "
-                        "model counting down by a step (answers of 1 to 289 tokens, long-tailed; benchmarks/counting_task.py)")
-    parser.add_argument("--steps", type=int, default=None, help="GRPO steps on each side (default 20, counting 10; --quick: 3)")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 3 steps of 8 prompts (counting: 2) after a "
-                        "60-step warm-up (counting: its full warm-up, reused from the workdir)")
+    parser.add_argument(
+        "--task",
+        choices=["quickstart", "counting"],
+        default="quickstart",
+        help="quickstart: the tiny model on addition (answers of 1-2 tokens); counting: a 25 M-parameter "
+        "model counting down by a step (answers of 1 to 289 tokens, long-tailed; benchmarks/counting_task.py)",
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="GRPO steps on each side (default 20, counting 10; --quick: 3)"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: 3 steps of 8 prompts (counting: 2) after a "
+        "60-step warm-up (counting: its full warm-up, reused from the workdir)",
+    )
     parser.add_argument("--seed", type=int, default=1234, help="seed of both sides: prompt order and sampling")
     parser.add_argument("--init", type=Path, default=None, help="start from this HF directory (skips the warm-up)")
-    parser.add_argument("--workdir", type=Path, default=None,
-                        help="where the data, the warm-up, both sides' runs and results.txt go "
-                        "(default runs/bench-trl-vs-slime, counting: runs/bench-trl-vs-slime-counting)")
-    parser.add_argument("--rounds", type=int, default=1, help="repeat both sides, alternating which goes first "
-                        "(slime-TRL, TRL-slime, ...), to even out a machine whose load changes")
-    parser.add_argument("--slime-train-mode", choices=["sync", "async"], default="sync",
-                        help="slime's --train-mode; async generates the next rollout while it trains (one step off-policy)")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="where the data, the warm-up, both sides' runs and results.txt go "
+        "(default runs/bench-trl-vs-slime, counting: runs/bench-trl-vs-slime-counting)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="repeat both sides, alternating which goes first "
+        "(slime-TRL, TRL-slime, ...), to even out a machine whose load changes",
+    )
+    parser.add_argument(
+        "--slime-train-mode",
+        choices=["sync", "async"],
+        default="sync",
+        help="slime's --train-mode; async generates the next rollout while it trains (one step off-policy)",
+    )
     args = parser.parse_args(argv)
-    args.workdir = args.workdir or ROOT / "runs" / ("bench-trl-vs-slime" + ("-counting" if args.task == "counting" else ""))
+    args.workdir = args.workdir or ROOT / "runs" / (
+        "bench-trl-vs-slime" + ("-counting" if args.task == "counting" else "")
+    )
     if args.task == "counting":
         setup = counting_setup(args.workdir, args.quick)
     else:
@@ -188,7 +250,9 @@ def main(argv=None) -> int:
     try:
         import trl  # noqa: F401
     except ImportError:
-        print(f"This benchmark needs TRL, which is not installed here. Install it with:\n  {TRL_INSTALL}", file=sys.stderr)
+        print(
+            f"This benchmark needs TRL, which is not installed here. Install it with:\n  {TRL_INSTALL}", file=sys.stderr
+        )
         return 2
     args.workdir.mkdir(parents=True, exist_ok=True)
     init = args.init or warm_start(args.workdir, setup)
@@ -199,13 +263,16 @@ def main(argv=None) -> int:
         sides = [run_slime, run_trl] if round_ % 2 == 0 else [run_trl, run_slime]
         for side in sides:
             result = side(init, args.workdir / f"round{round_}", setup)
-            result.notes.append(f"round {round_}, {result.name}: {statistics.mean(result.step_seconds):.2f} s/step "
-                                f"(median {statistics.median(result.step_seconds):.2f}), load average "
-                                f"{os.getloadavg()[0]:.1f} at its end")
+            result.notes.append(
+                f"round {round_}, {result.name}: {statistics.mean(result.step_seconds):.2f} s/step "
+                f"(median {statistics.median(result.step_seconds):.2f}), load average "
+                f"{os.getloadavg()[0]:.1f} at its end"
+            )
             runs[result.name].append(result)
     results = [merge(rounds) for rounds in runs.values()]
-    report = "\n".join([table(results, setup, eval_before), verdict(*results, setup.task),
-                        f"load average after: {os.getloadavg()}"])
+    report = "\n".join(
+        [table(results, setup, eval_before), verdict(*results, setup.task), f"load average after: {os.getloadavg()}"]
+    )
     print("\n" + report)
     (args.workdir / "results.txt").write_text(report + "\n")
     return 0

@@ -26,8 +26,31 @@ from pathlib import Path
 
 #: tools the scripts need to compute their flags; anything else is a no-op in the sandbox (grep
 #: always succeeds: it filters the output of tools that are not there, e.g. `pip list | grep`)
-SAFE_TOOLS = ("dirname", "basename", "realpath", "readlink", "cat", "sed", "awk", "head", "tail",
-              "cut", "tr", "wc", "date", "expr", "seq", "ls", "env", "true", "false", "sort", "uniq", "bash", "mktemp")
+SAFE_TOOLS = (
+    "dirname",
+    "basename",
+    "realpath",
+    "readlink",
+    "cat",
+    "sed",
+    "awk",
+    "head",
+    "tail",
+    "cut",
+    "tr",
+    "wc",
+    "date",
+    "expr",
+    "seq",
+    "ls",
+    "env",
+    "true",
+    "false",
+    "sort",
+    "uniq",
+    "bash",
+    "mktemp",
+)
 #: records ``python3 [-opts] train.py|train_async.py ARGS`` (also after ``ray job submit ... --``)
 CAPTURE = r"""#!/bin/bash
 while [ $# -gt 0 ] && [ "$1" != "--" ] && [ "$(basename "$0")" = ray ]; do shift; done
@@ -43,10 +66,16 @@ exit 0
 PRELUDE = r"""kill(){ :; }; cd(){ builtin cd "$@" 2>/dev/null || true; }; command_not_found_handle(){ return 0; }
 source(){ local f="$1"; shift; [[ ! -f "$f" && "$f" == */scripts/models/* ]] && f="$SLIME_CHECKOUT/scripts/models/${f##*/}"
 builtin source "$f" "$@"; }
-"""
+"""  # noqa: E501
 #: variables the scripts insist on (checkpoint folders, the Megatron-LM checkout), as dummy paths
-DUMMY_ENV = {"BASE_FOLDER": "/dummy/models", "BASE_DIR": "/dummy", "MEGATRON_LM_PATH": "/dummy/Megatron-LM",
-             "MASTER_ADDR": "127.0.0.1", "WANDB_KEY": "dummy-key", "WANDB_API_KEY": "dummy-key"}
+DUMMY_ENV = {
+    "BASE_FOLDER": "/dummy/models",
+    "BASE_DIR": "/dummy",
+    "MEGATRON_LM_PATH": "/dummy/Megatron-LM",
+    "MASTER_ADDR": "127.0.0.1",
+    "WANDB_KEY": "dummy-key",
+    "WANDB_API_KEY": "dummy-key",
+}
 MISSING = re.compile(r"does not exist|no such directory|has no config\.json|config file .* does not exist")
 
 
@@ -58,10 +87,23 @@ def launch_scripts(checkout: Path) -> list[Path]:
 def capture_launches(script: Path, checkout: Path, sandbox: Path) -> list[list[str]]:
     """The argv of each train.py / train_async.py the script starts, first item the entry."""
     capture = Path(tempfile.mkdtemp(dir=sandbox))
-    env = {"PATH": str(sandbox / "bin"), "HOME": str(sandbox), "TMPDIR": str(sandbox), "SLIME_CAPTURE": str(capture),
-           "SLIME_CHECKOUT": str(checkout), **DUMMY_ENV}
-    subprocess.run(["/bin/bash", "--noprofile", "--norc", "-c", PRELUDE + 'source "$0"', str(script)],
-                   cwd=sandbox, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False)
+    env = {
+        "PATH": str(sandbox / "bin"),
+        "HOME": str(sandbox),
+        "TMPDIR": str(sandbox),
+        "SLIME_CAPTURE": str(capture),
+        "SLIME_CHECKOUT": str(checkout),
+        **DUMMY_ENV,
+    }
+    subprocess.run(
+        ["/bin/bash", "--noprofile", "--norc", "-c", PRELUDE + 'source "$0"', str(script)],
+        cwd=sandbox,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     return [f.read_bytes().decode().split("\0")[:-1] for f in sorted(capture.iterdir())]
 
 
@@ -125,8 +167,10 @@ def report(checkout: Path, sandbox: Path) -> int:
             other = [p for p in problems if p not in missing and p not in hooks]
             clean += not other and not hooks
             status = "OK" if not other else "PROBLEMS"
-            print(f"{name} ({argv[0]}): {status} ({len(missing)} missing files, {len(hooks)} function-hook problems, "
-                  f"{len(notes)} flags without effect here)")
+            print(
+                f"{name} ({argv[0]}): {status} ({len(missing)} missing files, {len(hooks)} function-hook problems, "
+                f"{len(notes)} flags without effect here)"
+            )
             for line in other + hooks:
                 print(f"    - {line}")
                 remaining[line.split(":")[0][:90]] += 1

@@ -19,16 +19,29 @@ import sys
 import zipfile
 
 IO_STRUCT = "sglang/srt/managers/io_struct.py"
-CLASSES = ("GenerateReqInput", "AbortReq", "PauseGenerationReqInput", "ContinueGenerationReqInput", "FlushCacheReqInput",
-           "UpdateWeightFromDiskReqInput", "UpdateWeightsFromTensorReqInput", "InitWeightsUpdateGroupReqInput",
-           "UpdateWeightsFromDistributedReqInput", "DestroyWeightsUpdateGroupReqInput",
-           "ReleaseMemoryOccupationReqInput", "ResumeMemoryOccupationReqInput")
+CLASSES = (
+    "GenerateReqInput",
+    "AbortReq",
+    "PauseGenerationReqInput",
+    "ContinueGenerationReqInput",
+    "FlushCacheReqInput",
+    "UpdateWeightFromDiskReqInput",
+    "UpdateWeightsFromTensorReqInput",
+    "InitWeightsUpdateGroupReqInput",
+    "UpdateWeightsFromDistributedReqInput",
+    "DestroyWeightsUpdateGroupReqInput",
+    "ReleaseMemoryOccupationReqInput",
+    "ResumeMemoryOccupationReqInput",
+)
 
 
 def fields(node: ast.ClassDef) -> dict[str, bool]:
     """Field name -> required, from a class body's annotated assignments."""
-    return {item.target.id: item.value is None for item in node.body
-            if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)}
+    return {
+        item.target.id: item.value is None
+        for item in node.body
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+    }
 
 
 def schema(source: str) -> dict[str, dict[str, bool]]:

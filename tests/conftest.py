@@ -32,11 +32,30 @@ def slime_run(ray_cluster, tiny_model_dir, tmp_path):
     """``slime_run(*flags)`` runs ``slime run`` in this process (on the test's Ray) with the
     digit reward on addition prompts; returns the run directory's metrics records."""
     data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n"
-                            for a in range(10) for b in range(10)))
-    base = ["--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--rollout-engine", "cpu",
-            "--rm-type", "digit_share", "--rollout-batch-size", "8", "--n-samples-per-prompt", "8",
-            "--rollout-max-response-len", "8", "--lr", "5e-3", "--use-dynamic-batch-size", "--max-tokens-per-gpu", "2048"]
+    data.write_text(
+        "".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n" for a in range(10) for b in range(10))
+    )
+    base = [
+        "--prompt-data",
+        str(data),
+        "--hf-checkpoint",
+        str(tiny_model_dir),
+        "--rollout-engine",
+        "cpu",
+        "--rm-type",
+        "digit_share",
+        "--rollout-batch-size",
+        "8",
+        "--n-samples-per-prompt",
+        "8",
+        "--rollout-max-response-len",
+        "8",
+        "--lr",
+        "5e-3",
+        "--use-dynamic-batch-size",
+        "--max-tokens-per-gpu",
+        "2048",
+    ]
 
     def run(*flags, output="run", hooks=(), exit_code=0):
         """``hooks``: more plugin objects (with ``@hookimpl`` methods) for this run; ``exit_code``:
@@ -67,8 +86,23 @@ def example_plugin_env(tmp_path_factory):
         if folder not in installed:
             source = Path(__file__).resolve().parents[1] / "examples" / "plugins" / folder
             target = tmp_path_factory.mktemp("site")
-            subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                            "--target", str(target), str(source)], check=True, capture_output=True, timeout=300)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--no-deps",
+                    "--no-build-isolation",
+                    "--target",
+                    str(target),
+                    str(source),
+                ],
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )
             installed[folder] = {**os.environ, "PYTHONPATH": str(target)}
         return installed[folder]
 

@@ -82,8 +82,10 @@ class FakeTrainRank:
 
     def compute_log_probs(self, batch, model: str = "actor") -> list[list[float]]:
         Recorder.calls["rank.compute_log_probs"] += 1
-        return [[log_p(self.theta, t in self.digits) for t in tokens[len(tokens) - n:]]
-                for tokens, n in zip(batch.tokens, batch.response_lengths)]
+        return [
+            [log_p(self.theta, t in self.digits) for t in tokens[len(tokens) - n :]]
+            for tokens, n in zip(batch.tokens, batch.response_lengths)
+        ]
 
     def start_train(self, rollout_id: int, batch) -> int:
         """Group-relative advantages (reward − group mean) of the share; its steps: contiguous slices."""
@@ -91,8 +93,10 @@ class FakeTrainRank:
 
         assert self.resident, "trained while offloaded"
         Recorder.calls["rank.train"] += 1
-        means = {g: sum(r for r, h in zip(batch.rewards, batch.group_ids) if h == g) / batch.group_ids.count(g)
-                 for g in set(batch.group_ids)}
+        means = {
+            g: sum(r for r, h in zip(batch.rewards, batch.group_ids) if h == g) / batch.group_ids.count(g)
+            for g in set(batch.group_ids)
+        }
         self.batch, self.history = batch, []
         self.advantages = [reward - means[group] for reward, group in zip(batch.rewards, batch.group_ids)]
         self.slices = step_slices(len(batch), self.config.num_steps_per_rollout)
@@ -104,19 +108,27 @@ class FakeTrainRank:
         batch, p, grad = self.batch, 1.0 / (1.0 + math.exp(-self.theta)), 0.0
         for i in self.slices[step]:
             tokens, n = batch.tokens[i], batch.response_lengths[i]
-            grad += self.advantages[i] * sum(((t in self.digits) - p) * m
-                                             for t, m in zip(tokens[len(tokens) - n:], batch.loss_masks[i]))
+            grad += self.advantages[i] * sum(
+                ((t in self.digits) - p) * m for t, m in zip(tokens[len(tokens) - n :], batch.loss_masks[i])
+            )
         self.theta += self.config.lr * grad / max(len(self.slices[step]), 1)
-        metrics = {"loss": -grad / max(len(self.slices[step]), 1), "theta": self.theta,
-                   "samples": float(len(self.slices[step])), "trained_tokens": float(sum(sum(batch.loss_masks[i]) for i in self.slices[step]))}
+        metrics = {
+            "loss": -grad / max(len(self.slices[step]), 1),
+            "theta": self.theta,
+            "samples": float(len(self.slices[step])),
+            "trained_tokens": float(sum(sum(batch.loss_masks[i]) for i in self.slices[step])),
+        }
         self.history.append(metrics)
         return metrics
 
     def finish_train(self) -> dict[str, float]:
         self.version += 1
         last = self.history[-1]
-        return {**last, "samples": sum(m["samples"] for m in self.history),
-                "trained_tokens": sum(m["trained_tokens"] for m in self.history)}
+        return {
+            **last,
+            "samples": sum(m["samples"] for m in self.history),
+            "trained_tokens": sum(m["trained_tokens"] for m in self.history),
+        }
 
     def weight_buckets(self, bucket_bytes: int) -> int:
         return 1
@@ -136,7 +148,9 @@ class FakeTrainRank:
         Recorder.calls["rank.save"] += 1
         final, tmp = staging(self.config.save, rollout_id)
         prepare(tmp)
-        (tmp / "fake.json").write_text(json.dumps({"theta": self.theta, "version": self.version, "rollout_id": rollout_id}))
+        (tmp / "fake.json").write_text(
+            json.dumps({"theta": self.theta, "version": self.version, "rollout_id": rollout_id})
+        )
         publish(tmp, final, rollout_id)
         return str(final)
 
@@ -339,8 +353,13 @@ class FakeBackendsPlugin:
     @staticmethod
     @hookimpl
     def slime_add_options(options):
-        options.add("--fake-train-seconds", type=float, default=0.0, group="fake backends (tests)",
-                    help="seconds each fake train step sleeps")
+        options.add(
+            "--fake-train-seconds",
+            type=float,
+            default=0.0,
+            group="fake backends (tests)",
+            help="seconds each fake train step sleeps",
+        )
 
     @staticmethod
     @hookimpl
@@ -360,4 +379,7 @@ class FakeBackendsPlugin:
     @staticmethod
     @hookimpl
     def slime_register_reward_functions(register):
-        register("digit_share", lambda sample, config: sum(ch in DIGITS for ch in sample.response) / max(len(sample.response), 1))
+        register(
+            "digit_share",
+            lambda sample, config: sum(ch in DIGITS for ch in sample.response) / max(len(sample.response), 1),
+        )

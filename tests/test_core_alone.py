@@ -69,8 +69,12 @@ def _pip_config(key: str) -> str:
     """pip's setting ``key``, with the user's own home: the session's Ray (the ``ray_cluster``
     fixture) points HOME at a temporary folder, where pip finds no user config."""
     home = pwd.getpwuid(os.getuid()).pw_dir
-    return subprocess.run([sys.executable, "-m", "pip", "config", "get", key], capture_output=True, text=True,
-                          env={**os.environ, "HOME": home}).stdout.strip()
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "config", "get", key],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HOME": home},
+    ).stdout.strip()
 
 
 def _python(venv_bin: Path, code: str, *args: str) -> str:
@@ -83,8 +87,14 @@ def _python(venv_bin: Path, code: str, *args: str) -> str:
 def _slime(venv_bin: Path, *args: str, home: Path) -> subprocess.CompletedProcess:
     """The fresh venv's `slime` from the repository root (the quickstart's paths are relative to
     it), with HOME and RAY_TMPDIR at ``home``: Ray keeps its token under $HOME/.ray."""
-    return subprocess.run([str(venv_bin / "slime"), *args], cwd=REPO, env=_env(HOME=str(home), RAY_TMPDIR=str(home)),
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [str(venv_bin / "slime"), *args],
+        cwd=REPO,
+        env=_env(HOME=str(home), RAY_TMPDIR=str(home)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -98,11 +108,18 @@ def core_venv(tmp_path_factory) -> Path:
     extra_env, steps = _install_steps(venv / "bin" / "python")
     for step in steps:
         subprocess.run(step, cwd=REPO, env=_env(**extra_env), check=True)
-    listed = subprocess.run([*_uv(), "pip", "list", "--format", "json", "-p", str(venv / "bin" / "python")],
-                            capture_output=True, text=True, check=True).stdout
+    listed = subprocess.run(
+        [*_uv(), "pip", "list", "--format", "json", "-p", str(venv / "bin" / "python")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert [p["name"] for p in json.loads(listed) if p["name"].lower().startswith(CUDA_PREFIXES)] == []
-    found = _python(venv / "bin", "import importlib.util, sys; print([m for m in sys.argv[1:] if importlib.util.find_spec(m)])",
-                    *OTHER_PACKAGES)
+    found = _python(
+        venv / "bin",
+        "import importlib.util, sys; print([m for m in sys.argv[1:] if importlib.util.find_spec(m)])",
+        *OTHER_PACKAGES,
+    )
     assert found.strip() == "[]"
     return venv / "bin"
 
@@ -128,14 +145,20 @@ def ray_home():
 def test_tiny_model_writes_a_loadable_hf_dir(core_venv, tiny_model):
     """`slime tiny-model` writes a Hugging Face folder that transformers loads back in the fresh
     venv: a Qwen3 model and a character tokenizer that round-trips an addition prompt."""
-    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= {p.name for p in tiny_model.iterdir()}
-    loaded = _python(core_venv, """
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= {
+        p.name for p in tiny_model.iterdir()
+    }
+    loaded = _python(
+        core_venv,
+        """
 import json, sys
 from transformers import AutoModelForCausalLM, AutoTokenizer
 tokenizer, model = AutoTokenizer.from_pretrained(sys.argv[1]), AutoModelForCausalLM.from_pretrained(sys.argv[1])
 ids = tokenizer("12+34=")["input_ids"]
 print(json.dumps({"model_type": model.config.model_type, "text": tokenizer.decode(ids, skip_special_tokens=True)}))
-""", str(tiny_model))
+""",
+        str(tiny_model),
+    )
     assert json.loads(loaded) == {"model_type": "qwen3", "text": "12+34="}
 
 
@@ -145,9 +168,24 @@ def test_quickstart_sft_runs_to_completion_and_replays(core_venv, tiny_model, tm
     Its saved rollouts replay into training (--load-debug-rollout-data) with the same losses."""
     out = tmp_path / "sft"
     dumps = str(tmp_path / "dumps" / "rollout_{rollout_id}.json")
-    result = _slime(core_venv, "run", f"{QUICKSTART}/sft_warmup.yaml", "--hf-checkpoint", str(tiny_model),
-                    "--num-rollout", "20", "--output-dir", str(out), "--save", str(out / "checkpoints"),
-                    "--save-hf", str(out / "hf"), "--save-debug-rollout-data", dumps, home=ray_home)
+    result = _slime(
+        core_venv,
+        "run",
+        f"{QUICKSTART}/sft_warmup.yaml",
+        "--hf-checkpoint",
+        str(tiny_model),
+        "--num-rollout",
+        "20",
+        "--output-dir",
+        str(out),
+        "--save",
+        str(out / "checkpoints"),
+        "--save-hf",
+        str(out / "hf"),
+        "--save-debug-rollout-data",
+        dumps,
+        home=ray_home,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["rollout_id"] for r in records] == list(range(20))
@@ -155,8 +193,20 @@ def test_quickstart_sft_runs_to_completion_and_replays(core_venv, tiny_model, tm
     assert losses[-1] < 0.9 * losses[0], losses
     assert list((out / "hf").glob("iter_*/model.safetensors"))
     replay = tmp_path / "replay"
-    result = _slime(core_venv, "run", f"{QUICKSTART}/sft_warmup.yaml", "--hf-checkpoint", str(tiny_model),
-                    "--num-rollout", "3", "--output-dir", str(replay), "--load-debug-rollout-data", dumps, home=ray_home)
+    result = _slime(
+        core_venv,
+        "run",
+        f"{QUICKSTART}/sft_warmup.yaml",
+        "--hf-checkpoint",
+        str(tiny_model),
+        "--num-rollout",
+        "3",
+        "--output-dir",
+        str(replay),
+        "--load-debug-rollout-data",
+        dumps,
+        home=ray_home,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     replayed = [json.loads(line)["train/loss"] for line in (replay / "metrics.jsonl").read_text().splitlines()]
     assert replayed == pytest.approx(losses[:3], rel=1e-5)
@@ -167,10 +217,22 @@ def test_grpo_says_which_packages_to_install(core_venv, tiny_model, tmp_path, ra
     slime-sglang and slime-router: it stops at the config (exit 2, no Ray, no output folder), and
     each such option's error says what to pip install. slime-fsdp's train backend is found."""
     out = tmp_path / "grpo"
-    result = _slime(core_venv, "run", f"{QUICKSTART}/grpo_addition.yaml", "--hf-checkpoint", str(tiny_model),
-                    "--num-rollout", "1", "--output-dir", str(out), home=ray_home)
+    result = _slime(
+        core_venv,
+        "run",
+        f"{QUICKSTART}/grpo_addition.yaml",
+        "--hf-checkpoint",
+        str(tiny_model),
+        "--num-rollout",
+        "1",
+        "--output-dir",
+        str(out),
+        home=ray_home,
+    )
     assert result.returncode == 2, result.stderr
-    errors = dict(line.strip()[2:].split(": ", 1) for line in result.stderr.splitlines() if line.strip().startswith("- --"))
+    errors = dict(
+        line.strip()[2:].split(": ", 1) for line in result.stderr.splitlines() if line.strip().startswith("- --")
+    )
     for option, package in NEEDED_PARTS.items():
         assert f"pip install {package}" in errors.get(option, ""), result.stderr
     assert "--train-backend" not in errors, result.stderr

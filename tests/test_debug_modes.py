@@ -48,7 +48,10 @@ def test_debug_options_are_checked_before_anything_starts(tmp_path, tiny_model_d
     data.write_text('{"prompt": "1+1=", "label": "2"}\n')
     base = ["--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--rollout-batch-size", "1"]
     with pytest.raises(ConfigError) as error:
-        load_config([*base, "--debug-train-only", "--debug-rollout-only", "--save-debug-rollout-data", "x.json"],
-                    options, plugins)
+        load_config(
+            [*base, "--debug-train-only", "--debug-rollout-only", "--save-debug-rollout-data", "x.json"],
+            options,
+            plugins,
+        )
     message = str(error.value)
     assert "--load-debug-rollout-data" in message and "exclude each other" in message and "{rollout_id}" in message

@@ -14,12 +14,12 @@ from __future__ import annotations
 import ast
 import re
 import sys
-import tomllib
 from functools import cache
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
+import tomllib
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,23 +64,30 @@ def read_pyproject(package: Path) -> dict:
 def shipped_modules(package: Path) -> list[str]:
     """The top-level modules ``package`` ships: the folders under its src/ (regular packages,
     and namespace packages such as slime-compat's ``slime``)."""
-    return sorted(path.name for path in (package / "src").iterdir()
-                  if path.is_dir() and path.name.isidentifier() and any(path.rglob("*.py")))
+    return sorted(
+        path.name
+        for path in (package / "src").iterdir()
+        if path.is_dir() and path.name.isidentifier() and any(path.rglob("*.py"))
+    )
 
 
 @cache
 def module_distributions() -> dict[str, list[str]]:
     """Top-level module -> the distributions providing it: what is installed in this
     environment, plus the workspace packages (editable installs are not listed there)."""
-    workspace = {module: [read_pyproject(package)["project"]["name"]] for package in PACKAGES
-                 for module in shipped_modules(package)}
+    workspace = {
+        module: [read_pyproject(package)["project"]["name"]]
+        for package in PACKAGES
+        for module in shipped_modules(package)
+    }
     return {**packages_distributions(), **workspace}
 
 
 def is_type_checking(test: ast.expr) -> bool:
     """Whether an ``if`` condition is ``TYPE_CHECKING`` or ``typing.TYPE_CHECKING``."""
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def import_statements(nodes):
@@ -124,8 +131,11 @@ def declared_dependencies(package: Path) -> dict[str, str]:
     for extra, requirements in project.get("optional-dependencies", {}).items():
         if extra not in TEST_EXTRAS:
             sections[f"extra {extra!r}"] = requirements
-    return {normalise(Requirement(text).name): section
-            for section, requirements in sections.items() for text in requirements}
+    return {
+        normalise(Requirement(text).name): section
+        for section, requirements in sections.items()
+        for text in requirements
+    }
 
 
 def distributions_of(module: str) -> list[str]:
@@ -138,10 +148,14 @@ def how_to_declare(package: Path, distribution: str) -> str:
     """The fix for an undeclared import of ``distribution`` by ``package``."""
     workspace = {read_pyproject(other)["project"]["name"] for other in PACKAGES}
     if package.name == CORE and distribution in workspace:
-        return (f"{CORE} must never depend on {distribution}: move this code into {distribution} "
-                f"(or let {distribution} provide it through a hook)")
-    return (f"add {distribution!r} to [project].dependencies (or to the extra of the optional "
-            "feature that imports it), with a comment saying why")
+        return (
+            f"{CORE} must never depend on {distribution}: move this code into {distribution} "
+            f"(or let {distribution} provide it through a hook)"
+        )
+    return (
+        f"add {distribution!r} to [project].dependencies (or to the extra of the optional "
+        "feature that imports it), with a comment saying why"
+    )
 
 
 def undeclared_imports(package: Path, declared: dict[str, str]) -> list[str]:
@@ -160,9 +174,12 @@ def unused_declarations(package: Path, declared: dict[str, str]) -> list[str]:
     ``USED_WITHOUT_IMPORT``."""
     imported = {normalise(name) for module in third_party_imports(package) for name in distributions_of(module)}
     deliberate = USED_WITHOUT_IMPORT.get(package.name, set())
-    return [f"    {name} ({section}): remove it, or add it to USED_WITHOUT_IMPORT in {Path(__file__).name} "
-            "with the reason it is needed without an import"
-            for name, section in sorted(declared.items()) if name not in imported | deliberate]
+    return [
+        f"    {name} ({section}): remove it, or add it to USED_WITHOUT_IMPORT in {Path(__file__).name} "
+        "with the reason it is needed without an import"
+        for name, section in sorted(declared.items())
+        if name not in imported | deliberate
+    ]
 
 
 def test_imports_counted_are_absolute_and_run_time():
@@ -185,8 +202,10 @@ def load():
 @pytest.mark.parametrize("package", PACKAGES, ids=[package.name for package in PACKAGES])
 def test_declared_dependencies_match_imports(package):
     declared = declared_dependencies(package)
-    sections = {"imported but not declared": undeclared_imports(package, declared),
-                "declared but imported by no file under src/": unused_declarations(package, declared)}
+    sections = {
+        "imported but not declared": undeclared_imports(package, declared),
+        "declared but imported by no file under src/": unused_declarations(package, declared),
+    }
     report = [f"  {title}:\n" + "\n".join(lines) for title, lines in sections.items() if lines]
     if report:
         pyproject = (package / "pyproject.toml").relative_to(ROOT)

@@ -12,6 +12,7 @@ if str(Path(__file__).parent) not in sys.path:  # fake_backends.py beside this f
     sys.path.insert(0, str(Path(__file__).parent))
 
 from fake_backends import FakeBackendsPlugin, Recorder  # noqa: E402
+
 from slime_core import hookimpl  # noqa: E402
 from slime_core.cli.run import run_command  # noqa: E402
 from slime_core.loop.run_dir import read_metrics  # noqa: E402
@@ -25,10 +26,26 @@ def fake_run(tiny_model_dir, tmp_path):
     """``fake_run(*flags, hooks=(), exit_code=0)`` runs ``slime run`` on the fakes; returns the
     metrics records."""
     data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n"
-                            for a in range(10) for b in range(10)))
-    base = [*FAKE, "--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--rm-type", "digit_share",
-            "--rollout-batch-size", "4", "--n-samples-per-prompt", "4", "--rollout-max-response-len", "6", "--lr", "2"]
+    data.write_text(
+        "".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n" for a in range(10) for b in range(10))
+    )
+    base = [
+        *FAKE,
+        "--prompt-data",
+        str(data),
+        "--hf-checkpoint",
+        str(tiny_model_dir),
+        "--rm-type",
+        "digit_share",
+        "--rollout-batch-size",
+        "4",
+        "--n-samples-per-prompt",
+        "4",
+        "--rollout-max-response-len",
+        "6",
+        "--lr",
+        "2",
+    ]
 
     def run(*flags, output="run", hooks=(), exit_code=0):
         Recorder.reset()
@@ -103,8 +120,17 @@ def test_async_run_trains_on_one_version_old_samples_and_drops_beyond_the_bound(
     # rollout k+1 is generated while rollout k trains, on the weights before that step
     assert [r["rollout/staleness_max"] for r in records] == [0, 1, 1, 1]
     assert all("time/wait_rollout" in r for r in records)
-    dropped = fake_run("--num-rollout", "3", "--train-mode", "async", "--max-staleness", "0",
-                       "--fake-train-seconds", "0.2", output="strict")
+    dropped = fake_run(
+        "--num-rollout",
+        "3",
+        "--train-mode",
+        "async",
+        "--max-staleness",
+        "0",
+        "--fake-train-seconds",
+        "0.2",
+        output="strict",
+    )
     # rollout 1 was generated before rollout 0's update: dropped whole, nothing to train on; so
     # rollout 2, generated while that empty step ran, is on current weights again
     assert [r["rollout/stale_groups_dropped"] for r in dropped] == [0, 4, 0]
@@ -174,8 +200,16 @@ def test_a_dead_engine_is_replaced_and_no_sample_is_lost(fake_run):
             if rollout_id == 1:
                 Recorder.engines["fake://engine-0"].alive = False
 
-    records = fake_run("--num-rollout", "3", "--use-fault-tolerance", "--rollout-health-check-interval", "0.05",
-                       "--generate-max-retries", "8", hooks=[Kill])
+    records = fake_run(
+        "--num-rollout",
+        "3",
+        "--use-fault-tolerance",
+        "--rollout-health-check-interval",
+        "0.05",
+        "--generate-max-retries",
+        "8",
+        hooks=[Kill],
+    )
     assert sum(r["fault/engine_restarts"] for r in records) == 1
     assert all(r["train/samples"] == 16 for r in records)
     calls = Recorder.calls
@@ -201,11 +235,23 @@ def test_weights_that_are_not_finite_are_never_saved(fake_run, capsys):
     """The driver asks the ranks before a checkpoint (here before any weight update: async,
     every second rollout): an infinite learning rate makes θ non-finite, the save is refused
     with the parameter's name, nothing is written, and `slime run` exits with 1."""
-    fake_run("--num-rollout", "2", "--async", "--update-weights-interval", "2", "--lr", "inf", "--save-interval", "1",
-             exit_code=1)
+    fake_run(
+        "--num-rollout",
+        "2",
+        "--async",
+        "--update-weights-interval",
+        "2",
+        "--lr",
+        "inf",
+        "--save-interval",
+        "1",
+        exit_code=1,
+    )
     err = capsys.readouterr().err
-    assert "refusing to save the checkpoint of rollout 0: 1 of the trainer's parameters hold NaN or infinite " \
-           "values (theta)" in err
+    assert (
+        "refusing to save the checkpoint of rollout 0: 1 of the trainer's parameters hold NaN or infinite "
+        "values (theta)" in err
+    )
     ckpt = fake_run.tmp_path / "run" / "checkpoints"
     assert not list(ckpt.glob("iter_*")) and not list(ckpt.glob("rollout_state/*"))
     assert json.loads((fake_run.tmp_path / "run" / "status.json").read_text())["status"] == "failed"

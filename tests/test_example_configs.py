@@ -25,4 +25,7 @@ def test_config_loads(path, monkeypatch):
     first_line = path.read_text().splitlines()[0]
     assert first_line.startswith("#"), "an example config opens with a comment"
     assert "slime run" in path.read_text().split("\n\n")[0], "an example config opens with the command that runs it"
-    assert config.rollout_batch_size * config.n_samples_per_prompt == config.global_batch_size * config.num_steps_per_rollout
+    assert (
+        config.rollout_batch_size * config.n_samples_per_prompt
+        == config.global_batch_size * config.num_steps_per_rollout
+    )

@@ -33,13 +33,40 @@ def test_a_run_generates_on_the_plugin_engine_and_pushes_weights_into_it(install
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{a}+1=", "label": str(a + 1)}) + "\n" for a in range(20)))
     ray_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must fit in 108 bytes
-    command = [SLIME, "run", "--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir),
-               "--rollout-backend", "hf-inprocess", "--router", "none", "--rm-type", "exact_match",
-               "--rollout-batch-size", "2", "--n-samples-per-prompt", "4", "--rollout-max-response-len", "4",
-               "--num-rollout", "2", "--check-weight-update-equal", "--output-dir", str(tmp_path / "run")]
+    command = [
+        SLIME,
+        "run",
+        "--prompt-data",
+        str(data),
+        "--hf-checkpoint",
+        str(tiny_model_dir),
+        "--rollout-backend",
+        "hf-inprocess",
+        "--router",
+        "none",
+        "--rm-type",
+        "exact_match",
+        "--rollout-batch-size",
+        "2",
+        "--n-samples-per-prompt",
+        "4",
+        "--rollout-max-response-len",
+        "4",
+        "--num-rollout",
+        "2",
+        "--check-weight-update-equal",
+        "--output-dir",
+        str(tmp_path / "run"),
+    ]
     try:
-        done = subprocess.run(command, env={**installed, "HOME": ray_dir, "RAY_TMPDIR": ray_dir}, cwd=ROOT,
-                              capture_output=True, text=True, timeout=400)
+        done = subprocess.run(
+            command,
+            env={**installed, "HOME": ray_dir, "RAY_TMPDIR": ray_dir},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
     finally:
         shutil.rmtree(ray_dir, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -30,8 +30,18 @@ def test_installed_plugin_is_listed_with_what_it_registers(installed):
 
 
 def test_dry_run_selects_the_plugins_components_and_options(installed):
-    result = slime("run", "examples/quickstart/grpo_addition.yaml", "--dry-run", "--rm-type", "keyword",
-                   "--dynamic-sampling-filter", "reward_spread", "--min-reward-spread", "0.25", env=installed)
+    result = slime(
+        "run",
+        "examples/quickstart/grpo_addition.yaml",
+        "--dry-run",
+        "--rm-type",
+        "keyword",
+        "--dynamic-sampling-filter",
+        "reward_spread",
+        "--min-reward-spread",
+        "0.25",
+        env=installed,
+    )
     assert result.returncode == 0, result.stderr
     assert "- rm_type: keyword -> plugin 'example' (slime-example-plugin 0.1.0)" in result.stdout
     assert "- dynamic_sampling_filter: reward_spread -> plugin 'example' (slime-example-plugin 0.1.0)" in result.stdout
@@ -57,11 +67,24 @@ def test_plugin_option_is_an_unknown_flag_without_the_plugin():
 def test_reward_score_uses_the_plugins_reward_and_option(installed, tmp_path):
     data = tmp_path / "responses.jsonl"
     data.write_text(
-        json.dumps({"response": "ok cat", "label": "", "metadata": {"keyword": "CAT"}}) + "\n"
-        + json.dumps({"response": "a dog", "label": "", "metadata": {"keyword": "cat"}}) + "\n"
+        json.dumps({"response": "ok cat", "label": "", "metadata": {"keyword": "CAT"}})
+        + "\n"
+        + json.dumps({"response": "a dog", "label": "", "metadata": {"keyword": "cat"}})
+        + "\n"
     )
     out = tmp_path / "scored.jsonl"
-    result = slime("reward", "score", str(data), "--rm-type", "keyword", "--keyword-length-bonus", "0.1", "-o", str(out), env=installed)
+    result = slime(
+        "reward",
+        "score",
+        str(data),
+        "--rm-type",
+        "keyword",
+        "--keyword-length-bonus",
+        "0.1",
+        "-o",
+        str(out),
+        env=installed,
+    )
     assert result.returncode == 0, result.stderr
     rewards = [json.loads(line)["reward"] for line in out.read_text().splitlines()]
     assert rewards == [pytest.approx(1.4), 0.0]

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import httpx
-
 import pytest
 
 from slime_core import hookimpl
@@ -16,9 +15,18 @@ from slime_core.testing import processes_running
 
 pytestmark = pytest.mark.integration
 
-FAULT_TOLERANCE = ("--use-fault-tolerance", "--rollout-health-check-interval", "0.5",
-                   "--rollout-health-check-timeout", "3", "--rollout-max-response-len", "48",
-                   "--num-rollout", "3", "--check-weight-update-equal")
+FAULT_TOLERANCE = (
+    "--use-fault-tolerance",
+    "--rollout-health-check-interval",
+    "0.5",
+    "--rollout-health-check-timeout",
+    "3",
+    "--rollout-max-response-len",
+    "48",
+    "--num-rollout",
+    "3",
+    "--check-weight-update-equal",
+)
 
 
 class EngineFault:
@@ -44,16 +52,25 @@ class EngineFault:
         self.hit.append(pid)
 
 
-@pytest.mark.parametrize("signum,transport,concurrency", [(signal.SIGKILL, "tensor", 8), (signal.SIGSTOP, "broadcast", 4)],
-                         ids=["killed", "hung"])
+@pytest.mark.parametrize(
+    "signum,transport,concurrency",
+    [(signal.SIGKILL, "tensor", 8), (signal.SIGSTOP, "broadcast", 4)],
+    ids=["killed", "hung"],
+)
 def test_a_failed_engine_is_replaced_and_no_sample_is_lost(slime_run, tiny_model_dir, signum, transport, concurrency):
     """The replacement gets the current weights by the run's transport: in memory, or by a
     gloo broadcast (a new group: the old one had the failed engine in it). With 8 samples in
     flight a group of 8 is one request (lost and generated again as a whole); with 4, its
     samples go one by one."""
     fault = EngineFault(tiny_model_dir, signum)
-    records = slime_run(*FAULT_TOLERANCE, "--rollout-concurrency", str(concurrency), "--update-weight-transport", transport,
-                        hooks=[fault])
+    records = slime_run(
+        *FAULT_TOLERANCE,
+        "--rollout-concurrency",
+        str(concurrency),
+        "--update-weight-transport",
+        transport,
+        hooks=[fault],
+    )
     assert len(fault.hit) == 1
     assert [r["rollout_id"] for r in records] == [0, 1, 2]
     assert all(r["rollout/samples"] == 64 for r in records)  # 8 prompts x 8 samples in every rollout
@@ -63,5 +80,7 @@ def test_a_failed_engine_is_replaced_and_no_sample_is_lost(slime_run, tiny_model
     assert records[-1]["weight_version"] == 3
     assert records[-1]["weight_update/max_logprob_diff"] < 1e-3  # the new engine serves the trainer's weights
     log = (slime_run.tmp_path / "run" / "slime.log").read_text()
-    assert ("(hung)" if signum == signal.SIGSTOP else "died") in log and "[fault tolerance] engine 0 failed (http://" in log
+    assert (
+        "(hung)" if signum == signal.SIGSTOP else "died"
+    ) in log and "[fault tolerance] engine 0 failed (http://" in log
     assert processes_running("engine", "serve", str(tiny_model_dir)) == []  # the failed one is gone too

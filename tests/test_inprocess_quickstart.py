@@ -18,10 +18,29 @@ SLIME = str(Path(sys.executable).with_name("slime"))
 
 
 def test_the_sft_quickstart_runs_in_process(tiny_model_dir, tmp_path):
-    command = [SLIME, "run", "examples/quickstart/sft_warmup.yaml", "--hf-checkpoint", str(tiny_model_dir),
-               "--actor-runtime", "inprocess", "--num-rollout", "2", "--rollout-batch-size", "8",
-               "--global-batch-size", "8", "--save", "", "--save-hf", "", "--save-interval", "0",
-               "--output-dir", str(tmp_path / "run")]
+    command = [
+        SLIME,
+        "run",
+        "examples/quickstart/sft_warmup.yaml",
+        "--hf-checkpoint",
+        str(tiny_model_dir),
+        "--actor-runtime",
+        "inprocess",
+        "--num-rollout",
+        "2",
+        "--rollout-batch-size",
+        "8",
+        "--global-batch-size",
+        "8",
+        "--save",
+        "",
+        "--save-hf",
+        "",
+        "--save-interval",
+        "0",
+        "--output-dir",
+        str(tmp_path / "run"),
+    ]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "placement: in process (1 training rank, no Ray)" in done.stdout

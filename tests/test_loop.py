@@ -25,8 +25,18 @@ def improved(records) -> bool:
 def test_sync_colocated_run_learns_and_fills_its_run_directory(slime_run, tmp_path):
     eval_data = tmp_path / "eval.jsonl"
     eval_data.write_text("".join(json.dumps({"prompt": f"{a}+1=", "label": str(a + 1)}) + "\n" for a in range(6)))
-    records = slime_run("--num-rollout", "6", "--colocate", "--check-weight-update-equal", "--dump-rollouts",
-                        "--eval-prompt-data", "small", str(eval_data), "--eval-interval", "3")
+    records = slime_run(
+        "--num-rollout",
+        "6",
+        "--colocate",
+        "--check-weight-update-equal",
+        "--dump-rollouts",
+        "--eval-prompt-data",
+        "small",
+        str(eval_data),
+        "--eval-interval",
+        "3",
+    )
     assert [r["rollout_id"] for r in records] == list(range(6))
     assert improved(records), [r["rollout/reward_mean"] for r in records]
     last = records[-1]
@@ -47,7 +57,9 @@ def test_sync_colocated_run_learns_and_fills_its_run_directory(slime_run, tmp_pa
 
 def test_async_run_learns_with_one_version_of_staleness(slime_run):
     """Disaggregated: the weights reach the engine by a gloo broadcast from the driver."""
-    records = slime_run("--num-rollout", "6", "--async", "--max-staleness", "1", "--update-weight-transport", "broadcast")
+    records = slime_run(
+        "--num-rollout", "6", "--async", "--max-staleness", "1", "--update-weight-transport", "broadcast"
+    )
     assert improved(records), [r["rollout/reward_mean"] for r in records]
     # A sample reports the weights that finished it: generated while the previous rollout
     # trained, it is one version behind, or none when it finished after that weight update.
@@ -75,9 +87,20 @@ def test_over_sampling_with_a_filter_and_partial_rollout_abort_every_engine_behi
     generation, not /abort_request, which it answered with 404), and with --partial-rollout the
     aborted groups come back first in the next rollout. With two data-parallel train ranks, the
     weight check gives each rank a probe (one probe group could not feed two ranks)."""
-    records = slime_run("--num-rollout", "3", "--over-sampling-batch-size", "12", "--rollout-concurrency", "16",
-                        "--dynamic-sampling-filter", "nonzero_std", "--partial-rollout",
-                        "--actor-num-gpus-per-node", "2", "--check-weight-update-equal")
+    records = slime_run(
+        "--num-rollout",
+        "3",
+        "--over-sampling-batch-size",
+        "12",
+        "--rollout-concurrency",
+        "16",
+        "--dynamic-sampling-filter",
+        "nonzero_std",
+        "--partial-rollout",
+        "--actor-num-gpus-per-node",
+        "2",
+        "--check-weight-update-equal",
+    )
     assert all(r["rollout/samples"] == 64 for r in records)  # exactly the batch, every time
     assert sum(r["rollout/groups_aborted"] for r in records) > 0
     assert all(r["rollout/groups_submitted"] >= 8 for r in records)
@@ -99,23 +122,75 @@ def test_model_data_checkpoint_and_loss_mistakes_are_reported_before_anything_st
     data = tmp_path / "prompts.jsonl"
     data.write_text('{"prompt": "1+1=", "label": "2"}\n{"prompt": "2+2=", "label": "4"}\n{"question": "3+3="}\n')
     (tmp_path / "not-a-model").mkdir()
-    command = [sys.executable, "-m", "slime_core.cli.main", "run", "--prompt-data", str(data), "--hf-checkpoint",
-               str(tiny_model_dir), "--ref-load", str(tmp_path / "not-a-model"), "--load", str(tmp_path / "nowhere"),
-               "--eps-clip-c", "0.5", "--kl-coef", "0.1", "--rollout-engine", "cpu", "--rm-type", "exact_match",
-               "--rollout-batch-size", "2", "--num-rollout", "1", "--output-dir", str(tmp_path / "run")]
+    command = [
+        sys.executable,
+        "-m",
+        "slime_core.cli.main",
+        "run",
+        "--prompt-data",
+        str(data),
+        "--hf-checkpoint",
+        str(tiny_model_dir),
+        "--ref-load",
+        str(tmp_path / "not-a-model"),
+        "--load",
+        str(tmp_path / "nowhere"),
+        "--eps-clip-c",
+        "0.5",
+        "--kl-coef",
+        "0.1",
+        "--rollout-engine",
+        "cpu",
+        "--rm-type",
+        "exact_match",
+        "--rollout-batch-size",
+        "2",
+        "--num-rollout",
+        "1",
+        "--output-dir",
+        str(tmp_path / "run"),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
-    for expected in (f"{data}:3: no 'prompt' key", "--ref-load", "has no config.json", "--load", "does not exist",
-                     "eps_clip_c", "--kl-coef 0.1", "--advantage-estimator grpo does not use"):
+    for expected in (
+        f"{data}:3: no 'prompt' key",
+        "--ref-load",
+        "has no config.json",
+        "--load",
+        "does not exist",
+        "eps_clip_c",
+        "--kl-coef 0.1",
+        "--advantage-estimator grpo does not use",
+    ):
         assert expected in done.stderr, (expected, done.stderr)
     assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
 
 
 def test_bad_configs_fail_before_any_process_starts_with_every_error(tmp_path, tiny_model_dir):
-    command = [sys.executable, "-m", "slime_core.cli.main", "run", "--prompt-data", str(tmp_path / "missing.jsonl"),
-               "--hf-checkpoint", str(tiny_model_dir), "--rollout-batch-size", "3", "--n-samples-per-prompt", "2",
-               "--global-batch-size", "4", "--rm-type", "no_such_reward", "--train-backend", "no_such_backend",
-               "--num-rollout", "2", "--output-dir", str(tmp_path / "run")]
+    command = [
+        sys.executable,
+        "-m",
+        "slime_core.cli.main",
+        "run",
+        "--prompt-data",
+        str(tmp_path / "missing.jsonl"),
+        "--hf-checkpoint",
+        str(tiny_model_dir),
+        "--rollout-batch-size",
+        "3",
+        "--n-samples-per-prompt",
+        "2",
+        "--global-batch-size",
+        "4",
+        "--rm-type",
+        "no_such_reward",
+        "--train-backend",
+        "no_such_backend",
+        "--num-rollout",
+        "2",
+        "--output-dir",
+        str(tmp_path / "run"),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     for expected in ("missing.jsonl", "--global-batch-size 4", "no_such_reward", "no_such_backend"):
@@ -123,10 +198,14 @@ def test_bad_configs_fail_before_any_process_starts_with_every_error(tmp_path, t
     assert not (tmp_path / "run").exists()  # nothing was started or written
 
 
-@pytest.mark.parametrize("backend", [
-    ("--train-backend", "fsdp", "--actor-num-gpus-per-node", "2"),  # two data-parallel ranks
-    ("--train-backend", "megatron", "--actor-num-gpus-per-node", "2", "--tensor-model-parallel-size", "2"),
-], ids=["fsdp-dp2", "megatron-tp2"])
+@pytest.mark.parametrize(
+    "backend",
+    [
+        ("--train-backend", "fsdp", "--actor-num-gpus-per-node", "2"),  # two data-parallel ranks
+        ("--train-backend", "megatron", "--actor-num-gpus-per-node", "2", "--tensor-model-parallel-size", "2"),
+    ],
+    ids=["fsdp-dp2", "megatron-tp2"],
+)
 def test_a_rerun_and_a_resume_give_bit_identical_metrics(slime_run, tmp_path, backend):
     """Same prompts in the same order (the data source's state), same weights and optimizer,
     same sampling (per-sample seeds), and the batch in prompt order whatever order the groups
@@ -134,14 +213,22 @@ def test_a_rerun_and_a_resume_give_bit_identical_metrics(slime_run, tmp_path, ba
     rank; weights reach the engines through a directory here. The resume starts from the first
     of the whole run's two checkpoints (``--ckpt-step 0``; the latest would leave nothing to run)."""
     flags = ("--update-weight-transport", "disk", "--num-steps-per-rollout", "2", *backend)
-    whole = slime_run("--num-rollout", "2", "--save-interval", "1", "--save", str(tmp_path / "ckpt"), *flags, output="whole")
+    whole = slime_run(
+        "--num-rollout", "2", "--save-interval", "1", "--save", str(tmp_path / "ckpt"), *flags, output="whole"
+    )
     first = slime_run("--num-rollout", "1", *flags, output="first")
-    resumed = slime_run("--num-rollout", "2", "--load", str(tmp_path / "ckpt"), "--ckpt-step", "0", *flags, output="second")
+    resumed = slime_run(
+        "--num-rollout", "2", "--load", str(tmp_path / "ckpt"), "--ckpt-step", "0", *flags, output="second"
+    )
     assert [r["rollout_id"] for r in resumed] == [1]
     # The engine's own log-probs (only compared, not trained on, here) vary at the 1e-8 level with
     # which requests the CPU engine happens to decode together; everything else must not move at all.
     engine_side = "train/train_rollout_logprob_abs_diff"
-    learned = [key for key in whole[1] if key.startswith(("train/", "rollout/reward", "rollout/response")) and key != engine_side]
+    learned = [
+        key
+        for key in whole[1]
+        if key.startswith(("train/", "rollout/reward", "rollout/response")) and key != engine_side
+    ]
     assert "train/grad_norm" in learned and "train/loss" in learned
     for again, original in ((first[0], whole[0]), (resumed[0], whole[1])):  # the rerun, the resume
         assert {key: again[key] for key in learned} == {key: original[key] for key in learned}
@@ -184,8 +271,9 @@ def slime_before_train_step(rollout_id, step):
 
 
 @pytest.mark.parametrize("stop_signal,phase", [("SIGINT", "rollout"), ("SIGINT", "training"), ("SIGKILL", "training")])
-def test_a_stopped_run_leaves_no_process_behind_and_a_resumable_checkpoint(request, monkeypatch, tmp_path, tiny_model_dir,
-                                                                             stop_signal, phase):
+def test_a_stopped_run_leaves_no_process_behind_and_a_resumable_checkpoint(
+    request, monkeypatch, tmp_path, tiny_model_dir, stop_signal, phase
+):
     """Stopped in rollout 1 by Ctrl-C, while generating or while training, `slime run` shuts
     its engines, router, train ranks and Ray down: no process it started outlives it; the
     checkpoint of rollout 0 is complete and a run resumes from it (a scheduler's SIGTERM
@@ -200,15 +288,45 @@ def test_a_stopped_run_leaves_no_process_behind_and_a_resumable_checkpoint(reque
     (tmp_path / "stopper.py").write_text(STOPPER)
     ray_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must fit in 108 bytes
     record = tmp_path / "processes.json"
-    env = dict(os.environ, HOME=ray_dir, RAY_TMPDIR=ray_dir, PYTHONPATH=str(tmp_path), STOP_SIGNAL=stop_signal,
-               STOP_PHASE=phase, STOP_RECORD=str(record))
-    flags = ["--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--rollout-engine", "cpu",
-             "--rm-type", "stop_while_scoring", "--rollout-batch-size", "4", "--n-samples-per-prompt", "2",
-             "--rollout-max-response-len", "4", "--save-interval", "1", "--save", str(tmp_path / "ckpt")]
+    env = dict(
+        os.environ,
+        HOME=ray_dir,
+        RAY_TMPDIR=ray_dir,
+        PYTHONPATH=str(tmp_path),
+        STOP_SIGNAL=stop_signal,
+        STOP_PHASE=phase,
+        STOP_RECORD=str(record),
+    )
+    flags = [
+        "--prompt-data",
+        str(data),
+        "--hf-checkpoint",
+        str(tiny_model_dir),
+        "--rollout-engine",
+        "cpu",
+        "--rm-type",
+        "stop_while_scoring",
+        "--rollout-batch-size",
+        "4",
+        "--n-samples-per-prompt",
+        "2",
+        "--rollout-max-response-len",
+        "4",
+        "--save-interval",
+        "1",
+        "--save",
+        str(tmp_path / "ckpt"),
+    ]
     command = [sys.executable, "-m", "slime_core.cli.main", "run", *flags, "-p", "stopper"]
     try:
-        stopped = subprocess.run([*command, "--num-rollout", "20", "--output-dir", str(tmp_path / "run")],
-                                 env=env, capture_output=True, text=True, timeout=300, preexec_fn=_interruptible)
+        stopped = subprocess.run(
+            [*command, "--num-rollout", "20", "--output-dir", str(tmp_path / "run")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            preexec_fn=_interruptible,
+        )
         assert stopped.returncode == (-9 if stop_signal == "SIGKILL" else 130), stopped.stderr[-2000:]
         started = json.loads(record.read_text())
         assert len(started) >= 3  # Ray's processes, the train rank, the engine and the router at least
@@ -219,8 +337,18 @@ def test_a_stopped_run_leaves_no_process_behind_and_a_resumable_checkpoint(reque
         if (stop_signal, phase) == ("SIGINT", "training"):
             request.getfixturevalue("ray_cluster")  # resumed on this session's Ray: the stop is what is tested above
             monkeypatch.setenv("STOP_PHASE", "none")
-            _run_here([*flags, "--load", str(tmp_path / "ckpt"), "--num-rollout", "2", "--output-dir",
-                       str(tmp_path / "resumed")], tmp_path / "stopper.py")
+            _run_here(
+                [
+                    *flags,
+                    "--load",
+                    str(tmp_path / "ckpt"),
+                    "--num-rollout",
+                    "2",
+                    "--output-dir",
+                    str(tmp_path / "resumed"),
+                ],
+                tmp_path / "stopper.py",
+            )
             lines = (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()
             assert [json.loads(line)["rollout_id"] for line in lines] == [1]
     finally:

@@ -23,11 +23,27 @@ def test_a_family_trains_pushes_every_weight_and_saves(slime_run, tmp_path, fami
     """The routers' correction biases are random, so an engine that missed them (or a trainer
     that exported them wrong) would route differently and its log-probs would differ."""
     model = build_tiny_model(tmp_path / "model", family, hidden_size=32, router_bias=0.3, **REAL_FIELDS.get(family, {}))
-    records = slime_run("--hf-checkpoint", str(model), "--train-backend", backend, "--check-weight-update-equal",
-                        "--num-rollout", "2", "--rollout-batch-size", "2", "--n-samples-per-prompt", "4",
-                        "--rollout-max-response-len", "4",
-                        "--entropy-coef", "0.01",  # a gradient even when every sample of a group gets the same reward
-                        "--save", str(tmp_path / "ckpt"), "--save-interval", "2")
+    records = slime_run(
+        "--hf-checkpoint",
+        str(model),
+        "--train-backend",
+        backend,
+        "--check-weight-update-equal",
+        "--num-rollout",
+        "2",
+        "--rollout-batch-size",
+        "2",
+        "--n-samples-per-prompt",
+        "4",
+        "--rollout-max-response-len",
+        "4",
+        "--entropy-coef",
+        "0.01",  # a gradient even when every sample of a group gets the same reward
+        "--save",
+        str(tmp_path / "ckpt"),
+        "--save-interval",
+        "2",
+    )
     assert [r["weight_version"] for r in records] == [1, 2]
     for record in records:
         assert record["train/grad_norm"] > 0  # it trained: each push carries new weights

@@ -102,26 +102,58 @@ class Nodes:
         ``ray start`` gives a raylet 30 s to register, which a loaded machine can miss: then
         the namespace is cleared and the node started again."""
         for _ in range(attempts):
-            started = subprocess.run(self.in_node(i, *self._ray_start(i, num_cpus, resources)), env=self.env,
-                                     capture_output=True, text=True, timeout=180)
+            started = subprocess.run(
+                self.in_node(i, *self._ray_start(i, num_cpus, resources)),
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
             if started.returncode == 0:
                 return
             self.kill(i)
-        raise AssertionError(f"ray start in {self.names[i]} failed {attempts} times:\n"
-                             f"{(started.stdout + started.stderr)[-2000:]}")
+        raise AssertionError(
+            f"ray start in {self.names[i]} failed {attempts} times:\n{(started.stdout + started.stderr)[-2000:]}"
+        )
 
     def _ray_start(self, i: int, num_cpus: int, resources: dict) -> list[str]:
-        role = (["--head", "--port", "6379", "--temp-dir", str(self.tmp), "--include-dashboard", "false",
-                 # a lost node is declared dead after ~3 s instead of ~15 s
-                 "--system-config", json.dumps({"health_check_period_ms": 1000, "health_check_failure_threshold": 3})]
-                if i == 0 else ["--address", f"{self.ips[0]}:6379"])
-        return [str(VENV_BIN / "ray"), "start", *role, "--node-ip-address", self.ips[i], "--num-cpus", str(num_cpus),
-                "--resources", json.dumps(resources), "--disable-usage-stats"]
+        role = (
+            [
+                "--head",
+                "--port",
+                "6379",
+                "--temp-dir",
+                str(self.tmp),
+                "--include-dashboard",
+                "false",
+                # a lost node is declared dead after ~3 s instead of ~15 s
+                "--system-config",
+                json.dumps({"health_check_period_ms": 1000, "health_check_failure_threshold": 3}),
+            ]
+            if i == 0
+            else ["--address", f"{self.ips[0]}:6379"]
+        )
+        return [
+            str(VENV_BIN / "ray"),
+            "start",
+            *role,
+            "--node-ip-address",
+            self.ips[i],
+            "--num-cpus",
+            str(num_cpus),
+            "--resources",
+            json.dumps(resources),
+            "--disable-usage-stats",
+        ]
 
     def kill(self, i: int) -> list[int]:
         """SIGKILL every process in namespace ``i`` (its Ray node and all it started)."""
-        pids = [int(pid) for pid in subprocess.run(["ip", "netns", "pids", self.names[i]], capture_output=True,
-                                                   text=True).stdout.split()]
+        pids = [
+            int(pid)
+            for pid in subprocess.run(
+                ["ip", "netns", "pids", self.names[i]], capture_output=True, text=True
+            ).stdout.split()
+        ]
         for pid in pids:
             try:
                 os.kill(pid, 9)
@@ -166,17 +198,55 @@ def cluster(tmp_path):
 def test_run_spans_nodes_and_survives_losing_the_engine_node(cluster, tiny_model_dir, tmp_path):
     """Two train ranks on two nodes learn together; the engine's node is lost mid-run."""
     data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n"
-                            for a in range(10) for b in range(10)))
+    data.write_text(
+        "".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n" for a in range(10) for b in range(10))
+    )
     run_dir = tmp_path / "run"
-    command = [str(VENV_BIN / "slime"), "run", "-p", "multinode_rewards", "--ray-address", f"{cluster.ips[0]}:6379",
-               "--train-node-resource", "train", "--rollout-node-resource", "rollout", "--actor-num-nodes", "2",
-               "--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--rollout-engine", "cpu",
-               "--rm-type", "digit_share", "--rollout-batch-size", "8", "--n-samples-per-prompt", "8",
-               "--rollout-max-response-len", "8", "--lr", "5e-3", "--use-dynamic-batch-size",
-               "--max-tokens-per-gpu", "2048", "--num-rollout", "6", "--update-weight-transport", "broadcast",
-               "--check-weight-update-equal", "--use-fault-tolerance", "--rollout-health-check-interval", "0.5",
-               "--rollout-health-check-timeout", "3", "--output-dir", str(run_dir)]
+    command = [
+        str(VENV_BIN / "slime"),
+        "run",
+        "-p",
+        "multinode_rewards",
+        "--ray-address",
+        f"{cluster.ips[0]}:6379",
+        "--train-node-resource",
+        "train",
+        "--rollout-node-resource",
+        "rollout",
+        "--actor-num-nodes",
+        "2",
+        "--prompt-data",
+        str(data),
+        "--hf-checkpoint",
+        str(tiny_model_dir),
+        "--rollout-engine",
+        "cpu",
+        "--rm-type",
+        "digit_share",
+        "--rollout-batch-size",
+        "8",
+        "--n-samples-per-prompt",
+        "8",
+        "--rollout-max-response-len",
+        "8",
+        "--lr",
+        "5e-3",
+        "--use-dynamic-batch-size",
+        "--max-tokens-per-gpu",
+        "2048",
+        "--num-rollout",
+        "6",
+        "--update-weight-transport",
+        "broadcast",
+        "--check-weight-update-equal",
+        "--use-fault-tolerance",
+        "--rollout-health-check-interval",
+        "0.5",
+        "--rollout-health-check-timeout",
+        "3",
+        "--output-dir",
+        str(run_dir),
+    ]
     with open(tmp_path / "driver.log", "wb") as log:
         driver = subprocess.Popen(cluster.in_node(0, *command), env=cluster.env, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -209,13 +279,16 @@ def test_run_spans_nodes_and_survives_losing_the_engine_node(cluster, tiny_model
 def _cluster_state(cluster: Nodes) -> dict:
     """What the run left: the Ray nodes alive (the lost one is gone, none was added), its
     placement groups not removed, and the Ray heads (GCS servers) running on the driver's node."""
-    probe = ("import json, ray\n"
-             f"ray.init(address='{cluster.ips[0]}:6379', log_to_driver=False)\n"
-             "groups = ray.util.placement_group_table().values()\n"
-             "print(json.dumps({'alive_nodes': sum(node['Alive'] for node in ray.nodes()),\n"
-             "                  'placement_groups_left': sum(group['state'] != 'REMOVED' for group in groups)}))\n")
-    answer = subprocess.run(cluster.in_node(0, sys.executable, "-c", probe), env=cluster.env, capture_output=True,
-                            text=True, timeout=120)
+    probe = (
+        "import json, ray\n"
+        f"ray.init(address='{cluster.ips[0]}:6379', log_to_driver=False)\n"
+        "groups = ray.util.placement_group_table().values()\n"
+        "print(json.dumps({'alive_nodes': sum(node['Alive'] for node in ray.nodes()),\n"
+        "                  'placement_groups_left': sum(group['state'] != 'REMOVED' for group in groups)}))\n"
+    )
+    answer = subprocess.run(
+        cluster.in_node(0, sys.executable, "-c", probe), env=cluster.env, capture_output=True, text=True, timeout=120
+    )
     pids = subprocess.run(["ip", "netns", "pids", cluster.names[0]], capture_output=True, text=True).stdout.split()
     gcs = sum("gcs_server" in _command_line(pid) for pid in pids)
     return {**json.loads(answer.stdout.strip().splitlines()[-1]), "ray_heads_in_node_0": gcs}

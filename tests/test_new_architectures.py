@@ -52,7 +52,9 @@ def test_glm5_trains_with_sdpa_and_its_packed_rows_match_padded_rows(models):
     batch = synthetic_rollout_batch(num_groups=2, max_response=12, seed=4)
     with torch.no_grad():
         packed = micro_batch_log_probs(model, inputs.packed(batch.tokens, batch.response_lengths, "cpu", "sdpa"))
-        padded = micro_batch_log_probs(model, inputs.padded(batch.tokens, batch.response_lengths, "cpu", pad_token_id=0))
+        padded = micro_batch_log_probs(
+            model, inputs.padded(batch.tokens, batch.response_lengths, "cpu", pad_token_id=0)
+        )
     for a, b in zip(packed, padded):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
@@ -65,7 +67,9 @@ def test_glm5_indexers_take_no_gradient_and_are_frozen(models):
     plain = AutoModelForCausalLM.from_pretrained(models["glm_moe_dsa"], attn_implementation="sdpa")
     plain(input_ids=torch.tensor([[5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]])).logits.sum().backward()
     no_gradient = sorted(name for name, p in plain.named_parameters() if p.grad is None)
-    frozen = sorted(name for name, p in load_model(str(models["glm_moe_dsa"])).named_parameters() if not p.requires_grad)
+    frozen = sorted(
+        name for name, p in load_model(str(models["glm_moe_dsa"])).named_parameters() if not p.requires_grad
+    )
     assert frozen == no_gradient and all(".indexer." in name for name in frozen) and frozen
 
 
@@ -78,17 +82,36 @@ def test_a_packed_qwen3_next_row_would_leak_state_and_is_refused_at_config_time(
     with torch.no_grad():
         packed = inputs.response_log_probs(model(**plain).logits, micro, temperature=1.0)
     later = [log_probs_alone(model, t, r) for t, r in zip(batch.tokens[1:], batch.response_lengths[1:])]
-    assert max((a - b).abs().max().item() for a, b in zip(packed[1:], later)) > 1e-4  # why it is refused (padded rows: < 1e-5)
+    assert (
+        max((a - b).abs().max().item() for a, b in zip(packed[1:], later)) > 1e-4
+    )  # why it is refused (padded rows: < 1e-5)
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
-    with pytest.raises(ConfigError, match="--use-dynamic-batch-size packs samples into one row, but .* has "
-                                          "linear-attention layers, whose recurrent state would flow"):
-        make_config(prompts, models["qwen3_next"], rollout_batch_size=2, train_backend="fsdp",
-                    use_dynamic_batch_size=True, max_tokens_per_gpu=512)
-    with pytest.raises(ConfigError, match="--attn-implementation slime_packed would attend to every key of .*"
-                                          "sparse-attention \\(DSA\\) layers instead of the indexer's top-k; use sdpa"):
-        make_config(prompts, models["glm_moe_dsa"], rollout_batch_size=2, train_backend="fsdp",
-                    attn_implementation="slime_packed")
+    with pytest.raises(
+        ConfigError,
+        match="--use-dynamic-batch-size packs samples into one row, but .* has "
+        "linear-attention layers, whose recurrent state would flow",
+    ):
+        make_config(
+            prompts,
+            models["qwen3_next"],
+            rollout_batch_size=2,
+            train_backend="fsdp",
+            use_dynamic_batch_size=True,
+            max_tokens_per_gpu=512,
+        )
+    with pytest.raises(
+        ConfigError,
+        match="--attn-implementation slime_packed would attend to every key of .*"
+        "sparse-attention \\(DSA\\) layers instead of the indexer's top-k; use sdpa",
+    ):
+        make_config(
+            prompts,
+            models["glm_moe_dsa"],
+            rollout_batch_size=2,
+            train_backend="fsdp",
+            attn_implementation="slime_packed",
+        )
 
 
 @pytest.mark.integration
@@ -101,14 +124,40 @@ def test_qwen3_next_trains_on_fsdp_and_the_cpu_engine_serves_every_pushed_weight
     from slime_core.plugins import Plugins
 
     data = tmp_path / "addition.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n"
-                            for a in range(4) for b in range(4)))
-    flags = ["--prompt-data", str(data), "--hf-checkpoint", str(models["qwen3_next"]), "--train-backend", "fsdp",
-             "--rollout-engine", "cpu", "--rm-type", "exact_match", "--num-rollout", "2", "--rollout-batch-size", "2",
-             "--n-samples-per-prompt", "4", "--rollout-max-response-len", "6", "--lr", "1e-3",
-             "--entropy-coef", "0.01",  # a gradient even when every sample gets the same reward
-             "--check-weight-update-equal", "--save", str(tmp_path / "ckpt"), "--save-interval", "2",
-             "--output-dir", str(tmp_path / "run")]
+    data.write_text(
+        "".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n" for a in range(4) for b in range(4))
+    )
+    flags = [
+        "--prompt-data",
+        str(data),
+        "--hf-checkpoint",
+        str(models["qwen3_next"]),
+        "--train-backend",
+        "fsdp",
+        "--rollout-engine",
+        "cpu",
+        "--rm-type",
+        "exact_match",
+        "--num-rollout",
+        "2",
+        "--rollout-batch-size",
+        "2",
+        "--n-samples-per-prompt",
+        "4",
+        "--rollout-max-response-len",
+        "6",
+        "--lr",
+        "1e-3",
+        "--entropy-coef",
+        "0.01",  # a gradient even when every sample gets the same reward
+        "--check-weight-update-equal",
+        "--save",
+        str(tmp_path / "ckpt"),
+        "--save-interval",
+        "2",
+        "--output-dir",
+        str(tmp_path / "run"),
+    ]
     assert run_command(flags, Plugins()) == 0
     records = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["rollout_id"] >= 0]
     assert [r["weight_version"] for r in records] == [1, 2]

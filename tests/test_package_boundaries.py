@@ -34,11 +34,16 @@ def imported_packages(path: Path) -> list[tuple[str, int]]:
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_a_package_imports_only_the_slime_packages_it_may(package):
     source = PACKAGES / package.replace("_", "-") / "src" / package
-    forbidden = [f"{path.relative_to(PACKAGES)}:{line} imports {module}"
-                 for path in sorted(source.rglob("*.py")) for module, line in imported_packages(path)
-                 if module in SLIME_PACKAGES - {package} - ALLOWED[package]]
-    assert not forbidden, (f"{package} may import only {sorted(ALLOWED[package]) or 'no other slime package'}; "
-                           "reach the others through slime_core's contracts and registries:\n" + "\n".join(forbidden))
+    forbidden = [
+        f"{path.relative_to(PACKAGES)}:{line} imports {module}"
+        for path in sorted(source.rglob("*.py"))
+        for module, line in imported_packages(path)
+        if module in SLIME_PACKAGES - {package} - ALLOWED[package]
+    ]
+    assert not forbidden, (
+        f"{package} may import only {sorted(ALLOWED[package]) or 'no other slime package'}; "
+        "reach the others through slime_core's contracts and registries:\n" + "\n".join(forbidden)
+    )
 
 
 def test_the_check_sees_lazy_imports(tmp_path):

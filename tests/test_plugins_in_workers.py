@@ -67,7 +67,7 @@ def slime_before_train_step(rollout_id, step):
 def slime_after_train_step(rollout_id, step, metrics):
     with open(HERE / "steps.jsonl", "a") as out:
         out.write(json.dumps(["after", rollout_id, step, sorted(metrics)]) + "\\n")
-'''
+'''  # noqa: E501
 
 
 def test_a_p_plugin_runs_in_the_train_ranks_and_its_filter_and_step_hooks_apply(tmp_path, tiny_model_dir):
@@ -77,11 +77,38 @@ def test_a_p_plugin_runs_in_the_train_ranks_and_its_filter_and_step_hooks_apply(
     ray_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must fit in 108 bytes
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "SLIME_PLUGINS")}
     env.update(HOME=ray_dir, RAY_TMPDIR=ray_dir)
-    command = [sys.executable, "-m", "slime_core.cli.main", "-p", "my_plugin", "run", "--prompt-data", str(data),
-               "--hf-checkpoint", str(tiny_model_dir), "--rollout-engine", "cpu", "--rm-type", "digit_share",
-               "--loss-type", "counting_ppo", "--sample-filter", "odd_samples_out", "--rollout-batch-size", "4",
-               "--n-samples-per-prompt", "4", "--num-steps-per-rollout", "2", "--rollout-max-response-len", "4",
-               "--num-rollout", "2", "--output-dir", str(tmp_path / "run")]
+    command = [
+        sys.executable,
+        "-m",
+        "slime_core.cli.main",
+        "-p",
+        "my_plugin",
+        "run",
+        "--prompt-data",
+        str(data),
+        "--hf-checkpoint",
+        str(tiny_model_dir),
+        "--rollout-engine",
+        "cpu",
+        "--rm-type",
+        "digit_share",
+        "--loss-type",
+        "counting_ppo",
+        "--sample-filter",
+        "odd_samples_out",
+        "--rollout-batch-size",
+        "4",
+        "--n-samples-per-prompt",
+        "4",
+        "--num-steps-per-rollout",
+        "2",
+        "--rollout-max-response-len",
+        "4",
+        "--num-rollout",
+        "2",
+        "--output-dir",
+        str(tmp_path / "run"),
+    ]
     try:
         done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
     finally:

@@ -34,8 +34,12 @@ class JobCluster:
         self.gcs_port, self.dashboard_port, self.client_port = free_port(), free_port(), free_port()
         # the agent's ports too: its default HTTP port (52365) is held by the agent of any other Ray
         # on this machine (this session's own, with ray[default]), and without it no job is taken
-        self.agent_ports = {"--dashboard-agent-listen-port": free_port(), "--dashboard-agent-grpc-port": free_port(),
-                            "--metrics-export-port": free_port(), "--runtime-env-agent-port": free_port()}
+        self.agent_ports = {
+            "--dashboard-agent-listen-port": free_port(),
+            "--dashboard-agent-grpc-port": free_port(),
+            "--metrics-export-port": free_port(),
+            "--runtime-env-agent-port": free_port(),
+        }
         self.url = f"http://127.0.0.1:{self.dashboard_port}"
         # not the settings an in-process Ray of this test session left (RAY_ADDRESS, ...)
         inherited = {key: value for key, value in os.environ.items() if not key.startswith("RAY_")}
@@ -44,12 +48,35 @@ class JobCluster:
     def start(self) -> float:
         """``ray start --head`` with the dashboard; the seconds it took."""
         started = time.perf_counter()
-        subprocess.run([str(VENV_BIN / "ray"), "start", "--head", "--node-ip-address", "127.0.0.1",
-                        "--port", str(self.gcs_port), "--include-dashboard", "true", "--dashboard-host", "127.0.0.1",
-                        "--dashboard-port", str(self.dashboard_port), "--ray-client-server-port", str(self.client_port),
-                        "--temp-dir", str(self.folder), "--num-cpus", "4", "--disable-usage-stats",
-                        *[str(part) for pair in self.agent_ports.items() for part in pair]],
-                       env=self.env, check=True, capture_output=True, timeout=240)
+        subprocess.run(
+            [
+                str(VENV_BIN / "ray"),
+                "start",
+                "--head",
+                "--node-ip-address",
+                "127.0.0.1",
+                "--port",
+                str(self.gcs_port),
+                "--include-dashboard",
+                "true",
+                "--dashboard-host",
+                "127.0.0.1",
+                "--dashboard-port",
+                str(self.dashboard_port),
+                "--ray-client-server-port",
+                str(self.client_port),
+                "--temp-dir",
+                str(self.folder),
+                "--num-cpus",
+                "4",
+                "--disable-usage-stats",
+                *[str(part) for pair in self.agent_ports.items() for part in pair],
+            ],
+            env=self.env,
+            check=True,
+            capture_output=True,
+            timeout=240,
+        )
         return time.perf_counter() - started
 
     def state(self) -> dict:
@@ -57,10 +84,12 @@ class JobCluster:
         instance started with this folder) and the node ids."""
         from ray.util.state import list_actors, list_nodes, list_placement_groups
 
-        return {"actors": [a.class_name for a in list_actors(address=self.url, filters=[("state", "=", "ALIVE")])],
-                "placement_groups": len(list_placement_groups(address=self.url, filters=[("state", "!=", "REMOVED")])),
-                "sessions": len(list(self.folder.glob("session_2*"))),
-                "nodes": sorted(node.node_id for node in list_nodes(address=self.url))}
+        return {
+            "actors": [a.class_name for a in list_actors(address=self.url, filters=[("state", "=", "ALIVE")])],
+            "placement_groups": len(list_placement_groups(address=self.url, filters=[("state", "!=", "REMOVED")])),
+            "sessions": len(list(self.folder.glob("session_2*"))),
+            "nodes": sorted(node.node_id for node in list_nodes(address=self.url)),
+        }
 
     def stop(self) -> None:
         """SIGKILL every process of this cluster (those naming its folder or its GCS port, and
@@ -85,8 +114,9 @@ def job_cluster():
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_a_run_submitted_as_a_ray_job_attaches_trains_and_leaves_the_cluster_as_it_was(job_cluster, tiny_model_dir,
-                                                                                        tmp_path):
+def test_a_run_submitted_as_a_ray_job_attaches_trains_and_leaves_the_cluster_as_it_was(
+    job_cluster, tiny_model_dir, tmp_path
+):
     print(f"ray start --head with the dashboard: {job_cluster.start_seconds:.1f} s")
     run_dir = tmp_path / "run"
     config = tmp_path / "grpo.yaml"
@@ -105,8 +135,9 @@ output_dir: {run_dir}
 """)
     before = job_cluster.state()
     submission, submitted = _submit(job_cluster, str(VENV_BIN / "slime"), "run", str(config))
-    assert submitted.returncode == 0 and f"Job '{submission}' succeeded" in submitted.stdout, \
-        (submitted.stdout + submitted.stderr)[-3000:]
+    assert submitted.returncode == 0 and f"Job '{submission}' succeeded" in submitted.stdout, (
+        submitted.stdout + submitted.stderr
+    )[-3000:]
 
     records = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["rollout_id"] >= 0]
     assert [r["rollout_id"] for r in records] == [0, 1] and records[-1]["weight_version"] == 2  # trained twice
@@ -119,7 +150,9 @@ output_dir: {run_dir}
     assert before == {"actors": [], "placement_groups": 0, "sessions": 1, "nodes": before["nodes"]}
 
 
-def _submit(cluster: JobCluster, *entrypoint: str, agent_wait_s: float = 120) -> tuple[str, subprocess.CompletedProcess]:
+def _submit(
+    cluster: JobCluster, *entrypoint: str, agent_wait_s: float = 120
+) -> tuple[str, subprocess.CompletedProcess]:
     """``ray job submit --address URL -- ENTRYPOINT``; its submission id and result. The head
     refuses jobs until its node's dashboard agent has registered ("No available agent to submit
     job, please try again later"), which on a loaded machine can come well after ``ray start``
@@ -127,9 +160,23 @@ def _submit(cluster: JobCluster, *entrypoint: str, agent_wait_s: float = 120) ->
     deadline = time.monotonic() + agent_wait_s
     while True:
         submission = f"slime-{uuid.uuid4().hex[:8]}"
-        result = subprocess.run([str(VENV_BIN / "ray"), "job", "submit", "--address", cluster.url,
-                                 "--submission-id", submission, "--", *entrypoint],
-                                env=cluster.env, capture_output=True, text=True, timeout=500)
+        result = subprocess.run(
+            [
+                str(VENV_BIN / "ray"),
+                "job",
+                "submit",
+                "--address",
+                cluster.url,
+                "--submission-id",
+                submission,
+                "--",
+                *entrypoint,
+            ],
+            env=cluster.env,
+            capture_output=True,
+            text=True,
+            timeout=500,
+        )
         if "No available agent to submit job" not in result.stdout + result.stderr or time.monotonic() > deadline:
             return submission, result
         time.sleep(2)

@@ -14,8 +14,21 @@ pytestmark = pytest.mark.integration
 
 #: One rollout of 4 prompts x 4 samples, with a reference model (KL loss). sglang-router drops
 #: the request's custom_params (see the last test), so the engines are used in turn.
-FLAGS = ("--num-rollout", "1", "--rollout-top-p", "0.9", "--rollout-batch-size", "4", "--n-samples-per-prompt", "4",
-         "--use-kl-loss", "--kl-loss-coef", "0.1", "--router", "none")
+FLAGS = (
+    "--num-rollout",
+    "1",
+    "--rollout-top-p",
+    "0.9",
+    "--rollout-batch-size",
+    "4",
+    "--n-samples-per-prompt",
+    "4",
+    "--use-kl-loss",
+    "--kl-loss-coef",
+    "0.1",
+    "--router",
+    "none",
+)
 
 
 CAPTURED = []  # the samples of the run's rollouts, kept by `_Capture`
@@ -39,8 +52,8 @@ def whole_vocabulary_gap(model_dir, samples) -> float:
     gaps = []
     with torch.no_grad():
         for sample in samples:
-            logits = model(torch.tensor([sample.tokens])).logits[0, sample.prompt_length - 1: -1]
-            whole = log_probs_from_logits(logits, torch.tensor(sample.tokens[sample.prompt_length:]))
+            logits = model(torch.tensor([sample.tokens])).logits[0, sample.prompt_length - 1 : -1]
+            whole = log_probs_from_logits(logits, torch.tensor(sample.tokens[sample.prompt_length :]))
             gaps += (torch.tensor(sample.rollout_log_probs) - whole).abs()[torch.tensor(sample.loss_mask) == 1].tolist()
     return sum(gaps) / len(gaps)
 
@@ -52,7 +65,9 @@ def test_the_fsdp_trainer_scores_tokens_over_the_engine_s_nuclei(slime_run, tiny
     train = slime_run(*FLAGS, hooks=[_Capture])[0]
     samples = CAPTURED
     assert len(samples) == 16 and all(s.rollout_top_p_token_offsets is not None for s in samples)
-    nucleus_sizes = [b - a for s in samples for a, b in zip(s.rollout_top_p_token_offsets, s.rollout_top_p_token_offsets[1:])]
+    nucleus_sizes = [
+        b - a for s in samples for a, b in zip(s.rollout_top_p_token_offsets, s.rollout_top_p_token_offsets[1:])
+    ]
     assert min(nucleus_sizes) >= 1 and max(nucleus_sizes) < 100  # the tiny model's vocabulary: 100 tokens
     assert train["train/train_rollout_logprob_abs_diff"] < 1e-4
     assert abs(train["train/kl_loss"]) < 1e-6

@@ -11,12 +11,12 @@ from slime_core.data.source import PromptDataSource
 from slime_core.plugins import Plugins
 from slime_core.reward_hub import RewardHub
 from slime_core.rollout_batch import RolloutBatch
+from slime_core.rollout_parts import GenerateContext
 from slime_core.testing import make_config
 from slime_core.train_backend import TrainGroup
 from slime_fsdp.rank import FSDPTrainRank
 from slime_sglang.client import EngineClient
 from slime_sglang.cpu_engine.launch import cpu_engine
-from slime_core.rollout_parts import GenerateContext
 from slime_sglang.generate import generate_sample
 from slime_sglang.rollout import RolloutParts, default_rollout
 
@@ -28,14 +28,28 @@ def test_engine_and_trainer_log_probs_agree(ray_cluster, tiny_model_dir, tmp_pat
 
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{a}+{a}=", "label": "0"}) + "\n" for a in range(8)))
-    config = make_config(data, tiny_model_dir, rollout_batch_size=4, n_samples_per_prompt=2, rollout_max_response_len=16,
-                         rollout_temperature=0.8, rm_type="f1", use_dynamic_batch_size=True, max_tokens_per_gpu=256)
+    config = make_config(
+        data,
+        tiny_model_dir,
+        rollout_batch_size=4,
+        n_samples_per_prompt=2,
+        rollout_max_response_len=16,
+        rollout_temperature=0.8,
+        rm_type="f1",
+        use_dynamic_batch_size=True,
+        max_tokens_per_gpu=256,
+    )
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     trainer = TrainGroup(FSDPTrainRank, config, 1)  # its process starts while the engine does
     try:
         with cpu_engine(tiny_model_dir, log_path=tmp_path / "engine.log") as url:
-            parts = RolloutParts(PromptDataSource.from_config(config, tokenizer), RewardHub(config, Plugins()),
-                                 generate_sample, None, GenerateContext(EngineClient(url), tokenizer, config))
+            parts = RolloutParts(
+                PromptDataSource.from_config(config, tokenizer),
+                RewardHub(config, Plugins()),
+                generate_sample,
+                None,
+                GenerateContext(EngineClient(url), tokenizer, config),
+            )
             result = asyncio.run(default_rollout(0, config, parts))
         batch = RolloutBatch.from_samples([s for group in result.groups for s in group])
         trainer.init()

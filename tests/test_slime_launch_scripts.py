@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from slime_core.cli.run import run_command
 from slime_core.config import OptionSet, load_config
 from slime_core.plugins import Plugins
@@ -59,11 +60,22 @@ def launch(tiny_model_dir, tmp_path, capsys):
 
     def run(entry="", extra="", tp=1, **overrides):
         rope_theta = int(model.get("rope_parameters", model)["rope_theta"])  # transformers 5 nests it
-        values = {"layers": model["num_hidden_layers"], "hidden": model["hidden_size"], "ffn": model["intermediate_size"],
-                  "heads": model["num_attention_heads"], "kv_heads": model["num_key_value_heads"],
-                  "rope_theta": rope_theta, "vocab": model["vocab_size"], "head_dim": model["head_dim"],
-                  "model": tiny_model_dir, "ckpt": tmp_path / "ckpt", "data": data, "tp": tp, "entry": entry,
-                  "extra": extra}
+        values = {
+            "layers": model["num_hidden_layers"],
+            "hidden": model["hidden_size"],
+            "ffn": model["intermediate_size"],
+            "heads": model["num_attention_heads"],
+            "kv_heads": model["num_key_value_heads"],
+            "rope_theta": rope_theta,
+            "vocab": model["vocab_size"],
+            "head_dim": model["head_dim"],
+            "model": tiny_model_dir,
+            "ckpt": tmp_path / "ckpt",
+            "data": data,
+            "tp": tp,
+            "entry": entry,
+            "extra": extra,
+        }
         script = tmp_path / "run-tiny-qwen3.sh"
         script.write_text(SCRIPT.format(**{**values, **overrides}))
         argv_file = tmp_path / "argv"
@@ -99,8 +111,10 @@ def test_architecture_mismatch_names_both_values(launch, tiny_model_dir):
 def test_fsdp_refuses_megatron_model_parallelism(launch):
     status, _, err = launch(extra="--train-backend fsdp", tp=2)
     assert status == 2
-    assert "--tensor-model-parallel-size 2 splits the model with Megatron, which --train-backend fsdp does not do; " \
-           "use --train-backend megatron" in err
+    assert (
+        "--tensor-model-parallel-size 2 splits the model with Megatron, which --train-backend fsdp does not do; "
+        "use --train-backend megatron" in err
+    )
 
 
 def test_async_entry_is_train_async(launch):
@@ -137,7 +151,8 @@ def test_developer_dry_run_captures_launches_without_running_anything(tmp_path):
     marker = tmp_path / "touched"
     (checkout / "scripts" / "run-tiny.sh").write_text(
         f"set -ex\npkill -9 python\ntouch {marker}\nsource /root/slime/scripts/models/tiny.sh\n"
-        "ray job submit --address=x -- python3 train_async.py ${MODEL_ARGS[@]} --sglang-cuda-graph-bs 1 2\n")
+        "ray job submit --address=x -- python3 train_async.py ${MODEL_ARGS[@]} --sglang-cuda-graph-bs 1 2\n"
+    )
     scripts = dry_run.launch_scripts(checkout)
     assert scripts == [checkout / "scripts" / "run-tiny.sh"]
     launches = dry_run.capture_launches(scripts[0], checkout, dry_run.make_sandbox(str(tmp_path)))
@@ -148,8 +163,19 @@ def test_developer_dry_run_captures_launches_without_running_anything(tmp_path):
 def test_num_epoch_derives_the_rollout_count_as_slime_does(tmp_path, capsys, tiny_model_dir):
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "label": str(i + 1)}) + "\n" for i in range(10)))
-    argv = ["--dry-run", "--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir),
-            "--rollout-batch-size", "4", "--num-epoch", "3", "--rollout-max-response-len", "8"]
+    argv = [
+        "--dry-run",
+        "--prompt-data",
+        str(data),
+        "--hf-checkpoint",
+        str(tiny_model_dir),
+        "--rollout-batch-size",
+        "4",
+        "--num-epoch",
+        "3",
+        "--rollout-max-response-len",
+        "8",
+    ]
     assert run_command(argv, Plugins()) == 0
     assert "num_rollout: 6\n" in capsys.readouterr().out  # 3 × (10 // 4)
 
@@ -157,8 +183,17 @@ def test_num_epoch_derives_the_rollout_count_as_slime_does(tmp_path, capsys, tin
 def test_megatron_options_with_another_chosen_backend_are_warned_not_dropped(tmp_path, capsys, tiny_model_dir):
     data = tmp_path / "prompts.jsonl"
     data.write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
-    base = ["--dry-run", "--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--rollout-batch-size", "1",
-            "--rollout-max-response-len", "8"]  # SGLang refuses a request longer than the tiny model's 128 positions
+    base = [
+        "--dry-run",
+        "--prompt-data",
+        str(data),
+        "--hf-checkpoint",
+        str(tiny_model_dir),
+        "--rollout-batch-size",
+        "1",
+        "--rollout-max-response-len",
+        "8",
+    ]  # SGLang refuses a request longer than the tiny model's 128 positions
     assert run_command([*base, "--train-backend", "fsdp", "--recompute-granularity", "selective"], Plugins()) == 0
     out, err = capsys.readouterr()
     assert "train_backend: fsdp" in out

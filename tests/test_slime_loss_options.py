@@ -8,13 +8,25 @@ pytestmark = pytest.mark.integration
 
 
 def test_opsm_mismatch_metrics_rollout_logprobs_and_rollout_ids_act_in_a_run(slime_run):
-    records = slime_run("--num-rollout", "1", "--rollout-batch-size", "4", "--n-samples-per-prompt", "4",
-                        "--rollout-max-response-len", "4",
-                        "--get-mismatch-metrics", "--use-rollout-logprobs",
-                        # a negative threshold drops every negative-advantage token: OPSM visibly acts
-                        "--use-opsm", "--opsm-delta", "-1",
-                        "--rollout-id-key", "source")  # the data source's record id: a group is one rollout
-    train = {key[len("train/"):]: value for key, value in records[0].items() if key.startswith("train/")}
+    records = slime_run(
+        "--num-rollout",
+        "1",
+        "--rollout-batch-size",
+        "4",
+        "--n-samples-per-prompt",
+        "4",
+        "--rollout-max-response-len",
+        "4",
+        "--get-mismatch-metrics",
+        "--use-rollout-logprobs",
+        # a negative threshold drops every negative-advantage token: OPSM visibly acts
+        "--use-opsm",
+        "--opsm-delta",
+        "-1",
+        "--rollout-id-key",
+        "source",
+    )  # the data source's record id: a group is one rollout
+    train = {key[len("train/") :]: value for key, value in records[0].items() if key.startswith("train/")}
     # the engine and the trainer hold the same weights: π_old/π_rollout is 1 up to float noise
     assert train["tis_weight"] == pytest.approx(1.0, abs=1e-3) and train["tis_clipfrac"] == 0.0
     assert 0.0 <= train["tis_rollout_kl"] < 1e-6

@@ -18,9 +18,22 @@ def test_reward_normalization_options_change_the_advantages_as_slime(slime_run):
     (r - mean) / std = [.707, -.707] would give -.354); --disable-rewards-normalization:
     A = r = [1, 0], a loss of -.75."""
     saved = str(slime_run.tmp_path / "dbg" / "rollout_{rollout_id}.json")
-    save_rollout(saved, 0, RolloutResult([[_sample(0, reward=1.0, response=[24, 25, 26]), _sample(1, reward=0.0, response=[24])]]))
-    replay = ("--num-rollout", "1", "--rollout-batch-size", "1", "--n-samples-per-prompt", "2",
-              "--calculate-per-token-loss", "--load-debug-rollout-data", saved)
+    save_rollout(
+        saved,
+        0,
+        RolloutResult([[_sample(0, reward=1.0, response=[24, 25, 26]), _sample(1, reward=0.0, response=[24])]]),
+    )
+    replay = (
+        "--num-rollout",
+        "1",
+        "--rollout-batch-size",
+        "1",
+        "--n-samples-per-prompt",
+        "2",
+        "--calculate-per-token-loss",
+        "--load-debug-rollout-data",
+        saved,
+    )
     no_std = slime_run(*replay, "--disable-grpo-std-normalization", output="no_std")[0]
     raw = slime_run(*replay, "--disable-rewards-normalization", output="raw")[0]
     assert no_std["train/pg_loss"] == pytest.approx(-0.25, rel=1e-6)
@@ -29,22 +42,39 @@ def test_reward_normalization_options_change_the_advantages_as_slime(slime_run):
 
 def test_the_options_are_warned_about_where_they_have_no_effect():
     def warned(estimator, *keys):
-        values = {"advantage_estimator": estimator, "disable_rewards_normalization": False,
-                  "disable_grpo_std_normalization": False, **{key: True for key in keys}}
+        values = {
+            "advantage_estimator": estimator,
+            "disable_rewards_normalization": False,
+            "disable_grpo_std_normalization": False,
+            **{key: True for key in keys},
+        }
         config = Config(values, sources={key: "command line" for key in keys})
         return [line.split()[0] for line in no_effect_warnings(config)]
 
     assert warned("ppo", "disable_rewards_normalization", "disable_grpo_std_normalization") == [
-        "--disable-rewards-normalization", "--disable-grpo-std-normalization"]
-    assert warned("reinforce_plus_plus_baseline", "disable_rewards_normalization", "disable_grpo_std_normalization") == [
-        "--disable-grpo-std-normalization"]
+        "--disable-rewards-normalization",
+        "--disable-grpo-std-normalization",
+    ]
+    assert warned(
+        "reinforce_plus_plus_baseline", "disable_rewards_normalization", "disable_grpo_std_normalization"
+    ) == ["--disable-grpo-std-normalization"]
     assert warned("grpo", "disable_rewards_normalization", "disable_grpo_std_normalization") == [
-        "--disable-grpo-std-normalization"]  # nothing left to divide
+        "--disable-grpo-std-normalization"
+    ]  # nothing left to divide
     assert warned("gspo", "disable_grpo_std_normalization") == []
 
 
 def _sample(index: int, reward: float, response: list[int]) -> Sample:
     """A finished sample of the tiny model (character tokenizer ids) after a 3-token prompt."""
     n = len(response)
-    return Sample(group_index=0, index=index, prompt="1+1=", tokens=[20, 21, 22, *response], response_length=n,
-                  reward=reward, loss_mask=[1] * n, rollout_log_probs=[-1.0] * n, status=SampleStatus.COMPLETED)
+    return Sample(
+        group_index=0,
+        index=index,
+        prompt="1+1=",
+        tokens=[20, 21, 22, *response],
+        response_length=n,
+        reward=reward,
+        loss_mask=[1] * n,
+        rollout_log_probs=[-1.0] * n,
+        status=SampleStatus.COMPLETED,
+    )

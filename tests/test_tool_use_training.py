@@ -49,11 +49,28 @@ def warmed_up(tmp_path_factory):
 def test_the_calculator_example_trains_through_the_loop(ray_cluster, warmed_up, tmp_path):
     plugins = Plugins()
     plugins.register_object("tool_use_recorder", _Recorder)
-    argv = [str(EXAMPLE / "calculator.yaml"), "--hf-checkpoint", str(warmed_up), "--num-rollout", "2",
-            "--rollout-batch-size", "4", "--n-samples-per-prompt", "4", "--global-batch-size", "16",
-            "--use-dynamic-batch-size", "--max-tokens-per-gpu", "4096", "--check-weight-update-equal",
-            "--eval-prompt-data", "multiply", str(EXAMPLE / "data" / "multiply_eval.jsonl"),
-            "--output-dir", str(tmp_path / "run")]
+    argv = [
+        str(EXAMPLE / "calculator.yaml"),
+        "--hf-checkpoint",
+        str(warmed_up),
+        "--num-rollout",
+        "2",
+        "--rollout-batch-size",
+        "4",
+        "--n-samples-per-prompt",
+        "4",
+        "--global-batch-size",
+        "16",
+        "--use-dynamic-batch-size",
+        "--max-tokens-per-gpu",
+        "4096",
+        "--check-weight-update-equal",
+        "--eval-prompt-data",
+        "multiply",
+        str(EXAMPLE / "data" / "multiply_eval.jsonl"),
+        "--output-dir",
+        str(tmp_path / "run"),
+    ]
     try:
         assert run_command(argv, plugins) == 0
     finally:

@@ -33,8 +33,11 @@ CALCULATOR = {
     "function": {
         "name": "calculator",
         "description": "Add two integers.",
-        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                       "required": ["a", "b"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
     },
 }
 SYSTEM = "Answer with the number only. Call the calculator tool when you need to add."
@@ -46,22 +49,30 @@ def calculator(arguments: str) -> str:
         values = json.loads(arguments)
         return str(int(values["a"]) + int(values["b"]))
     except (ValueError, KeyError, TypeError) as exc:
-        return f"error: {type(exc).__name__}: {exc}; call calculator with {{\"a\": int, \"b\": int}}"
+        return f'error: {type(exc).__name__}: {exc}; call calculator with {{"a": int, "b": int}}'
 
 
-def run_episode(client: openai.OpenAI, question: str, answer: int, session_id: str, max_turns: int = 3,
-                **sampling) -> bool:
+def run_episode(
+    client: openai.OpenAI, question: str, answer: int, session_id: str, max_turns: int = 3, **sampling
+) -> bool:
     """Let the model answer ``question`` (tool calls, then retries), all in session ``session_id``;
     True if it gave ``answer``."""
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
     for _ in range(max_turns):
-        reply = client.chat.completions.create(model="policy", messages=messages, tools=[CALCULATOR],
-                                               extra_headers={"X-Session-Id": session_id}, **sampling)
+        reply = client.chat.completions.create(
+            model="policy",
+            messages=messages,
+            tools=[CALCULATOR],
+            extra_headers={"X-Session-Id": session_id},
+            **sampling,
+        )
         message = reply.choices[0].message
         messages.append(message.model_dump(exclude_none=True))
         if message.tool_calls:
-            messages += [{"role": "tool", "tool_call_id": call.id, "content": calculator(call.function.arguments)}
-                         for call in message.tool_calls]
+            messages += [
+                {"role": "tool", "tool_call_id": call.id, "content": calculator(call.function.arguments)}
+                for call in message.tool_calls
+            ]
         elif _number(message.content) == answer:
             return True
         else:
@@ -95,8 +106,12 @@ def main() -> None:
         report([collect(args.router_url, f"What is {a} + {b}?", a + b) for a, b in questions])
         return
     with tempfile.TemporaryDirectory() as folder, local_router(Path(folder)) as router_url:
-        report([collect(router_url, f"What is {a} + {b}?", a + b, max_tokens=16, seed=i)
-                for i, (a, b) in enumerate(questions)])
+        report(
+            [
+                collect(router_url, f"What is {a} + {b}?", a + b, max_tokens=16, seed=i)
+                for i, (a, b) in enumerate(questions)
+            ]
+        )
 
 
 @contextlib.contextmanager
@@ -118,9 +133,12 @@ def local_router(folder: Path):
 def report(samples: list[Sample]) -> None:
     for sample in samples:
         model_tokens = sum(sample.loss_mask)
-        print(f"{sample.metadata['session_id']}: reward {sample.reward}, {len(sample.tokens)} tokens "
-              f"(prompt {sample.prompt_length}, model {model_tokens}, tool/agent {sample.response_length - model_tokens}), "
-              f"{len(sample.metadata['messages'])} messages, status {sample.status.value}")
+        print(
+            f"{sample.metadata['session_id']}: reward {sample.reward}, {len(sample.tokens)} tokens "
+            f"(prompt {sample.prompt_length}, model {model_tokens}, tool/agent "
+            f"{sample.response_length - model_tokens}), "
+            f"{len(sample.metadata['messages'])} messages, status {sample.status.value}"
+        )
 
 
 if __name__ == "__main__":

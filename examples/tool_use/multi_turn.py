@@ -31,7 +31,9 @@ async def generate(sample: Sample, sampling: SamplingParams, ctx: GenerateContex
     return await generate_with_tools(sample, sampling, ctx, MAX_TOOL_CALLS)
 
 
-async def generate_with_tools(sample: Sample, sampling: SamplingParams, ctx: GenerateContext, max_tool_calls: int) -> Sample:
+async def generate_with_tools(
+    sample: Sample, sampling: SamplingParams, ctx: GenerateContext, max_tool_calls: int
+) -> Sample:
     """`generate` with at most ``max_tool_calls`` calls (a partial sample continues where it stopped)."""
     if not sample.tokens:
         sample.tokens = list(ctx.tokenizer.encode(sample.prompt, add_special_tokens=False))

@@ -27,8 +27,9 @@ def transcript(record: dict) -> tuple[str, str]:
     return prompt, f"{CALL_START}{expression}{CALL_END}{tool_result(expression)}{record['label']}"
 
 
-def warm_up(model_dir: str | Path, records: list[dict], steps: int = 300, batch_size: int = 16,
-            lr: float = 2e-3, seed: int = 0) -> float:
+def warm_up(
+    model_dir: str | Path, records: list[dict], steps: int = 300, batch_size: int = 16, lr: float = 2e-3, seed: int = 0
+) -> float:
     """Train the Hugging Face model in ``model_dir`` on ``records``' transcripts for ``steps``
     AdamW steps at a constant ``lr``, save it back in place; returns the last step's loss.
 
@@ -47,8 +48,9 @@ def warm_up(model_dir: str | Path, records: list[dict], steps: int = 300, batch_
     rng = random.Random(seed)
     for _ in range(steps):
         input_ids, labels = _batch(rng.choices(examples, k=batch_size), tokenizer.pad_token_id)
-        loss = model(input_ids=input_ids, attention_mask=(labels != -100) | (input_ids != tokenizer.pad_token_id),
-                     labels=labels).loss
+        loss = model(
+            input_ids=input_ids, attention_mask=(labels != -100) | (input_ids != tokenizer.pad_token_id), labels=labels
+        ).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -31,9 +31,16 @@ class Intruder:
         self.token = config.network.token
         if not self.token:
             return
-        self.seen["parts"] = {part: len(processes_running(*words)) for part, words in {
-            "engine": ("engine", "serve", self.model_dir), "router": ("sglang::router",),
-            "front": ("slime_router.front",), "train rank": ("ray::RankProcess",), "raylet": ("raylet",)}.items()}
+        self.seen["parts"] = {
+            part: len(processes_running(*words))
+            for part, words in {
+                "engine": ("engine", "serve", self.model_dir),
+                "router": ("sglang::router",),
+                "front": ("slime_router.front",),
+                "train rank": ("ray::RankProcess",),
+                "raylet": ("raylet",),
+            }.items()
+        }
         self.seen["token on command lines"] = [command_line(pid) for pid in processes_running(self.token)]
         (engine_pid,) = processes_running("engine", "serve", self.model_dir)
         argv = command_line(engine_pid).split()
@@ -41,8 +48,9 @@ class Intruder:
         front = json.loads((self.run_dir / "placement.json").read_text())["parts"]["router"]["url"]
         self.seen["answers"] = {
             "engine /pause_generation": httpx.post(f"{engine}/pause_generation", json={}).status_code,
-            "engine /update_weights_from_disk": httpx.post(f"{engine}/update_weights_from_disk",
-                                                           json={"model_path": "/elsewhere"}).status_code,
+            "engine /update_weights_from_disk": httpx.post(
+                f"{engine}/update_weights_from_disk", json={"model_path": "/elsewhere"}
+            ).status_code,
             "front /workers": httpx.post(f"{front}/workers", json={"url": "http://127.0.0.1:9"}).status_code,
             "front /metrics/summary": httpx.get(f"{front}/metrics/summary").status_code,
         }
@@ -54,8 +62,12 @@ def test_no_local_user_gets_at_the_run_s_control_endpoints(slime_run, tiny_model
     assert intruder.token, "the run has no token"
     assert all(count >= 1 for count in intruder.seen["parts"].values()), intruder.seen["parts"]
     assert intruder.seen["token on command lines"] == []
-    assert intruder.seen["answers"] == {"engine /pause_generation": 401, "engine /update_weights_from_disk": 401,
-                                        "front /workers": 401, "front /metrics/summary": 401}
+    assert intruder.seen["answers"] == {
+        "engine /pause_generation": 401,
+        "engine /update_weights_from_disk": 401,
+        "front /workers": 401,
+        "front /metrics/summary": 401,
+    }
     assert records[-1]["rollout/samples"] == 64  # the run's own calls carried the token
     assert "router/requests" in records[-1]  # the driver read the front's metrics with it
     assert files_holding(slime_run.tmp_path / "run", intruder.token) == []

@@ -33,7 +33,9 @@ def test_ppo_with_packing_keeps_each_roles_checkpoint_and_resumes_bit_for_bit(sl
     resumed = slime_run("--num-rollout", "2", "--load", str(ckpt), "--ckpt-step", "0", *flags, output="resumed")
     assert [r["rollout_id"] for r in resumed] == [1]
     engine_side = "train/train_rollout_logprob_abs_diff"  # varies at 1e-8 with the CPU engine's batching
-    learned = [key for key in whole[1] if key.startswith(("train/", "critic/", "rollout/reward")) and key != engine_side]
+    learned = [
+        key for key in whole[1] if key.startswith(("train/", "critic/", "rollout/reward")) and key != engine_side
+    ]
     assert {"critic/value_loss", "train/grad_norm"} <= set(learned)
     assert {key: resumed[0][key] for key in learned} == {key: whole[1][key] for key in learned}
 
@@ -125,8 +127,15 @@ def _fsdp_checkpoint(slime_run, ckpt) -> None:
 
     model = slime_run.base[slime_run.base.index("--hf-checkpoint") + 1]
     prompts = slime_run.base[slime_run.base.index("--prompt-data") + 1]
-    config = make_config(prompts, model, train_backend="fsdp", rollout_batch_size=4, n_samples_per_prompt=4,
-                         rollout_max_response_len=8, save=str(ckpt))
+    config = make_config(
+        prompts,
+        model,
+        train_backend="fsdp",
+        rollout_batch_size=4,
+        n_samples_per_prompt=4,
+        rollout_max_response_len=8,
+        save=str(ckpt),
+    )
     try:
         group = TrainGroup(FSDPTrainRank, config, 1, in_process=True)
         group.init()

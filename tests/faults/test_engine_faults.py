@@ -29,8 +29,16 @@ pytestmark = pytest.mark.integration
 HANG_FILE = Path(f"/tmp/slime-hang-{os.getpid()}")
 os.environ[HANG_FILE_ENV] = str(HANG_FILE)
 
-WATCHED = ("--rollout-health-check-interval", "0.5", "--rollout-health-check-timeout", "3",
-           "--rollout-max-response-len", "48", "--save-interval", "1")
+WATCHED = (
+    "--rollout-health-check-interval",
+    "0.5",
+    "--rollout-health-check-timeout",
+    "3",
+    "--rollout-max-response-len",
+    "48",
+    "--save-interval",
+    "1",
+)
 #: How long a run may take to stop once the fault hit it (generous: a loaded 2-core CI).
 STOP_BOUND_S = 60
 
@@ -68,9 +76,11 @@ class AtRollout1:
 
 def hang_scheduler(model_dir):
     """Once the engine is generating, its scheduler's next step never ends; /health is asked."""
+
     def fault(config):
         wait_generating(engine_url(model_dir))
         HANG_FILE.touch()
+
     return fault
 
 
@@ -152,8 +162,11 @@ class KillRankMidStep:
     def _kill(self):
         from ray._private import state
 
-        ranks = [actor for actor in state.actors().values()
-                 if actor["ActorClassName"].endswith("RankProcess") and actor["State"] == "ALIVE"]
+        ranks = [
+            actor
+            for actor in state.actors().values()
+            if actor["ActorClassName"].endswith("RankProcess") and actor["State"] == "ALIVE"
+        ]
         pid = max(ranks, key=lambda actor: actor["StartTime"])["Pid"]
         os.kill(pid, self.SIGNAL)
         self.killed.append(pid)
@@ -166,8 +179,9 @@ def test_a_train_rank_killed_mid_step_stops_the_run_naming_it(slime_run, capsys,
     the rank that died. --use-fault-tolerance replaces engines, not ranks: the same stop."""
     fault = KillRankMidStep()
     flags = ["--use-fault-tolerance"] if fault_tolerance else []
-    message, _ = failing_run(slime_run, capsys, *WATCHED, *flags, "--num-rollout", "3",
-                             "--actor-num-gpus-per-node", "2", hooks=[fault])
+    message, _ = failing_run(
+        slime_run, capsys, *WATCHED, *flags, "--num-rollout", "3", "--actor-num-gpus-per-node", "2", hooks=[fault]
+    )
     assert len(fault.killed) == 1 and time.monotonic() - fault.hit < STOP_BOUND_S
     assert message.startswith("slime run: train rank ") and " of 2 (pid " in message, message
     assert f"(pid {fault.killed[0]} on " in message and "died during train_step" in message
@@ -186,8 +200,18 @@ def test_a_hung_train_rank_stops_the_run_after_the_distributed_timeout_naming_it
     names the rank that never answered (before it, the run waited for torch's 30 minutes)."""
     fault = StopRankMidStep()
     try:
-        message, _ = failing_run(slime_run, capsys, *WATCHED, "--num-rollout", "3", "--actor-num-gpus-per-node", "2",
-                                 "--distributed-timeout-minutes", "0.2", hooks=[fault])
+        message, _ = failing_run(
+            slime_run,
+            capsys,
+            *WATCHED,
+            "--num-rollout",
+            "3",
+            "--actor-num-gpus-per-node",
+            "2",
+            "--distributed-timeout-minutes",
+            "0.2",
+            hooks=[fault],
+        )
     finally:
         for pid in fault.killed:
             try:

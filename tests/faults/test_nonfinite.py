@@ -65,8 +65,8 @@ def _digits(sample):
 
 
 def _note(config, name, sample):
-    (_run_dir(config) / name).write_text(json.dumps({"group": sample.group_index, "index": sample.index,
-                                                     "global": sample.global_index, "source": sample.metadata["source"]}))
+    where = {"group": sample.group_index, "index": sample.index, "global": sample.global_index}
+    (_run_dir(config) / name).write_text(json.dumps({**where, "source": sample.metadata["source"]}))
 
 
 def nan_once(sample, config):
@@ -145,9 +145,26 @@ def slime(ray_cluster, tiny_model_dir, plugin_dir, tmp_path, monkeypatch, capsys
     monkeypatch.syspath_prepend(str(plugin_dir))
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{a}+1=", "label": str(a + 1)}) + "\n" for a in range(16)))
-    base = ["--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--rollout-engine", "cpu",
-            "--rollout-batch-size", "2", "--n-samples-per-prompt", "4", "--rollout-max-response-len", "4",
-            "--lr", "1e-3", "--save-interval", "1", "--save", str(tmp_path / "ckpt")]
+    base = [
+        "--prompt-data",
+        str(data),
+        "--hf-checkpoint",
+        str(tiny_model_dir),
+        "--rollout-engine",
+        "cpu",
+        "--rollout-batch-size",
+        "2",
+        "--n-samples-per-prompt",
+        "4",
+        "--rollout-max-response-len",
+        "4",
+        "--lr",
+        "1e-3",
+        "--save-interval",
+        "1",
+        "--save",
+        str(tmp_path / "ckpt"),
+    ]
 
     def run(*flags, output="run"):
         capsys.readouterr()
@@ -168,8 +185,10 @@ def test_a_nan_reward_stops_the_run_naming_the_function_the_sample_its_prompt_an
     code, err, run_dir = slime("--num-rollout", "3", "--rm-type", "nan_once")
     nan = json.loads((run_dir / "nan_sample.json").read_text())
     assert code == 1, err[-2000:]
-    message = (f"reward function 'nan_once' (plugin 'nonfinite_faults', local module) returned nan for sample "
-               f"{nan['group']}/1 (#{nan['global']}) of the prompt at {nan['source']}")
+    message = (
+        f"reward function 'nan_once' (plugin 'nonfinite_faults', local module) returned nan for sample "
+        f"{nan['group']}/1 (#{nan['global']}) of the prompt at {nan['source']}"
+    )
     assert message in err and "--drop-nonfinite-rewards" in err
     assert nan["source"].startswith(f"{slime.data}:")  # the prompt's own line of the data file
     assert "Traceback" not in err
@@ -177,8 +196,9 @@ def test_a_nan_reward_stops_the_run_naming_the_function_the_sample_its_prompt_an
     assert json.loads((run_dir / "status.json").read_text())["status"] == "failed"
     assert [r["rollout_id"] for r in read_metrics(run_dir / "metrics.jsonl")] == [0]
     assert saved_rollouts(slime.ckpt) == [0]  # rollout 1 saved nothing; rollout 0's checkpoint is whole:
-    code, err, resumed = slime("--num-rollout", "2", "--rm-type", "_digits_reward", "--load", str(slime.ckpt),
-                               output="resumed")
+    code, err, resumed = slime(
+        "--num-rollout", "2", "--rm-type", "_digits_reward", "--load", str(slime.ckpt), output="resumed"
+    )
     assert code == 0, err[-2000:]
     assert [r["rollout_id"] for r in read_metrics(resumed / "metrics.jsonl")] == [1]
 
@@ -197,33 +217,51 @@ def test_dropped_nan_and_failed_rewards_leave_their_groups_out_counted(slime, ca
     assert "dropped 1 non-finite rewards so far" in (run_dir / "slime.log").read_text()
     function = "reward function 'nan_once_and_raise_once' (plugin 'nonfinite_faults', local module)"
     assert f"{function} raised ValueError: grader crashed on sample " in caplog.text
-    assert f"{function} returned nan for sample " in caplog.text and "; dropped (--drop-nonfinite-rewards)" in caplog.text
+    assert (
+        f"{function} returned nan for sample " in caplog.text and "; dropped (--drop-nonfinite-rewards)" in caplog.text
+    )
     assert caplog.text.count(f"of the prompt at {slime.data}:") == 2
 
 
 def test_a_reward_that_always_raises_stops_the_run_naming_it_and_the_sample(slime):
-    code, err, run_dir = slime("--num-rollout", "3", "--rm-type", "raises_when_armed",
-                               "--dynamic-sampling-max-groups", "2")
+    code, err, run_dir = slime(
+        "--num-rollout", "3", "--rm-type", "raises_when_armed", "--dynamic-sampling-max-groups", "2"
+    )
     assert code == 1, err[-2000:]
-    assert "had a sample whose reward failed, the last: reward function 'raises_when_armed' (plugin " \
-           "'nonfinite_faults', local module) raised ValueError: grader crashed on sample " in err
+    assert (
+        "had a sample whose reward failed, the last: reward function 'raises_when_armed' (plugin "
+        "'nonfinite_faults', local module) raised ValueError: grader crashed on sample " in err
+    )
     assert f"of the prompt at {slime.data}:" in err and "--rm-failure-reward" in err
     assert "Traceback" not in err.split("grader crashed on sample")[-1]  # the message ends it, no traceback
     assert saved_rollouts(slime.ckpt) == [0]
 
 
-@pytest.mark.parametrize("backend", [
-    ("--train-backend", "fsdp", "--actor-num-gpus-per-node", "2"),
-    ("--train-backend", "megatron", "--actor-num-gpus-per-node", "2", "--tensor-model-parallel-size", "2"),
-    # bf16's mixed-precision optimizer; no checkpoint: Megatron's bf16 optimizer state fails to save on CPU today
-    ("--train-backend", "megatron", "--bf16", "--save-interval", "0"),
-], ids=["fsdp-dp2", "megatron-tp2", "megatron-bf16"])
+@pytest.mark.parametrize(
+    "backend",
+    [
+        ("--train-backend", "fsdp", "--actor-num-gpus-per-node", "2"),
+        ("--train-backend", "megatron", "--actor-num-gpus-per-node", "2", "--tensor-model-parallel-size", "2"),
+        # bf16's mixed-precision optimizer; no checkpoint: Megatron's bf16 optimizer state fails to save on CPU today
+        ("--train-backend", "megatron", "--bf16", "--save-interval", "0"),
+    ],
+    ids=["fsdp-dp2", "megatron-tp2", "megatron-bf16"],
+)
 def test_nan_loss_steps_are_skipped_on_every_rank_and_stop_the_run_after_too_many(slime, backend):
     """NaN advantages from rollout 1 on: rollouts 1 and 2 skip their step (on both ranks, which
     would otherwise hang or diverge), the weights pushed after rollout 1 pass the engines'
     guard, and the second skip in a row stops the run."""
-    code, err, run_dir = slime("--num-rollout", "5", "--rm-type", "_digits_reward", "--advantage-estimator",
-                               "nan_advantages_when_armed", "--max-consecutive-skipped-steps", "2", *backend)
+    code, err, run_dir = slime(
+        "--num-rollout",
+        "5",
+        "--rm-type",
+        "_digits_reward",
+        "--advantage-estimator",
+        "nan_advantages_when_armed",
+        "--max-consecutive-skipped-steps",
+        "2",
+        *backend,
+    )
     assert code == 1, err[-2000:]
     assert "rollout 2, step 0: 2 optimizer steps in a row had a non-finite loss or gradient norm" in err
     assert "--max-consecutive-skipped-steps" in err
@@ -237,9 +275,17 @@ def test_nan_loss_steps_are_skipped_on_every_rank_and_stop_the_run_after_too_man
 
 
 def test_without_the_check_nan_loss_steps_are_skipped_counted_and_the_run_goes_on(slime):
-    code, err, run_dir = slime("--num-rollout", "3", "--rm-type", "_digits_reward", "--advantage-estimator",
-                               "nan_advantages_when_armed", "--max-consecutive-skipped-steps", "1",
-                               "--no-check-for-nan-in-loss-and-grad")
+    code, err, run_dir = slime(
+        "--num-rollout",
+        "3",
+        "--rm-type",
+        "_digits_reward",
+        "--advantage-estimator",
+        "nan_advantages_when_armed",
+        "--max-consecutive-skipped-steps",
+        "1",
+        "--no-check-for-nan-in-loss-and-grad",
+    )
     assert code == 0, err[-2000:]
     records = read_metrics(run_dir / "metrics.jsonl")
     assert [r["train/skipped_steps"] for r in records] == [0, 1, 1]
@@ -248,11 +294,21 @@ def test_without_the_check_nan_loss_steps_are_skipped_counted_and_the_run_goes_o
 
 
 def test_weights_made_nan_outside_a_step_never_reach_the_engines_or_a_checkpoint(slime):
-    code, err, run_dir = slime("--num-rollout", "3", "--rm-type", "_digits_reward", "--train-backend", "megatron",
-                               "--megatron-before-train-step-hook", "nonfinite_faults:nan_weight_when_armed")
+    code, err, run_dir = slime(
+        "--num-rollout",
+        "3",
+        "--rm-type",
+        "_digits_reward",
+        "--train-backend",
+        "megatron",
+        "--megatron-before-train-step-hook",
+        "nonfinite_faults:nan_weight_when_armed",
+    )
     assert code == 1, err[-2000:]
-    assert "refusing to push weight version 2 to the engines: 1 of the trainer's parameters hold NaN or infinite " \
-           "values (module.embedding.word_embeddings.weight)" in err
+    assert (
+        "refusing to push weight version 2 to the engines: 1 of the trainer's parameters hold NaN or infinite "
+        "values (module.embedding.word_embeddings.weight)" in err
+    )
     assert [r["rollout_id"] for r in read_metrics(run_dir / "metrics.jsonl")] == [0]
     assert saved_rollouts(slime.ckpt) == [0]
 
@@ -275,6 +331,7 @@ def test_on_a_gpu_in_bf16_a_nan_step_is_skipped_without_moving_a_weight(backend,
 
     if backend == "fsdp":
         from slime_fsdp.rank import FSDPTrainRank as rank_class
+
         teardown = destroy_default_group
     else:
         from slime_megatron.parallel import destroy_parallel as teardown
@@ -284,8 +341,9 @@ def test_on_a_gpu_in_bf16_a_nan_step_is_skipped_without_moving_a_weight(backend,
     prompts.write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
     nan_batch = synthetic_rollout_batch(seed=1)
     nan_batch.rewards[0] = math.nan  # its group's advantages, the loss and the gradient are NaN
-    config = make_config(prompts, model_dir, train_backend=backend, bf16=True, rollout_batch_size=4,
-                         n_samples_per_prompt=4, lr=1e-3)
+    config = make_config(
+        prompts, model_dir, train_backend=backend, bf16=True, rollout_batch_size=4, n_samples_per_prompt=4, lr=1e-3
+    )
     try:
         group = TrainGroup(rank_class, config, 1, in_process=True)
         group.init()

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 #: A local plugin (imported by name in the engine's actor, found through PYTHONPATH): the CPU
 #: engine's command, except that the first port its actor picks is taken by this plugin first.
-THIEF = '''
+THIEF = """
 import socket
 from pathlib import Path
 
@@ -44,7 +44,7 @@ def command_after_theft(config, model_path, port, **where):
 @hookimpl
 def slime_register_rollout_engines(register):
     register("cpu_port_taken", command_after_theft)
-'''
+"""
 
 
 class RouterPortThief:
@@ -95,8 +95,9 @@ def thief_plugin(tmp_path, monkeypatch):
     sys.modules.pop("port_thief_plugin", None)
 
 
-def test_a_run_comes_up_when_its_ports_are_taken_before_they_are_bound(slime_run, thief_plugin, tiny_model_dir,
-                                                                        monkeypatch, capfd, tmp_path):
+def test_a_run_comes_up_when_its_ports_are_taken_before_they_are_bound(
+    slime_run, thief_plugin, tiny_model_dir, monkeypatch, capfd, tmp_path
+):
     from slime_router import balancer
 
     plugin, folder = thief_plugin

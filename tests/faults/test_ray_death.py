@@ -36,13 +36,38 @@ class SlimeRun:
         self.marker = uuid.uuid4().hex
         self.run_dir, self.ckpt = tmp_path / "run", tmp_path / "ckpt"
         env = dict(os.environ, HOME=self.ray_dir, RAY_TMPDIR=self.ray_dir, SLIME_FAULT_TEST=self.marker)
-        flags = ["--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--rollout-engine", "cpu",
-                 "--rm-type", "math", "--rollout-batch-size", "4", "--n-samples-per-prompt", "2",
-                 "--rollout-max-response-len", "4", "--num-rollout", "20", "--save-interval", "1",
-                 "--save", str(self.ckpt), "--output-dir", str(self.run_dir)]
-        self.process = subprocess.Popen([sys.executable, "-m", "slime_core.cli.main", "run", *flags], env=env,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                        start_new_session=True)
+        flags = [
+            "--prompt-data",
+            str(data),
+            "--hf-checkpoint",
+            str(tiny_model_dir),
+            "--rollout-engine",
+            "cpu",
+            "--rm-type",
+            "math",
+            "--rollout-batch-size",
+            "4",
+            "--n-samples-per-prompt",
+            "2",
+            "--rollout-max-response-len",
+            "4",
+            "--num-rollout",
+            "20",
+            "--save-interval",
+            "1",
+            "--save",
+            str(self.ckpt),
+            "--output-dir",
+            str(self.run_dir),
+        ]
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "slime_core.cli.main", "run", *flags],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
 
     def wait_for_rollout(self, rollout_id: int, timeout_s: float = 240) -> None:
         deadline = time.monotonic() + timeout_s

@@ -38,8 +38,20 @@ def make_config(tmp_path):
         plugins = Plugins()
         options = OptionSet()
         plugins.add_options(options)
-        argv = ["--prompt-data", str(data), "--hf-checkpoint", "unused", "--rollout-batch-size", "2",
-                "--n-samples-per-prompt", "2", "--global-batch-size", "4", "--dry-run", *flags]
+        argv = [
+            "--prompt-data",
+            str(data),
+            "--hf-checkpoint",
+            "unused",
+            "--rollout-batch-size",
+            "2",
+            "--n-samples-per-prompt",
+            "2",
+            "--global-batch-size",
+            "4",
+            "--dry-run",
+            *flags,
+        ]
         return load_config(argv, options, plugins, checks=lambda c: run_problems(c, plugins)), plugins
 
     return make
@@ -52,6 +64,7 @@ def fake_loop(tiny_model_dir, tmp_path):
     2 samples per rollout from ``prompts`` addition prompts; the run's metrics records (evaluations
     before training included) and the batch the fake rank last trained on."""
     from fake_backends import FakeBackendsPlugin, Recorder
+
     from slime_core.cli.run import run_command
     from slime_core.loop.run_dir import read_metrics
     from slime_core.plugins import Plugins
@@ -63,11 +76,34 @@ def fake_loop(tiny_model_dir, tmp_path):
         plugins.register_object("fake_backends", FakeBackendsPlugin)
         Recorder.reset()
         try:
-            code = run_command(["--actor-runtime", "inprocess", "--train-backend", "fake", "--rollout-backend", "fake",
-                                "--router", "fake", "--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir),
-                                "--rollout-batch-size", "2", "--n-samples-per-prompt", "2",
-                                "--rollout-max-response-len", "4", "--num-rollout", str(rollouts),
-                                "--output-dir", str(tmp_path / output), *flags], plugins)
+            code = run_command(
+                [
+                    "--actor-runtime",
+                    "inprocess",
+                    "--train-backend",
+                    "fake",
+                    "--rollout-backend",
+                    "fake",
+                    "--router",
+                    "fake",
+                    "--prompt-data",
+                    str(data),
+                    "--hf-checkpoint",
+                    str(tiny_model_dir),
+                    "--rollout-batch-size",
+                    "2",
+                    "--n-samples-per-prompt",
+                    "2",
+                    "--rollout-max-response-len",
+                    "4",
+                    "--num-rollout",
+                    str(rollouts),
+                    "--output-dir",
+                    str(tmp_path / output),
+                    *flags,
+                ],
+                plugins,
+            )
         finally:
             plugins.unregister("fake_backends")
         assert code == 0
@@ -81,6 +117,7 @@ def digits_loop(fake_loop):
     """``digits_loop(*flags, **fake_loop_options) -> (records, batch)``: `fake_loop` whose slime-style generate function
     answers "7" or "x" (``slime_style_plugins.digits_generate``); the records of the rollouts
     (not of an evaluation before training) and the batch the fake rank last trained on."""
+
     def run(*flags, **options):
         records, batch = fake_loop("--custom-generate-function-path", PLUGINS + ".digits_generate", *flags, **options)
         return [r for r in records if r["rollout_id"] >= 0], batch

@@ -69,8 +69,10 @@ class CounterSource:
 
     def get_samples(self, num_samples):
         n = self.args.n_samples_per_prompt
-        groups = [[Sample(group_index=g, index=g * n + i, prompt=f"{g}+1=", label=str(g + 1)) for i in range(n)]
-                  for g in range(self.next, self.next + num_samples)]
+        groups = [
+            [Sample(group_index=g, index=g * n + i, prompt=f"{g}+1=", label=str(g + 1)) for i in range(n)]
+            for g in range(self.next, self.next + num_samples)
+        ]
         self.next += num_samples
         _seen("counter_prompts", [group[0].prompt for group in groups])
         return groups

@@ -34,8 +34,13 @@ async def digits_generate(args, sample: Sample, sampling_params, evaluation=Fals
     without a server."""
     _record("generate", args.sglang_router_ip, sampling_params["max_new_tokens"], evaluation)
     token = 55  # any id of the tiny character vocabulary
-    sample.append_response_tokens(args, tokens=[token], log_probs=[-0.5], text="x" if sample.index % 2 else "7",
-                                  meta_info={"finish_reason": {"type": "stop"}, "weight_version": "0"})
+    sample.append_response_tokens(
+        args,
+        tokens=[token],
+        log_probs=[-0.5],
+        text="x" if sample.index % 2 else "7",
+        meta_info={"finish_reason": {"type": "stop"}, "weight_version": "0"},
+    )
     return sample
 
 
@@ -77,8 +82,9 @@ def flat_rollout(args, rollout_id, data_source, evaluation=False):
 
 async def eval_rollout(args, rollout_id, data_source, evaluation=False):
     _record("eval", rollout_id, evaluation)
-    return RolloutFnEvalOutput(data={"toy": {"rewards": [1.0, 0.0], "truncated": [False, True], "samples": []}},
-                               metrics={"eval/extra": 3})
+    return RolloutFnEvalOutput(
+        data={"toy": {"rewards": [1.0, 0.0], "truncated": [False, True], "samples": []}}, metrics={"eval/extra": 3}
+    )
 
 
 def legacy_eval(args, rollout_id, data_source, evaluation=False):
@@ -101,8 +107,12 @@ class CountingSource:
     def get_samples(self, num_samples):
         groups = []
         for _ in range(num_samples):
-            groups.append([Sample(group_index=self.next, index=i, prompt=f"q{self.next}", label="1")
-                           for i in range(self.args.n_samples_per_prompt)])
+            groups.append(
+                [
+                    Sample(group_index=self.next, index=i, prompt=f"q{self.next}", label="1")
+                    for i in range(self.args.n_samples_per_prompt)
+                ]
+            )
             self.next += 1
         return groups
 

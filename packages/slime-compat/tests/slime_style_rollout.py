@@ -12,8 +12,13 @@ SEEN: dict[str, list] = {}
 async def twin_generate(args, sample: Sample, sampling_params, evaluation=False) -> list[Sample]:
     """Answer "7" in one model token, then split the trajectory in two training samples (as
     slime's multi-agent example returns one sample per agent)."""
-    sample.append_response_tokens(args, tokens=[55], log_probs=[-0.5], text="7",
-                                  meta_info={"finish_reason": {"type": "stop"}, "weight_version": "0"})
+    sample.append_response_tokens(
+        args,
+        tokens=[55],
+        log_probs=[-0.5],
+        text="7",
+        meta_info={"finish_reason": {"type": "stop"}, "weight_version": "0"},
+    )
     twin = copy.deepcopy(sample)
     twin.metadata["twin"] = True
     return [sample, twin]

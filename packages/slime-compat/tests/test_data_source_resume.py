@@ -24,8 +24,16 @@ def slime_run(digits_loop, tmp_path):
     runs = iter(range(100))
 
     def run(source, rollouts, *flags):
-        digits_loop("--custom-rm-path", "slime_style_plugins.digit_reward", "--data-source-path", P + source, *flags,
-                    rollouts=rollouts, prompts=20, output=f"run{next(runs)}")
+        digits_loop(
+            "--custom-rm-path",
+            "slime_style_plugins.digit_reward",
+            "--data-source-path",
+            P + source,
+            *flags,
+            rollouts=rollouts,
+            prompts=20,
+            output=f"run{next(runs)}",
+        )
 
     run.ckpt = str(tmp_path / "ckpt")
     return run

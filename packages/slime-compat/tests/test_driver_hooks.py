@@ -66,13 +66,20 @@ def seen():
 
 
 def test_post_processed_rewards_are_trained_on_and_the_raw_ones_logged_with_custom_config_and_a_log_function(
-        digits_loop, tmp_path, seen):
+    digits_loop, tmp_path, seen
+):
     config_file = tmp_path / "extra.yaml"
     config_file.write_text("digit_bonus: 0.5\n")
-    records, batch = digits_loop("--custom-rm-path", HERE + "bonus_reward",
-                                 "--custom-config-path", str(config_file),
-                                 "--custom-reward-post-process-path", HERE + "ten_x_plus_one",
-                                 "--custom-rollout-log-function-path", HERE + "record_and_keep")
+    records, batch = digits_loop(
+        "--custom-rm-path",
+        HERE + "bonus_reward",
+        "--custom-config-path",
+        str(config_file),
+        "--custom-reward-post-process-path",
+        HERE + "ten_x_plus_one",
+        "--custom-rollout-log-function-path",
+        HERE + "record_and_keep",
+    )
     # each group answers "7" (1 + 0.5) then "x" (0 + 0.5): trained on 10 r + 1, as returned
     assert batch.raw_rewards == [1.5, 0.5, 1.5, 0.5] and batch.rewards == [16.0, 6.0, 16.0, 6.0]
     assert seen["post"] == [("Sample", 4, 2)] * 2  # slime Samples, args first, once per rollout
@@ -85,10 +92,16 @@ def test_post_processed_rewards_are_trained_on_and_the_raw_ones_logged_with_cust
 
 
 def test_converted_train_data_reaches_the_rank_and_a_true_log_function_leaves_out_the_default_metrics(
-        digits_loop, seen):
-    records, batch = digits_loop("--custom-rm-path", P + "digit_reward",
-                                 "--custom-convert-samples-to-train-data-path", HERE + "doubled_train_data",
-                                 "--custom-rollout-log-function-path", HERE + "record_and_skip")
+    digits_loop, seen
+):
+    records, batch = digits_loop(
+        "--custom-rm-path",
+        P + "digit_reward",
+        "--custom-convert-samples-to-train-data-path",
+        HERE + "doubled_train_data",
+        "--custom-rollout-log-function-path",
+        HERE + "record_and_skip",
+    )
     assert batch.rewards == [2.0, 0.0, 2.0, 0.0] and batch.raw_rewards == [1.0, 0.0, 1.0, 0.0]
     assert batch.group_ids[0] == batch.group_ids[1] != batch.group_ids[2] == batch.group_ids[3]
     assert batch.rollout_log_probs == [[-0.5]] * 4  # not in the dict: from the samples it was made of
@@ -109,15 +122,21 @@ def test_the_rank_trains_on_post_processed_rewards_without_normalising_them_agai
     from slime_core.rollout_batch import RolloutBatch
 
     config, _ = make_config("--advantage-estimator", "grpo", "--num-steps-per-rollout", "1", "--global-batch-size", "4")
-    batch = RolloutBatch(tokens=[[5, 6, 6]] * 4, response_lengths=[2] * 4, loss_masks=[[1, 1]] * 4,
-                         rewards=[3.0, 1.0, 2.0, 2.0], group_ids=[0, 0, 1, 1], rollout_log_probs=[[0.0, 0.0]] * 4)
+    batch = RolloutBatch(
+        tokens=[[5, 6, 6]] * 4,
+        response_lengths=[2] * 4,
+        loss_masks=[[1, 1]] * 4,
+        rewards=[3.0, 1.0, 2.0, 2.0],
+        group_ids=[0, 0, 1, 1],
+        rollout_log_probs=[[0.0, 0.0]] * 4,
+    )
     step = RankStep(config)
     normalised = step.tensors(batch, None, reference=False, teacher=False).advantages
     batch.raw_rewards = [1.0, 0.0, 1.0, 1.0]
     as_given = step.tensors(batch, None, reference=False, teacher=False).advantages
     assert as_given.tolist() == [[3.0, 3.0], [1.0, 1.0], [2.0, 2.0], [2.0, 2.0]]
     # without raw rewards, grpo centres per group and divides by the std: (3 - 2) / (√2 + 1e-6)
-    assert normalised[0, 0].item() == pytest.approx(1 / (2 ** 0.5 + 1e-6)) and normalised[2].tolist() == [0.0, 0.0]
+    assert normalised[0, 0].item() == pytest.approx(1 / (2**0.5 + 1e-6)) and normalised[2].tolist() == [0.0, 0.0]
     assert torch.equal(normalised[1], -normalised[0])
 
 
@@ -137,8 +156,13 @@ def _samples():
 
 
 def _dict(samples, **extra):
-    return {"tokens": [s.tokens for s in samples], "response_lengths": [s.response_length for s in samples],
-            "loss_masks": [s.loss_mask for s in samples], "rewards": [s.reward for s in samples], **extra}
+    return {
+        "tokens": [s.tokens for s in samples],
+        "response_lengths": [s.response_length for s in samples],
+        "loss_masks": [s.loss_mask for s in samples],
+        "rewards": [s.reward for s in samples],
+        **extra,
+    }
 
 
 def test_the_train_data_dict_maps_onto_the_batch_with_slime_s_rollout_ids_and_our_group_indices(make_config):
@@ -152,8 +176,9 @@ def test_the_train_data_dict_maps_onto_the_batch_with_slime_s_rollout_ids_and_ou
     reordered = samples[::-1]  # entries no longer the samples in order: they must say their group
     with pytest.raises(ValueError, match="add 'group_indices': one per entry, the Sample.group_index"):
         batch_from_train_data(_dict(reordered), samples, config, "fn")
-    batch = batch_from_train_data(_dict(reordered, group_indices=[1, 1, 0, 0], rollout_log_probs=[[0.0, 0.0]] * 4),
-                                  samples, config, "fn")
+    batch = batch_from_train_data(
+        _dict(reordered, group_indices=[1, 1, 0, 0], rollout_log_probs=[[0.0, 0.0]] * 4), samples, config, "fn"
+    )
     assert batch.group_ids == [1, 1, 0, 0] and batch.tokens[0] == [1, 2, 4, 4]
 
 
@@ -164,7 +189,9 @@ def test_a_train_data_dict_with_a_missing_unknown_or_unsupported_key_is_refused_
     samples = _samples()
     data = _dict(samples)
     del data["loss_masks"]
-    with pytest.raises(ValueError, match="lacks loss_masks; add, one per entry: 'loss_masks': one 0/1 per response token"):
+    with pytest.raises(
+        ValueError, match="lacks loss_masks; add, one per entry: 'loss_masks': one 0/1 per response token"
+    ):
         batch_from_train_data(data, samples, config, "fn")
     with pytest.raises(ValueError, match="unknown train-data key 'advantage'"):
         batch_from_train_data(_dict(samples, advantage=[0] * 4), samples, config, "fn")
@@ -180,7 +207,11 @@ def test_a_train_data_dict_with_a_missing_unknown_or_unsupported_key_is_refused_
 def test_the_flags_select_the_native_extension_points(make_config):
     config, plugins = make_config("--custom-reward-post-process-path", HERE + "ten_x_plus_one")
     assert config.reward_post_process == "slime.reward_post_process"
-    assert plugins.registry("reward_post_processors").entry("slime.reward_post_process").distribution.startswith("slime-compat")
+    assert (
+        plugins.registry("reward_post_processors")
+        .entry("slime.reward_post_process")
+        .distribution.startswith("slime-compat")
+    )
     config, _ = make_config("--custom-convert-samples-to-train-data-path", HERE + "doubled_train_data")
     assert config.train_data_converter == "slime.convert_samples_to_train_data"
 
@@ -189,9 +220,14 @@ def test_post_process_with_a_converter_and_a_custom_config_setting_an_option_are
     extra = tmp_path / "extra.yaml"
     extra.write_text("max_turns: 3\nrollout_batch_size: 8\n")
     with pytest.raises(ConfigError) as error:
-        make_config("--custom-reward-post-process-path", HERE + "ten_x_plus_one",
-                    "--custom-convert-samples-to-train-data-path", HERE + "doubled_train_data",
-                    "--custom-config-path", str(extra))
+        make_config(
+            "--custom-reward-post-process-path",
+            HERE + "ten_x_plus_one",
+            "--custom-convert-samples-to-train-data-path",
+            HERE + "doubled_train_data",
+            "--custom-config-path",
+            str(extra),
+        )
     message = str(error.value)
     assert "--custom-reward-post-process-path" in message and "has no effect with" in message
     assert "sets 'rollout_batch_size', which is an option here (--rollout-batch-size, now 2)" in message
@@ -219,7 +255,9 @@ def test_a_native_post_processor_feeds_the_default_batch_and_a_wrong_count_is_re
         batch = train_batch(_samples(), config, plugins)
         assert batch.rewards == [-0.0, -1.0, -0.0, -1.0] and batch.raw_rewards == [0.0, 1.0, 0.0, 1.0]
         config.reward_post_process = "short"
-        with pytest.raises(ValueError, match="reward post-processor 'short' returned 1 raw rewards and 1 rewards for 4"):
+        with pytest.raises(
+            ValueError, match="reward post-processor 'short' returned 1 raw rewards and 1 rewards for 4"
+        ):
             train_batch(_samples(), config, plugins)
     finally:
         plugins.unregister("native_post")

@@ -13,8 +13,15 @@ SEEN: list = []  # (rollout_id, what data held, extra_metrics) per call, in the 
 
 
 def _record(rollout_id, args, data, extra_metrics) -> None:
-    summary = {name: (entry["rewards"], entry["truncated"], [type(s).__name__ for s in entry["samples"]],
-                      [s.response for s in entry["samples"]]) for name, entry in data.items()}
+    summary = {
+        name: (
+            entry["rewards"],
+            entry["truncated"],
+            [type(s).__name__ for s in entry["samples"]],
+            [s.response for s in entry["samples"]],
+        )
+        for name, entry in data.items()
+    }
     SEEN.append((rollout_id, args.n_samples_per_eval_prompt, summary, dict(extra_metrics)))
 
 
@@ -37,13 +44,23 @@ def seen():
 
 @pytest.mark.parametrize("skip", [True, False])
 def test_the_eval_log_function_gets_each_dataset_s_rewards_and_samples_and_true_drops_the_eval_metrics(
-        digits_loop, tmp_path, seen, skip):
+    digits_loop, tmp_path, seen, skip
+):
     evals = tmp_path / "eval.jsonl"
     evals.write_text("".join(f'{{"prompt": "{i}*2=", "label": "{2 * i}"}}\n' for i in range(3)))
-    records, _ = digits_loop("--custom-rm-path", P + "digit_reward",
-                             "--eval-prompt-data", "doubles", str(evals), "--eval-interval", "1",
-                             "--n-samples-per-eval-prompt", "2",
-                             "--custom-eval-rollout-log-function-path", HERE + ("log_and_skip" if skip else "log_and_keep"))
+    records, _ = digits_loop(
+        "--custom-rm-path",
+        P + "digit_reward",
+        "--eval-prompt-data",
+        "doubles",
+        str(evals),
+        "--eval-interval",
+        "1",
+        "--n-samples-per-eval-prompt",
+        "2",
+        "--custom-eval-rollout-log-function-path",
+        HERE + ("log_and_skip" if skip else "log_and_keep"),
+    )
     assert [call[0] for call in seen] == [-1, 0, 1]  # before training, then after each of the 2 rollouts
     for _, n, data, extra in seen:
         # 3 prompts × 2 samples, flat in prompt order: "7" (reward 1) then "x" (reward 0) each
@@ -71,5 +88,7 @@ def test_a_slime_eval_function_s_samples_become_the_groups_the_eval_log_reads(ma
     config, plugins = make_config("--eval-function-path", HERE + "two_prompt_eval")
     result = asyncio.run(plugins.registry("eval_functions").get(config.eval_function)(config, _parts([]), {}))
     assert result.metrics == {"eval/toy": 0.5}
-    assert [[(s.group_index, s.response) for s in group] for group in result.groups["toy"]] == \
-        [[(0, "0"), (0, "1")], [(1, "0"), (1, "1")]]
+    assert [[(s.group_index, s.response) for s in group] for group in result.groups["toy"]] == [
+        [(0, "0"), (0, "1")],
+        [(1, "0"), (1, "1")],
+    ]

@@ -16,31 +16,74 @@ P = "slime_style_plugins."
 
 
 def test_each_mapped_flag_selects_its_adapter(make_config):
-    config, plugins = make_config("--custom-rm-path", P + "digit_reward", "--custom-generate-function-path", P + "x",
-                                  "--rollout-function-path", P + "x", "--eval-function-path", P + "x",
-                                  "--dynamic-sampling-filter-path", P + "x", "--buffer-filter-path", P + "x",
-                                  "--data-source-path", P + "x")
-    selected = [config.rm_type, config.generate_function, config.rollout_function, config.eval_function,
-                config.dynamic_sampling_filter, config.buffer_filter, config.data_source]
-    assert selected == ["slime.custom_rm", "slime.custom_generate", "slime.rollout_function", "slime.eval_function",
-                        "slime.dynamic_sampling_filter", "slime.buffer_filter", "slime.data_source"]
+    config, plugins = make_config(
+        "--custom-rm-path",
+        P + "digit_reward",
+        "--custom-generate-function-path",
+        P + "x",
+        "--rollout-function-path",
+        P + "x",
+        "--eval-function-path",
+        P + "x",
+        "--dynamic-sampling-filter-path",
+        P + "x",
+        "--buffer-filter-path",
+        P + "x",
+        "--data-source-path",
+        P + "x",
+    )
+    selected = [
+        config.rm_type,
+        config.generate_function,
+        config.rollout_function,
+        config.eval_function,
+        config.dynamic_sampling_filter,
+        config.buffer_filter,
+        config.data_source,
+    ]
+    assert selected == [
+        "slime.custom_rm",
+        "slime.custom_generate",
+        "slime.rollout_function",
+        "slime.eval_function",
+        "slime.dynamic_sampling_filter",
+        "slime.buffer_filter",
+        "slime.data_source",
+    ]
     assert plugins.registry("reward_functions").entry("slime.custom_rm").distribution.startswith("slime-compat")
 
 
 def test_naming_slime_own_functions_selects_ours(make_config):
-    config, _ = make_config("--rollout-function-path", "slime.rollout.sft_rollout.generate_rollout",
-                            "--buffer-filter-path", "slime.rollout.data_source.pop_first",
-                            "--data-source-path", "slime.rollout.data_source.RolloutDataSourceWithBuffer",
-                            "--dynamic-sampling-filter-path",
-                            "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std")
-    assert (config.rollout_function, config.buffer_filter, config.data_source, config.dynamic_sampling_filter) \
-        == ("slime.rollout_function_without_engines", "fifo", "prompt", "nonzero_std")
+    config, _ = make_config(
+        "--rollout-function-path",
+        "slime.rollout.sft_rollout.generate_rollout",
+        "--buffer-filter-path",
+        "slime.rollout.data_source.pop_first",
+        "--data-source-path",
+        "slime.rollout.data_source.RolloutDataSourceWithBuffer",
+        "--dynamic-sampling-filter-path",
+        "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std",
+    )
+    assert (config.rollout_function, config.buffer_filter, config.data_source, config.dynamic_sampling_filter) == (
+        "slime.rollout_function_without_engines",
+        "fifo",
+        "prompt",
+        "nonzero_std",
+    )
 
 
 def test_flags_that_cannot_run_as_given_are_refused_together_with_the_reason(make_config):
     with pytest.raises(ConfigError) as error:
-        make_config("--custom-loss-function-path", P + "x", "--train-backend", "fsdp", "--custom-megatron-init-path",
-                    P + "x", "--rollout-function-path", "slime.rollout.fully_async_rollout.generate_rollout_fully_async")
+        make_config(
+            "--custom-loss-function-path",
+            P + "x",
+            "--train-backend",
+            "fsdp",
+            "--custom-megatron-init-path",
+            P + "x",
+            "--rollout-function-path",
+            "slime.rollout.fully_async_rollout.generate_rollout_fully_async",
+        )
     message = str(error.value)
     assert "--custom-loss-function-path: slime calls it only with --loss-type custom_loss" in message
     assert "--custom-megatron-init-path: slime calls it in its Megatron actor, and only the Megatron backend" in message
@@ -48,8 +91,10 @@ def test_flags_that_cannot_run_as_given_are_refused_together_with_the_reason(mak
 
 
 def _groups(n_groups=1, size=2, response="a1"):
-    return [[CoreSample(group_index=g, index=i, prompt="p", response=response, label="1") for i in range(size)]
-            for g in range(n_groups)]
+    return [
+        [CoreSample(group_index=g, index=i, prompt="p", response=response, label="1") for i in range(size)]
+        for g in range(n_groups)
+    ]
 
 
 def test_custom_rm_is_called_with_args_and_a_slime_sample_and_persists_args_writes(make_config, calls):
@@ -126,10 +171,13 @@ def test_rollout_function_outputs_become_our_groups(make_config, function):
     assert result.metrics == ({"rollout/custom": 3} if function == "labels_rollout" else {})
 
 
-@pytest.mark.parametrize("function, expected", [
-    ("eval_rollout", {"eval/toy": 0.5, "eval/toy-truncated_ratio": 0.5, "eval/extra": 3}),
-    ("legacy_eval", {"eval/toy": 0.5}),
-])
+@pytest.mark.parametrize(
+    "function, expected",
+    [
+        ("eval_rollout", {"eval/toy": 0.5, "eval/toy-truncated_ratio": 0.5, "eval/extra": 3}),
+        ("legacy_eval", {"eval/toy": 0.5}),
+    ],
+)
 def test_eval_function_outputs_become_eval_metrics(make_config, calls, function, expected):
     config, plugins = make_config("--eval-function-path", P + function)
     evaluate = plugins.registry("eval_functions").get(config.eval_function)
@@ -137,12 +185,15 @@ def test_eval_function_outputs_become_eval_metrics(make_config, calls, function,
     assert result.metrics == expected and result.groups == {}  # no samples returned: none for slime_log_eval
 
 
-@pytest.mark.parametrize("function, accepted, in_flight, keep", [
-    ("keep_mixed", 0, 0, False),  # equal rewards: dropped
-    ("drop_all_but_scarce", 0, 4, False),  # enough candidates left: dropped
-    ("drop_all_but_scarce", 1, 0, True),  # too few left: kept (keep_when_insufficient)
-    ("legacy_bool_filter", 0, 0, False),
-])
+@pytest.mark.parametrize(
+    "function, accepted, in_flight, keep",
+    [
+        ("keep_mixed", 0, 0, False),  # equal rewards: dropped
+        ("drop_all_but_scarce", 0, 4, False),  # enough candidates left: dropped
+        ("drop_all_but_scarce", 1, 0, True),  # too few left: kept (keep_when_insufficient)
+        ("legacy_bool_filter", 0, 0, False),
+    ],
+)
 def test_dynamic_sampling_filter_verdicts(make_config, function, accepted, in_flight, keep):
     config, plugins = make_config("--dynamic-sampling-filter-path", P + function)
     group_filter = plugins.registry("group_filters").get(config.dynamic_sampling_filter)

@@ -23,8 +23,13 @@ def seen():
 
 
 def test_a_generate_function_without_loss_mask_trains_the_whole_response_and_sees_global_indices(fake_loop, seen):
-    _, batch = fake_loop("--custom-generate-function-path", P + "bare_generate",
-                         "--custom-rm-path", "slime_style_plugins.digit_reward", "--no-rollout-shuffle")
+    _, batch = fake_loop(
+        "--custom-generate-function-path",
+        P + "bare_generate",
+        "--custom-rm-path",
+        "slime_style_plugins.digit_reward",
+        "--no-rollout-shuffle",
+    )
     assert batch.loss_masks == [[1, 1]] * 4  # left empty, or None: all ones over the response, as slime
     # slime's index: unique over the run (two rollouts of 2 x 2), group_index per prompt
     assert sorted(seen["generate"]) == [(g, 2 * g + i) for g in range(4) for i in range(2)]
@@ -40,7 +45,11 @@ def test_the_native_source_counts_global_indices_and_resumes_the_count(tmp_path)
     source = PromptDataSource(PromptDataset(str(data), PromptFormat()), n_samples_per_prompt=2, shuffle=False)
     first = source.get_samples(2)
     assert [(s.group_index, s.index, s.global_index) for g in first for s in g] == [
-        (0, 0, 0), (0, 1, 1), (1, 0, 2), (1, 1, 3)]
+        (0, 0, 0),
+        (0, 1, 1),
+        (1, 0, 2),
+        (1, 1, 3),
+    ]
     state = source.state_dict()
     resumed = PromptDataSource(PromptDataset(str(data), PromptFormat()), n_samples_per_prompt=2, shuffle=False)
     resumed.load_state_dict(state)
@@ -72,10 +81,22 @@ def test_slime_sample_index_is_the_global_one_and_to_dict_keeps_both():
 def test_a_rollout_function_wraps_slime_default_rollout_and_evaluation(fake_loop, tmp_path, seen):
     eval_data = tmp_path / "eval.jsonl"
     eval_data.write_text("".join(f'{{"prompt": "{i}*1=", "label": "{i}"}}\n' for i in range(3)))
-    records, batch = fake_loop("--rollout-function-path", P + "wrapped_rollout",
-                               "--eval-function-path", P + "wrapped_rollout", "--eval-prompt-data", "toy", str(eval_data),
-                               "--eval-interval", "2", "--custom-generate-function-path", P + "bare_generate",
-                               "--custom-rm-path", "slime_style_plugins.digit_reward", "--no-rollout-shuffle")
+    records, batch = fake_loop(
+        "--rollout-function-path",
+        P + "wrapped_rollout",
+        "--eval-function-path",
+        P + "wrapped_rollout",
+        "--eval-prompt-data",
+        "toy",
+        str(eval_data),
+        "--eval-interval",
+        "2",
+        "--custom-generate-function-path",
+        P + "bare_generate",
+        "--custom-rm-path",
+        "slime_style_plugins.digit_reward",
+        "--no-rollout-shuffle",
+    )
     assert seen["rollout"] == [(0, "RolloutFnTrainOutput"), (1, "RolloutFnTrainOutput")]
     assert batch.rewards == [11.0, 10.0, 11.0, 10.0]  # our default rollout's rewards, then the wrapper's +10
     assert batch.group_ids == [2, 2, 3, 3]  # the second rollout's prompts, pulled by our default rollout
@@ -122,7 +143,11 @@ def test_slime_data_sources_serve_our_prompt_groups_with_global_indices(make_con
     source = RolloutDataSource(args)
     groups = source.get_samples(2)
     assert [(s.prompt, s.group_index, s.index) for g in groups for s in g] == [
-        ("0+1=", 0, 0), ("0+1=", 0, 1), ("1+1=", 1, 2), ("1+1=", 1, 3)]
+        ("0+1=", 0, 0),
+        ("0+1=", 0, 1),
+        ("1+1=", 1, 2),
+        ("1+1=", 1, 3),
+    ]
     assert isinstance(groups[0][0], Sample) and len(source) == 8
     with pytest.raises(RuntimeError, match="read-only"):
         source.add_samples(groups)
@@ -177,20 +202,50 @@ def test_multi_turn_loss_mask_trains_assistant_turns_after_their_header():
 
     tokenizer = build_char_tokenizer()
     generator = MultiTurnLossMaskGenerator(tokenizer, tokenizer_type="qwen3")
-    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "1+1?"},
-                {"role": "assistant", "content": "2"}, {"role": "tool", "content": "ok"},
-                {"role": "assistant", "content": "yes"}]
-    expected = _segments(tokenizer, (USER + "system: be brief\n", 0), (USER + "1+1?\n", 0), (ASSISTANT, 0),
-                         ("2" + EOS + "\n", 1), (USER + "tool: ok\n", 0), (ASSISTANT, 0), ("yes" + EOS + "\n", 1))
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "1+1?"},
+        {"role": "assistant", "content": "2"},
+        {"role": "tool", "content": "ok"},
+        {"role": "assistant", "content": "yes"},
+    ]
+    expected = _segments(
+        tokenizer,
+        (USER + "system: be brief\n", 0),
+        (USER + "1+1?\n", 0),
+        (ASSISTANT, 0),
+        ("2" + EOS + "\n", 1),
+        (USER + "tool: ok\n", 0),
+        (ASSISTANT, 0),
+        ("yes" + EOS + "\n", 1),
+    )
     token_ids, loss_mask = generator.get_loss_mask(messages)
     assert (token_ids, loss_mask) == expected
     assert generator.get_text_from_loss_mask(token_ids, loss_mask) == ["2" + EOS + "\n", "yes" + EOS + "\n"]
     assert generator.get_response_lengths([loss_mask, [0, 0]]) == [len(loss_mask) - loss_mask.index(1), 0]
 
     messages[2]["step_loss_mask"] = 0
-    assert generator.get_loss_mask(messages)[1] == _segments(
-        tokenizer, (USER + "system: be brief\n" + USER + "1+1?\n" + ASSISTANT + "2" + EOS + "\n" + USER + "tool: ok\n"
-                    + ASSISTANT, 0), ("yes" + EOS + "\n", 1))[1]
+    assert (
+        generator.get_loss_mask(messages)[1]
+        == _segments(
+            tokenizer,
+            (
+                USER
+                + "system: be brief\n"
+                + USER
+                + "1+1?\n"
+                + ASSISTANT
+                + "2"
+                + EOS
+                + "\n"
+                + USER
+                + "tool: ok\n"
+                + ASSISTANT,
+                0,
+            ),
+            ("yes" + EOS + "\n", 1),
+        )[1]
+    )
 
 
 def test_multi_turn_loss_mask_refuses_a_template_that_rewrites_earlier_turns():
@@ -198,11 +253,17 @@ def test_multi_turn_loss_mask_refuses_a_template_that_rewrites_earlier_turns():
     from slime_core.tiny_models import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
-    tokenizer.chat_template = ("{% for m in messages %}{% if loop.last %}[{{ m.content }}]{% else %}{{ m.content }}"
-                               "{% endif %}{% endfor %}")
+    tokenizer.chat_template = (
+        "{% for m in messages %}{% if loop.last %}[{{ m.content }}]{% else %}{{ m.content }}{% endif %}{% endfor %}"
+    )
     with pytest.raises(ValueError, match="message 1: the chat template renders this turn differently"):
         MultiTurnLossMaskGenerator(tokenizer).get_loss_mask(
-            [{"role": "user", "content": "c"}, {"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}])
+            [
+                {"role": "user", "content": "c"},
+                {"role": "assistant", "content": "a"},
+                {"role": "assistant", "content": "b"},
+            ]
+        )
     with pytest.raises(ValueError, match="unsupported tokenizer_type 'llama'"):
         MultiTurnLossMaskGenerator(tokenizer, "llama")
 
@@ -214,18 +275,33 @@ def test_slime_sft_rollout_builds_tokens_and_mask_from_the_chat_template(tiny_mo
 
     class Conversations:  # a slime data buffer of one conversation per group
         def get_samples(self, num_samples):
-            return [[Sample(prompt=[{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"},
-                                    {"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}])]
-                    for _ in range(num_samples)]
+            return [
+                [
+                    Sample(
+                        prompt=[
+                            {"role": "user", "content": "1+1?"},
+                            {"role": "assistant", "content": "2"},
+                            {"role": "user", "content": "2+2?"},
+                            {"role": "assistant", "content": "4"},
+                        ]
+                    )
+                ]
+                for _ in range(num_samples)
+            ]
 
     args = SimpleNamespace(hf_checkpoint=str(tiny_model_dir), rollout_batch_size=2, loss_mask_type="qwen")
     groups = generate_rollout(args, 0, Conversations())
-    tokens, mask = _segments(build_char_tokenizer(), (USER + "1+1?\n" + ASSISTANT, 0), ("2" + EOS + "\n", 1),
-                             (USER + "2+2?\n" + ASSISTANT, 0), ("4" + EOS + "\n", 1))
+    tokens, mask = _segments(
+        build_char_tokenizer(),
+        (USER + "1+1?\n" + ASSISTANT, 0),
+        ("2" + EOS + "\n", 1),
+        (USER + "2+2?\n" + ASSISTANT, 0),
+        ("4" + EOS + "\n", 1),
+    )
     sample = groups[1][0]
     assert len(groups) == 2 and sample.tokens == tokens
     assert sample.response_length == len(mask) - mask.index(1) == 3 + 7 + 3  # from the first trained token
-    assert sample.loss_mask == mask[mask.index(1):] and sample.rollout_log_probs == [0.0] * sample.response_length
+    assert sample.loss_mask == mask[mask.index(1) :] and sample.rollout_log_probs == [0.0] * sample.response_length
     assert sample.status is Sample.Status.COMPLETED and sample.reward == 0.0
 
 
@@ -257,11 +333,27 @@ def test_slime_sft_rollout_named_by_flag_trains_chat_messages_without_starting_a
     from fake_backends import Recorder
 
     data = tmp_path / "chats.jsonl"
-    data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"{i}+1?"},
-                                                     {"role": "assistant", "content": str(i + 1)}]}) + "\n"
-                            for i in range(4)))
-    _, batch = fake_loop("--prompt-data", str(data), "--input-key", "messages", "--loss-type", "sft_loss",
-                         "--rollout-function-path", "slime.rollout.sft_rollout.generate_rollout",
-                         "--n-samples-per-prompt", "1", "--no-rollout-shuffle")
+    data.write_text(
+        "".join(
+            json.dumps(
+                {"messages": [{"role": "user", "content": f"{i}+1?"}, {"role": "assistant", "content": str(i + 1)}]}
+            )
+            + "\n"
+            for i in range(4)
+        )
+    )
+    _, batch = fake_loop(
+        "--prompt-data",
+        str(data),
+        "--input-key",
+        "messages",
+        "--loss-type",
+        "sft_loss",
+        "--rollout-function-path",
+        "slime.rollout.sft_rollout.generate_rollout",
+        "--n-samples-per-prompt",
+        "1",
+        "--no-rollout-shuffle",
+    )
     assert Recorder.engines == {} and Recorder.routers == {}
     assert len(batch) == 2 and all(mask == [1, 1, 1] for mask in batch.loss_masks)  # "4" + end of turn + newline

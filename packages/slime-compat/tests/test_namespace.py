@@ -7,10 +7,18 @@ import pytest
 
 from slime_core.sample import Sample as CoreSample
 
-MODULES = ["slime.utils.types", "slime.utils.misc", "slime.utils.http_utils", "slime.utils.mask_utils",
-           "slime.rollout.base_types", "slime.rollout.rm_hub", "slime.rollout.sglang_rollout",
-           "slime.rollout.filter_hub.base_types", "slime.rollout.filter_hub.dynamic_sampling_filters",
-           "slime.rollout.rm_hub.math_dapo_utils"]
+MODULES = [
+    "slime.utils.types",
+    "slime.utils.misc",
+    "slime.utils.http_utils",
+    "slime.utils.mask_utils",
+    "slime.rollout.base_types",
+    "slime.rollout.rm_hub",
+    "slime.rollout.sglang_rollout",
+    "slime.rollout.filter_hub.base_types",
+    "slime.rollout.filter_hub.dynamic_sampling_filters",
+    "slime.rollout.rm_hub.math_dapo_utils",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -23,8 +31,13 @@ def test_sample_is_a_core_sample_with_slime_fields_and_status():
 
     sample = Sample(prompt="q", tokens=[5, 6], label="a", custom_rm_path="pkg.rm")
     assert isinstance(sample, CoreSample) and Sample.Status.TRUNCATED.value == "truncated"
-    sample.append_response_tokens(None, tokens=[7, 8], log_probs=[-0.1, -0.2], text="ab",
-                                  meta_info={"finish_reason": {"type": "length"}, "weight_version": "3"})
+    sample.append_response_tokens(
+        None,
+        tokens=[7, 8],
+        log_probs=[-0.1, -0.2],
+        text="ab",
+        meta_info={"finish_reason": {"type": "length"}, "weight_version": "3"},
+    )
     sample.append_response_tokens(None, tokens=[9], trainable=False, text="!", update_terminal_info=False)
     assert (sample.response, sample.response_length, sample.loss_mask) == ("ab!", 3, [1, 1, 0])
     assert sample.rollout_log_probs == [-0.1, -0.2, 0.0] and sample.weight_versions == [3]
@@ -79,9 +92,13 @@ def test_the_plugin_module_and_sample_import_nothing_heavy():
     import subprocess
     import sys
 
-    code = ("import sys, slime_compat.plugin, slime.utils.types, slime.rollout.filter_hub.base_types; "
-            "print(sorted(m for m in ('torch', 'transformers', 'httpx') if m in sys.modules))")
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    code = (
+        "import sys, slime_compat.plugin, slime.utils.types, slime.rollout.filter_hub.base_types; "
+        "print(sorted(m for m in ('torch', 'transformers', 'httpx') if m in sys.modules))"
+    )
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    )
 
 
 def test_dapo_compute_score_grades_the_answer_line_or_the_last_box():

@@ -69,22 +69,52 @@ USER_PLUGINS = textwrap.dedent('''
 
 
 def test_a_slime_plugin_file_runs_unchanged_through_ray_the_router_and_the_engine(
-        ray_cluster, tiny_model_dir, tmp_path, monkeypatch):
+    ray_cluster, tiny_model_dir, tmp_path, monkeypatch
+):
     (tmp_path / "user_plugins.py").write_text(USER_PLUGINS)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "user_plugins", raising=False)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # as a launch script would, for every process of the run
     log = tmp_path / "calls.jsonl"
     data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n"
-                            for a in range(10) for b in range(10)))
-    argv = ["--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--rollout-engine", "cpu",
-            "--router", "sglang", "--custom-generate-function-path", "user_plugins.generate",
-            "--custom-rm-path", "user_plugins.digit_share", "--dynamic-sampling-filter-path", "user_plugins.mixed_rewards",
-            "--custom-advantage-function-path", "user_plugins.no_advantage",
-            "--over-sampling-batch-size", "6", "--rollout-batch-size", "4", "--n-samples-per-prompt", "4",
-            "--rollout-max-response-len", "6", "--num-rollout", "2", "--lr", "1e-3", "--use-dynamic-batch-size",
-            "--max-tokens-per-gpu", "1024", "--output-dir", str(tmp_path / "run")]
+    data.write_text(
+        "".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n" for a in range(10) for b in range(10))
+    )
+    argv = [
+        "--prompt-data",
+        str(data),
+        "--hf-checkpoint",
+        str(tiny_model_dir),
+        "--rollout-engine",
+        "cpu",
+        "--router",
+        "sglang",
+        "--custom-generate-function-path",
+        "user_plugins.generate",
+        "--custom-rm-path",
+        "user_plugins.digit_share",
+        "--dynamic-sampling-filter-path",
+        "user_plugins.mixed_rewards",
+        "--custom-advantage-function-path",
+        "user_plugins.no_advantage",
+        "--over-sampling-batch-size",
+        "6",
+        "--rollout-batch-size",
+        "4",
+        "--n-samples-per-prompt",
+        "4",
+        "--rollout-max-response-len",
+        "6",
+        "--num-rollout",
+        "2",
+        "--lr",
+        "1e-3",
+        "--use-dynamic-batch-size",
+        "--max-tokens-per-gpu",
+        "1024",
+        "--output-dir",
+        str(tmp_path / "run"),
+    ]
     assert run_command(argv, Plugins()) == 0
 
     calls = [json.loads(line) for line in log.read_text().splitlines()]

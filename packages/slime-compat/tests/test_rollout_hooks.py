@@ -18,12 +18,23 @@ def seen():
 def test_slime_rollout_hooks_and_a_list_returning_generate_function_reach_training(fake_loop, seen):
     from slime_compat.args import run_args
 
-    _, batch = fake_loop("--custom-generate-function-path", P + "twin_generate",
-                         "--rollout-sample-hook-path", P + "mark_hook", P + "count_hook",
-                         "--custom-rm-path", P + "hooked_twin_reward",
-                         "--dynamic-sampling-filter-path", P + "drop_odd_prompts",
-                         "--rollout-sample-filter-path", P + "remove_originals",
-                         "--rollout-all-samples-process-path", P + "record_all", "--no-rollout-shuffle", rollouts=1)
+    _, batch = fake_loop(
+        "--custom-generate-function-path",
+        P + "twin_generate",
+        "--rollout-sample-hook-path",
+        P + "mark_hook",
+        P + "count_hook",
+        "--custom-rm-path",
+        P + "hooked_twin_reward",
+        "--dynamic-sampling-filter-path",
+        P + "drop_odd_prompts",
+        "--rollout-sample-filter-path",
+        P + "remove_originals",
+        "--rollout-all-samples-process-path",
+        P + "record_all",
+        "--no-rollout-shuffle",
+        rollouts=1,
+    )
     # 2 accepted groups of 2 prompts' samples, each split in two: 8 training samples, in group order
     assert batch.group_ids == [0, 0, 0, 0, 2, 2, 2, 2]
     # the hooks ran before the reward (twins score 1), and the sample filter kept only the twins
@@ -39,10 +50,17 @@ def test_slime_rollout_hooks_and_a_list_returning_generate_function_reach_traini
 
 
 def test_flags_select_the_native_hooks_and_keep_native_names(make_config):
-    config, plugins = make_config("--sample-filter", "drop_truncated",
-                                  "--rollout-sample-hook-path", P + "mark_hook", P + "count_hook",
-                                  "--rollout-sample-filter-path", P + "remove_originals",
-                                  "--rollout-all-samples-process-path", P + "record_all")
+    config, plugins = make_config(
+        "--sample-filter",
+        "drop_truncated",
+        "--rollout-sample-hook-path",
+        P + "mark_hook",
+        P + "count_hook",
+        "--rollout-sample-filter-path",
+        P + "remove_originals",
+        "--rollout-all-samples-process-path",
+        P + "record_all",
+    )
     assert config.sample_hook == ["slime.rollout_sample_hooks"]
     assert config.rollout_sample_hook_path == [P + "mark_hook", P + "count_hook"]
     assert config.sample_filter == ["drop_truncated", "slime.rollout_sample_filter"]

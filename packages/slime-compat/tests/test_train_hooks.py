@@ -17,6 +17,7 @@ HERE = "test_train_hooks."
 
 # ------------------------------------------------------------ slime-style user functions
 
+
 def reward_advantages(args, rollout_data):
     """Advantage = the (post-processed) reward on every token; returns = advantage + 1."""
     assert args.custom_advantage_function_path == HERE + "reward_advantages"
@@ -30,10 +31,15 @@ def forgetful_advantages(args, rollout_data):
     rollout_data["advantages"] = []
 
 
-def half_tis(args, *, pg_loss, train_log_probs, rollout_log_probs, loss_masks, total_lengths, response_lengths, **kwargs):
+def half_tis(
+    args, *, pg_loss, train_log_probs, rollout_log_probs, loss_masks, total_lengths, response_lengths, **kwargs
+):
     """Weights of 0.5, and the first sample's last token rejected (slime's 'RS')."""
     assert args.use_tis and response_lengths == [3, 2] and total_lengths == [5, 4]
-    assert pg_loss.shape == (5,) and [len(lp) for lp in train_log_probs] == [len(lp) for lp in rollout_log_probs] == [3, 2]
+    assert pg_loss.shape == (5,) and [len(lp) for lp in train_log_probs] == [len(lp) for lp in rollout_log_probs] == [
+        3,
+        2,
+    ]
     masks = [mask.clone() for mask in loss_masks]
     masks[0][2] = 0
     return pg_loss * 0.5, masks, {"half": torch.full_like(pg_loss, 0.5)}
@@ -41,23 +47,36 @@ def half_tis(args, *, pg_loss, train_log_probs, rollout_log_probs, loss_masks, t
 
 def constant_reducer(total_lengths, response_lengths, loss_masks, calculate_per_token_loss):
     """Dr.GRPO's reducer: each sample's masked sum over a constant 4 tokens."""
+
     def reduce(x):
         return sum((part * mask).sum() / 4 for part, mask in zip(x.split(response_lengths), loss_masks))
+
     return reduce
 
 
 def sample_mean_reducer(total_lengths, response_lengths, loss_masks, calculate_per_token_loss):
     """slime's default reducer (each sample's masked mean, summed)."""
+
     def reduce(x):
-        return sum((part * mask).sum() / mask.sum().clamp(min=1) for part, mask in zip(x.split(response_lengths), loss_masks))
+        return sum(
+            (part * mask).sum() / mask.sum().clamp(min=1) for part, mask in zip(x.split(response_lengths), loss_masks)
+        )
+
     return reduce
 
 
 # ------------------------------------------------------------ tests
 
+
 def _batch(rewards=(1.0, -2.0)) -> RolloutBatch:
-    return RolloutBatch(tokens=[[7, 8, 9, 9, 9], [7, 8, 9, 9]], response_lengths=[3, 2], loss_masks=[[1, 1, 1], [1, 1]],
-                        rewards=list(rewards), group_ids=[0, 0], rollout_log_probs=[[-1.0] * 3, [-1.0] * 2])
+    return RolloutBatch(
+        tokens=[[7, 8, 9, 9, 9], [7, 8, 9, 9]],
+        response_lengths=[3, 2],
+        loss_masks=[[1, 1, 1], [1, 1]],
+        rewards=list(rewards),
+        group_ids=[0, 0],
+        rollout_log_probs=[[-1.0] * 3, [-1.0] * 2],
+    )
 
 
 def _pg_loss(config, batch=None) -> dict[str, float]:
@@ -70,8 +89,13 @@ def _pg_loss(config, batch=None) -> dict[str, float]:
 
 
 def _advantages(config) -> torch.Tensor:
-    return RankStep(config).tensors(_batch((1.0, 0.0)), lambda model: [torch.full((n,), -1.0) for n in (3, 2)],
-                                    reference=False, teacher=False).advantages
+    return (
+        RankStep(config)
+        .tensors(
+            _batch((1.0, 0.0)), lambda model: [torch.full((n,), -1.0) for n in (3, 2)], reference=False, teacher=False
+        )
+        .advantages
+    )
 
 
 def test_the_custom_advantage_gets_grpo_normalised_rewards_and_sets_the_advantages(make_config):
@@ -81,13 +105,18 @@ def test_the_custom_advantage_gets_grpo_normalised_rewards_and_sets_the_advantag
     assert torch.allclose(_advantages(config), torch.tensor([[a, a, a], [-a, -a, 0.0]]))
 
 
-@pytest.mark.parametrize(("estimator", "rewards", "loss_type"), [
-    ("reinforce_plus_plus", [1.0, 0.0], "policy_loss"),  # slime normalises no reward for it
-    ("reinforce_plus_plus_baseline", [0.5, -0.5], "policy_loss"),  # centred, not divided by the std
-    ("gspo", None, "gspo"),  # normalised as grpo, and gspo's loss
-])
+@pytest.mark.parametrize(
+    ("estimator", "rewards", "loss_type"),
+    [
+        ("reinforce_plus_plus", [1.0, 0.0], "policy_loss"),  # slime normalises no reward for it
+        ("reinforce_plus_plus_baseline", [0.5, -0.5], "policy_loss"),  # centred, not divided by the std
+        ("gspo", None, "gspo"),  # normalised as grpo, and gspo's loss
+    ],
+)
 def test_the_estimator_name_keeps_its_slime_meaning(make_config, estimator, rewards, loss_type):
-    config, _ = make_config("--custom-advantage-function-path", HERE + "reward_advantages", "--advantage-estimator", estimator)
+    config, _ = make_config(
+        "--custom-advantage-function-path", HERE + "reward_advantages", "--advantage-estimator", estimator
+    )
     assert config.loss_type == loss_type
     if rewards:
         assert _advantages(config)[:, 0].tolist() == pytest.approx(rewards)
@@ -104,8 +133,9 @@ def test_the_custom_advantage_is_refused_with_ppo_and_checked(make_config):
 
 
 def test_the_custom_tis_function_rewrites_the_pg_loss(make_config, capsys):
-    config, plugins = make_config("--custom-tis-function-path", HERE + "half_tis", "--use-tis",
-                                  "--disable-rewards-normalization")
+    config, plugins = make_config(
+        "--custom-tis-function-path", HERE + "half_tis", "--use-tis", "--disable-rewards-normalization"
+    )
     metrics = _pg_loss(config)  # A = [1, -2]; per-token pg loss [-1, -1, -1], [2, 2]
     # halved, the first sample's last token rejected but still in its denominator: ((-1/3) + 1) / 2 samples
     assert metrics["pg_loss"] == pytest.approx((-1 / 3 + 1) / 2) and metrics["half"] == pytest.approx(0.5)
@@ -113,18 +143,32 @@ def test_the_custom_tis_function_rewrites_the_pg_loss(make_config, capsys):
     assert "has no effect here: slime calls it with --use-tis" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("reducer", "expected"), [
-    ("constant_reducer", (-3 / 4 + 4 / 4) / 2),  # each sample's sum over 4 tokens, over the 2 samples
-    ("sample_mean_reducer", (-1 + 2) / 2),  # slime's default: the same as ours
-])
+@pytest.mark.parametrize(
+    ("reducer", "expected"),
+    [
+        ("constant_reducer", (-3 / 4 + 4 / 4) / 2),  # each sample's sum over 4 tokens, over the 2 samples
+        ("sample_mean_reducer", (-1 + 2) / 2),  # slime's default: the same as ours
+    ],
+)
 def test_the_custom_pg_loss_reducer_reduces_the_pg_loss(make_config, reducer, expected):
-    config, _ = make_config("--custom-pg-loss-reducer-function-path", HERE + reducer, "--disable-rewards-normalization",
-                            "--entropy-coef", "0")
+    config, _ = make_config(
+        "--custom-pg-loss-reducer-function-path",
+        HERE + reducer,
+        "--disable-rewards-normalization",
+        "--entropy-coef",
+        "0",
+    )
     assert config.pg_loss_reducer == "slime.custom_pg_loss_reducer"
     assert _pg_loss(config)["pg_loss"] == pytest.approx(expected)
 
 
 def test_the_reducer_gets_the_tis_functions_masks(make_config):
-    config, _ = make_config("--custom-pg-loss-reducer-function-path", HERE + "constant_reducer",
-                            "--custom-tis-function-path", HERE + "half_tis", "--use-tis", "--disable-rewards-normalization")
+    config, _ = make_config(
+        "--custom-pg-loss-reducer-function-path",
+        HERE + "constant_reducer",
+        "--custom-tis-function-path",
+        HERE + "half_tis",
+        "--use-tis",
+        "--disable-rewards-normalization",
+    )
     assert _pg_loss(config)["pg_loss"] == pytest.approx((-0.5 * 2 / 4 + 0.5 * 4 / 4) / 2)

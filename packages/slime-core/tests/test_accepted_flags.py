@@ -4,6 +4,7 @@ no-effect notes, multi-value pass-through flags."""
 import json
 
 import pytest
+
 from slime_core.config import ConfigError, load_config
 from slime_core.config.accepted_flags import accepted_flags, no_effect_notes
 
@@ -19,9 +20,18 @@ def model_dir(tmp_path):
     """A model directory whose config.json is all the architecture check reads."""
     path = tmp_path / "model"
     path.mkdir()
-    (path / "config.json").write_text(json.dumps({
-        "model_type": "qwen3", "num_hidden_layers": 2, "hidden_size": 64, "rope_theta": 1000000.0,
-        "tie_word_embeddings": True, "hidden_act": "silu"}))
+    (path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "qwen3",
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "rope_theta": 1000000.0,
+                "tie_word_embeddings": True,
+                "hidden_act": "silu",
+            }
+        )
+    )
     return str(path)
 
 
@@ -47,15 +57,27 @@ def test_no_effect_flags_are_listed_with_their_reason_only_when_given(options, b
 
 
 def test_architecture_flag_matching_the_checkpoint_passes(options, base, model_dir):
-    config = load_config([*base, "--hf-checkpoint", model_dir, "--num-layers", "2", "--rotary-base", "1e6",
-                          "--swiglu"], options)
+    config = load_config(
+        [*base, "--hf-checkpoint", model_dir, "--num-layers", "2", "--rotary-base", "1e6", "--swiglu"], options
+    )
     assert config.num_layers == 2
 
 
 def test_architecture_mismatch_is_an_error_naming_both_values(options, base, model_dir):
     with pytest.raises(ConfigError) as info:
-        load_config([*base, "--hf-checkpoint", model_dir, "--num-layers", "36", "--hidden-size", "64",
-                     "--untie-embeddings-and-output-weights"], options)
+        load_config(
+            [
+                *base,
+                "--hf-checkpoint",
+                model_dir,
+                "--num-layers",
+                "36",
+                "--hidden-size",
+                "64",
+                "--untie-embeddings-and-output-weights",
+            ],
+            options,
+        )
     errors = info.value.errors
     assert len(errors) == 2
     assert "--num-layers 36 says num_hidden_layers = 36, but it is 2" in errors[0] and model_dir in errors[0]
@@ -101,7 +123,11 @@ def test_context_len_bounds_the_prompt_len_as_in_slime(options, base):
     config = load_config([*base, "--rollout-max-context-len", "512"], options)
     assert config.rollout_max_prompt_len == 511
     assert config.sources["rollout_max_prompt_len"] == "--rollout-max-context-len 512 minus 1"
-    assert load_config([*base, "--rollout-max-context-len", "512", "--rollout-max-prompt-len", "100"],
-                       options).rollout_max_prompt_len == 100
+    assert (
+        load_config(
+            [*base, "--rollout-max-context-len", "512", "--rollout-max-prompt-len", "100"], options
+        ).rollout_max_prompt_len
+        == 100
+    )
     with pytest.raises(ConfigError, match="at most 511"):
         load_config([*base, "--rollout-max-context-len", "512", "--rollout-max-prompt-len", "512"], options)

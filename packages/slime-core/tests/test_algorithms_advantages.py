@@ -123,8 +123,14 @@ def test_reinforce_plus_plus_baseline_subtracts_the_group_mean_and_the_kl():
 
 
 def test_ppo_gae_by_hand():
-    inputs = _inputs([1.0], [[1, 1, 1]], values=torch.tensor([[0.5, 0.6, 0.7]]), response_lengths=torch.tensor([3]),
-                     gamma=0.9, lambd=0.8)
+    inputs = _inputs(
+        [1.0],
+        [[1, 1, 1]],
+        values=torch.tensor([[0.5, 0.6, 0.7]]),
+        response_lengths=torch.tensor([3]),
+        gamma=0.9,
+        lambd=0.8,
+    )
     advantages, returns = ADVANTAGE_ESTIMATORS["ppo"](inputs)
     # δ = [.9·.6 - .5, .9·.7 - .6, 1 - .7] = [.04, .03, .3]; A_t = δ_t + .72·A_{t+1}
     assert torch.allclose(advantages, torch.tensor([[0.21712, 0.246, 0.3]]))
@@ -138,8 +144,17 @@ def test_ppo_gae_runs_through_masked_tokens_as_slime():
     log_probs = torch.zeros(1, 5)
     ref = -torch.tensor([[1.0, 2.0, 0.0, 0.0, 9.0]])  # k1 = [1, 2, 0, 0, 9]
     values = torch.tensor([[0.5, 0.4, 0.7, 0.2, 9.0]])
-    inputs = _inputs([1.0], [[1, 0, 1, 0, 0]], values=values, response_lengths=torch.tensor([4]), gamma=0.9,
-                     lambd=0.5, log_probs=log_probs, ref_log_probs=ref, kl_coef=0.1)
+    inputs = _inputs(
+        [1.0],
+        [[1, 0, 1, 0, 0]],
+        values=values,
+        response_lengths=torch.tensor([4]),
+        gamma=0.9,
+        lambd=0.5,
+        log_probs=log_probs,
+        ref_log_probs=ref,
+        kl_coef=0.1,
+    )
     advantages, returns = ADVANTAGE_ESTIMATORS["ppo"](inputs)
     # r = [-.1, -.2, 0, 1]; δ = r + .9·V_next - V: [-.1+.36-.5, -.2+.63-.4, .18-.7, 1-.2] = [-.24, .03, -.52, .8]
     # A3 = .8, A2 = -.52 + .45·.8 = -.16, A1 = .03 + .45·(-.16) = -.042, A0 = -.24 + .45·(-.042) = -.2589
@@ -148,8 +163,14 @@ def test_ppo_gae_runs_through_masked_tokens_as_slime():
 
 
 def test_ppo_puts_the_reward_on_the_last_response_token_not_on_padding():
-    inputs = _inputs([1.0, 1.0], [[1, 1, 1], [1, 1, 0]], values=torch.zeros(2, 3),
-                     response_lengths=torch.tensor([3, 2]), gamma=0.5, lambd=1.0)
+    inputs = _inputs(
+        [1.0, 1.0],
+        [[1, 1, 1], [1, 1, 0]],
+        values=torch.zeros(2, 3),
+        response_lengths=torch.tensor([3, 2]),
+        gamma=0.5,
+        lambd=1.0,
+    )
     advantages, _ = ADVANTAGE_ESTIMATORS["ppo"](inputs)
     assert torch.allclose(advantages, torch.tensor([[0.25, 0.5, 1.0], [0.5, 1.0, 0.0]]))
 
@@ -159,8 +180,9 @@ def test_ppo_with_gamma_and_lambda_one_gives_monte_carlo_returns():
     values = torch.rand(3, 6)
     mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1], [1, 0, 0, 0, 0, 0]], dtype=torch.float32)
     rewards = torch.tensor([1.0, -2.0, 0.5])
-    inputs = AdvantageInputs(rewards=rewards, group_ids=torch.arange(3), loss_mask=mask, values=values,
-                             response_lengths=mask.sum(-1).long())
+    inputs = AdvantageInputs(
+        rewards=rewards, group_ids=torch.arange(3), loss_mask=mask, values=values, response_lengths=mask.sum(-1).long()
+    )
     advantages, returns = ADVANTAGE_ESTIMATORS["ppo"](inputs)
     assert torch.allclose(returns, inputs.rewards[:, None] * mask)
     assert torch.allclose(advantages, (inputs.rewards[:, None] - values) * mask)

@@ -69,8 +69,9 @@ def test_micro_batch_losses_and_metrics_sum_to_the_whole_batch(config):
     inputs = PolicyLossInputs(
         log_probs, old, torch.randn(5, 4), mask, torch.rand(5, 4), ref_log_probs=old - 0.1, rollout_log_probs=old + 0.05
     )
-    config = dataclasses.replace(config, use_kl_loss=True, kl_loss_coef=0.1, use_tis=True, entropy_coef=0.01,
-                                 use_opsm=True, opsm_delta=0.0)
+    config = dataclasses.replace(
+        config, use_kl_loss=True, kl_loss_coef=0.1, use_tis=True, entropy_coef=0.01, use_opsm=True, opsm_delta=0.0
+    )
     denominators = dataclasses.replace(loss_denominators(mask), max_tokens_per_sample=4)
     whole, whole_metrics = compute_policy_loss(inputs, config, denominators)
     parts = [_rows(inputs, slice(0, 2)), _rows(inputs, slice(2, 5))]
@@ -183,8 +184,9 @@ def test_opsm_masks_the_policy_loss_and_reports_the_dropped_share():
 def test_samples_of_one_rollout_share_its_token_denominator():
     loss_per_token = torch.tensor([[1.0, 3.0], [5.0, 0.0], [2.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 0.0]])
-    inputs = PolicyLossInputs(-loss_per_token, -loss_per_token, torch.zeros(3, 2), mask,
-                              sample_tokens=torch.tensor([3.0, 3.0, 1.0]))
+    inputs = PolicyLossInputs(
+        -loss_per_token, -loss_per_token, torch.zeros(3, 2), mask, sample_tokens=torch.tensor([3.0, 3.0, 1.0])
+    )
     denominators = loss_denominators(mask, rollout_ids=[0, 0, 1])
     _, metrics = compute_policy_loss(inputs, PolicyLossConfig(loss_type="sft_loss"), denominators)
     # rollout 0 (samples 0, 1): (1 + 3 + 5) / 3 tokens; rollout 1: 2 / 1; two rollouts

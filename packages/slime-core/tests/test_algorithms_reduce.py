@@ -38,11 +38,12 @@ def test_micro_batch_contributions_sum_to_the_whole_batch_value(mode):
     micro = [(loss[:1, :3], mask[:1, :3]), (loss[1:4], mask[1:4]), (loss[4:, :7], mask[4:, :7])]
     denominators = loss_denominators([m for _, m in micro], max_tokens_per_sample=8)
     assert denominators == loss_denominators(mask, max_tokens_per_sample=8)
-    summed = sum(reduce_loss(l, m, denominators, mode) for l, m in micro)
+    summed = sum(reduce_loss(loss, m, denominators, mode) for loss, m in micro)
     assert summed.item() == pytest.approx(whole.item(), rel=1e-6)
     # the micro-batch's own mean would be wrong: denominators must be global
     assert reduce_loss(*micro[0], loss_denominators(micro[0][1], 8), mode).item() != pytest.approx(
-        reduce_loss(*micro[0], denominators, mode).item())
+        reduce_loss(*micro[0], denominators, mode).item()
+    )
 
 
 def test_constant_reduction_needs_the_constant_and_unknown_modes_are_errors():

@@ -30,11 +30,18 @@ def test_registered_grpo_normalises_within_groups(plugins):
 
 @pytest.mark.parametrize(
     ("estimator", "loss_type", "expected"),
-    [("grpo", "policy_loss", "policy_loss"), ("gspo", "policy_loss", "gspo"), ("cispo", "policy_loss", "cispo"),
-     ("gspo", "ppo", "ppo"), ("grpo", "sft_loss", "sft_loss")],
+    [
+        ("grpo", "policy_loss", "policy_loss"),
+        ("gspo", "policy_loss", "gspo"),
+        ("cispo", "policy_loss", "cispo"),
+        ("gspo", "ppo", "ppo"),
+        ("grpo", "sft_loss", "sft_loss"),
+    ],
 )
 def test_the_default_loss_follows_the_estimator_as_in_slime(estimator, loss_type, expected):
-    config = PolicyLossConfig.from_config(SimpleNamespace(advantage_estimator=estimator, loss_type=loss_type, eps_clip=0.2))
+    config = PolicyLossConfig.from_config(
+        SimpleNamespace(advantage_estimator=estimator, loss_type=loss_type, eps_clip=0.2)
+    )
     assert config.loss_type == expected
 
 
@@ -43,5 +50,7 @@ def test_sft_loss_type_is_the_sft_loss():
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
     per_token, clipfrac = POLICY_LOSSES["sft_loss"](log_probs, log_probs, torch.zeros(2, 2), mask, None)
     denominators = loss_denominators(mask)
-    assert reduce_loss(per_token, mask, denominators).item() == pytest.approx(sft_loss(log_probs, mask, denominators)[0].item())
+    assert reduce_loss(per_token, mask, denominators).item() == pytest.approx(
+        sft_loss(log_probs, mask, denominators)[0].item()
+    )
     assert clipfrac.abs().sum() == 0

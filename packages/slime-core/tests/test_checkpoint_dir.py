@@ -5,8 +5,16 @@ from pathlib import Path
 
 import pytest
 
-from slime_core.checkpoint_dir import (prepare, prune, publish, resume_checkpoint, role_dir, rollout_state_path,
-                                       saved_rollouts, staging)
+from slime_core.checkpoint_dir import (
+    prepare,
+    prune,
+    publish,
+    resume_checkpoint,
+    role_dir,
+    rollout_state_path,
+    saved_rollouts,
+    staging,
+)
 from slime_core.config import Config
 
 
@@ -33,8 +41,10 @@ def test_a_ckpt_step_the_directory_does_not_hold_names_the_ones_it_does(tmp_path
     (root / "iter_0000003.tmp").mkdir()  # a save cut short: not a checkpoint
     with pytest.raises(FileNotFoundError) as error:
         resume_checkpoint(Config({"load": str(root), "ckpt_step": 3}))
-    assert str(error.value) == (f"--ckpt-step 3: {root} holds no iter_0000003 (it holds iter_0000000, iter_0000002); "
-                                "give the rollout of one of those, or leave out --ckpt-step to resume from the latest")
+    assert str(error.value) == (
+        f"--ckpt-step 3: {root} holds no iter_0000003 (it holds iter_0000000, iter_0000002); "
+        "give the rollout of one of those, or leave out --ckpt-step to resume from the latest"
+    )
 
 
 def test_a_missing_ckpt_step_is_a_preflight_problem_and_a_negative_one_a_config_error(tmp_path, capsys):
@@ -46,11 +56,23 @@ def test_a_missing_ckpt_step_is_a_preflight_problem_and_a_negative_one_a_config_
     assert load_problems(Config({"load": str(root), "ckpt_step": 0})) == []
     assert load_problems(Config({"load": str(root), "ckpt_step": 5})) == [
         f"--ckpt-step 5: {root} holds no iter_0000005 (it holds iter_0000000); give the rollout of one of those, "
-        "or leave out --ckpt-step to resume from the latest"]
+        "or leave out --ckpt-step to resume from the latest"
+    ]
     data = tmp_path / "p.jsonl"
     data.write_text('{"prompt": "1+1=", "label": "2"}\n')
-    argv = ["--prompt-data", str(data), "--hf-checkpoint", str(tmp_path), "--rollout-batch-size", "2", "--dry-run",
-            "--load", str(root), "--ckpt-step", "-1"]
+    argv = [
+        "--prompt-data",
+        str(data),
+        "--hf-checkpoint",
+        str(tmp_path),
+        "--rollout-batch-size",
+        "2",
+        "--dry-run",
+        "--load",
+        str(root),
+        "--ckpt-step",
+        "-1",
+    ]
     assert run_command(argv, Plugins()) == 2
     assert "--ckpt-step must be a rollout id (0 or more), got -1" in capsys.readouterr().err
 
@@ -99,9 +121,15 @@ def test_a_checkpoint_reaches_the_disk_before_it_is_renamed_and_before_the_point
     monkeypatch.setattr(os, "replace", replace)
     publish(tmp, final, 3)
     pointer = root / "latest_checkpointed_iteration.txt"
-    assert calls == [("fsync", str(tmp / "rank_0.pt")), ("fsync", str(tmp)), ("rename", str(tmp), str(final)),
-                     ("fsync", str(root)), ("fsync", f"{pointer}.tmp"), ("rename", f"{pointer}.tmp", str(pointer)),
-                     ("fsync", str(root))]
+    assert calls == [
+        ("fsync", str(tmp / "rank_0.pt")),
+        ("fsync", str(tmp)),
+        ("rename", str(tmp), str(final)),
+        ("fsync", str(root)),
+        ("fsync", f"{pointer}.tmp"),
+        ("rename", f"{pointer}.tmp", str(pointer)),
+        ("fsync", str(root)),
+    ]
     assert pointer.read_text() == "3"
 
 
@@ -112,7 +140,10 @@ def test_a_ppo_resume_from_a_checkpoint_without_its_critic_is_refused_before_any
 
     root = _saved(tmp_path / "ckpt", 0)
     problems = load_problems(Config({"load": str(root), "advantage_estimator": "ppo"}))
-    assert len(problems) == 1 and f"the checkpoint iter_0000000 has no critic ({root / 'critic' / 'iter_0000000'})" in problems[0]
+    assert (
+        len(problems) == 1
+        and f"the checkpoint iter_0000000 has no critic ({root / 'critic' / 'iter_0000000'})" in problems[0]
+    )
     assert load_problems(Config({"load": str(root), "advantage_estimator": "grpo"})) == []
     (role_dir(root, "critic") / "iter_0000000").mkdir(parents=True)
     assert load_problems(Config({"load": str(root), "advantage_estimator": "ppo"})) == []
@@ -141,6 +172,8 @@ def test_a_write_that_failed_on_one_rank_stops_every_rank_and_deletes_the_partia
     prepare(tmp)
     assert rank_pool.run((__file__, "_confirm_rank"), 2, str(tmp), None) == [None, None] and tmp.is_dir()
     raised = rank_pool.run((__file__, "_confirm_rank"), 2, str(tmp), 1)
-    assert raised == [f"writing {tmp} failed on rank(s) [1] (each rank's log says why); the partial checkpoint was "
-                      "deleted", "[Errno 28] No space left on device"]
+    assert raised == [
+        f"writing {tmp} failed on rank(s) [1] (each rank's log says why); the partial checkpoint was deleted",
+        "[Errno 28] No space left on device",
+    ]
     assert not tmp.exists() and not final.exists()

@@ -34,8 +34,11 @@ def test_a_payload_in_a_non_tensor_item_is_refused_naming_the_file_item_and_type
     guarded_dcp_reads()
     state = {"weight": torch.zeros(2), "hyper": {"lr": 0.0}, "extra": None}
     try:
-        with pytest.raises(UnsafeCheckpointError, match=r"__0_0.distcp \(its item extra\): refused to load it: it "
-                                                          r"names posix.system"):
+        with pytest.raises(
+            UnsafeCheckpointError,
+            match=r"__0_0.distcp \(its item extra\): refused to load it: it "
+            r"names posix.system",
+        ):
             _load(state, tmp_path / "ckpt")
     finally:
         assert not marker.exists(), "the payload ran"

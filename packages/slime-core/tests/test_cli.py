@@ -41,8 +41,9 @@ def test_run_checks_a_config_without_importing_torch(tiny_model_dir):
         "config = load_config(argv, options, plugins, checks=lambda c: run_problems(c, plugins))\n"
         "print(config.loss_type, [name for name in ('torch', 'transformers') if name in sys.modules])\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                            cwd=quickstart.parents[2])
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=quickstart.parents[2]
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["policy_loss", "[]"], result.stdout
 
@@ -76,8 +77,20 @@ def test_plugins_lists_every_package_as_json():
 def test_dry_run_prints_config_and_components(tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text('{"prompt": "1+1=", "label": "2"}\n')
-    result = run("run", "--dry-run", "--prompt-data", str(data), "--hf-checkpoint", "m", "--rollout-batch-size", "2",
-                 "--n-samples-per-prompt", "4", "--sglang-mem-fraction-static", "0.5")
+    result = run(
+        "run",
+        "--dry-run",
+        "--prompt-data",
+        str(data),
+        "--hf-checkpoint",
+        "m",
+        "--rollout-batch-size",
+        "2",
+        "--n-samples-per-prompt",
+        "4",
+        "--sglang-mem-fraction-static",
+        "0.5",
+    )
     assert result.returncode == 0, result.stderr
     assert "global_batch_size: 8" in result.stdout
     assert "mem_fraction_static: '0.5'" in result.stdout
@@ -88,15 +101,24 @@ def test_dry_run_prints_config_and_components(tmp_path):
 def test_bad_config_exits_2_with_every_error(tmp_path):
     result = run("run", "--rollout-batch-size", "two", "--lrr", "1e-5")
     assert result.returncode == 2
-    for text in ("unknown option --lrr; did you mean --lr?", "expected an integer, got 'two'",
-                 "--prompt-data is required", "--hf-checkpoint is required"):
+    for text in (
+        "unknown option --lrr; did you mean --lr?",
+        "expected an integer, got 'two'",
+        "--prompt-data is required",
+        "--hf-checkpoint is required",
+    ):
         assert text in result.stderr
 
 
 def test_a_broken_plugin_is_reported_not_a_traceback(tmp_path):
     (tmp_path / "broken_plug.py").write_text("raise RuntimeError('cannot start')\n")
-    result = subprocess.run([SLIME, "-p", "broken_plug", "plugins"], capture_output=True, text=True,
-                            env={"PYTHONPATH": str(tmp_path), "PATH": ""}, timeout=60)
+    result = subprocess.run(
+        [SLIME, "-p", "broken_plug", "plugins"],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(tmp_path), "PATH": ""},
+        timeout=60,
+    )
     assert result.returncode == 2
     assert "-p broken_plug" in result.stderr or "broken_plug" in result.stderr
     assert "Traceback" not in result.stderr

@@ -23,8 +23,9 @@ def test_a_value_starting_with_a_dash_is_read_as_the_value():
 
 
 def test_bare_flags_lists_and_left_out_values():
-    argv = as_flags({"dp_aware": True, "worker_urls": ["http://a:1", "http://b:2"], "api_key": None, "port": 0,
-                     "offset": False})
+    argv = as_flags(
+        {"dp_aware": True, "worker_urls": ["http://a:1", "http://b:2"], "api_key": None, "port": 0, "offset": False}
+    )
     assert argv == ["--dp-aware", "--worker-urls", "http://a:1", "http://b:2", "--port", "0"]
     args = _parser().parse_args(argv)
     assert args.dp_aware and args.worker_urls == ["http://a:1", "http://b:2"] and args.port == 0 and args.offset is None

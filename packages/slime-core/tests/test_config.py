@@ -28,7 +28,9 @@ def write_yaml(tmp_path, text):
 
 
 def test_yaml_then_command_line_overrides(tmp_path, options, data):
-    path = write_yaml(tmp_path, f"prompt_data: {data}\nhf-checkpoint: m\nrollout_batch_size: 8\nlr: 1.0e-5\ncolocate: true\n")
+    path = write_yaml(
+        tmp_path, f"prompt_data: {data}\nhf-checkpoint: m\nrollout_batch_size: 8\nlr: 1.0e-5\ncolocate: true\n"
+    )
     config = load_config([path, "--lr", "3e-4", "--no-colocate", "--n-samples-per-prompt", "2"], options)
     assert config.rollout_batch_size == 8 and config.hf_checkpoint == "m"
     assert config.lr == 3e-4 and config.colocate is False and config.n_samples_per_prompt == 2
@@ -55,8 +57,10 @@ def test_every_error_is_reported_together(tmp_path, options, data):
 
 def test_a_nan_failure_reward_and_a_skip_limit_below_one_are_refused(options, base):
     errors = errors_of(base + ["--rm-failure-reward", "nan", "--max-consecutive-skipped-steps", "0"], options)
-    assert errors == ["--rm-failure-reward nan: failed samples would be trained on a non-finite reward; give a finite number",
-                      "--max-consecutive-skipped-steps must be at least 1, got 0"]
+    assert errors == [
+        "--rm-failure-reward nan: failed samples would be trained on a non-finite reward; give a finite number",
+        "--max-consecutive-skipped-steps must be at least 1, got 0",
+    ]
     checked = load_config(base, options)
     assert checked.check_for_nan_in_loss_and_grad is True and checked.drop_nonfinite_rewards is False
     assert load_config(base + ["--no-check-for-nan-in-loss-and-grad"], options).check_for_nan_in_loss_and_grad is False
@@ -68,7 +72,9 @@ def test_choices_suggest_the_nearest(options, base):
 
 
 def test_batch_constraint_shows_the_numbers(options, base):
-    (error,) = errors_of(base + ["--n-samples-per-prompt", "8", "--global-batch-size", "16", "--num-steps-per-rollout", "3"], options)
+    (error,) = errors_of(
+        base + ["--n-samples-per-prompt", "8", "--global-batch-size", "16", "--num-steps-per-rollout", "3"], options
+    )
     assert "rollout_batch_size × n_samples_per_prompt = 4 × 8 = 32 samples per rollout" in error
     assert "global_batch_size × num_steps_per_rollout = 16 × 3 = 48" in error
     assert "--num-steps-per-rollout 2" in error
@@ -90,7 +96,10 @@ def test_global_batch_must_divide(options, base):
 
 def test_sglang_and_router_flags_pass_through(tmp_path, options, base):
     path = write_yaml(tmp_path, "sglang:\n  mem-fraction-static: 0.7\nrouter_policy: cache_aware\n")
-    config = load_config([path, *base, "--sglang-enable-torch-compile", "--sglang-tp-size", "2", "--router-balance-abs-threshold", "4"], options)
+    config = load_config(
+        [path, *base, "--sglang-enable-torch-compile", "--sglang-tp-size", "2", "--router-balance-abs-threshold", "4"],
+        options,
+    )
     assert config.sglang == {"mem_fraction_static": 0.7, "enable_torch_compile": True, "tp_size": "2"}
     assert config.router_args == {"policy": "cache_aware", "balance_abs_threshold": "4"}
     assert config.to_dict()["sglang"]["tp_size"] == "2"
@@ -101,7 +110,9 @@ def test_list_options_and_missing_data_files(options, base, data):
     assert config.eval_prompt_data == ["a", data, "b", data]
     errors = errors_of(base + ["--eval-prompt-data", "a", "nope.jsonl", "b"], options)
     assert any("NAME PATH pairs, got 3 values" in e for e in errors)
-    (missing,) = errors_of(["--prompt-data", "absent.jsonl@[0:5]", "--hf-checkpoint", "m", "--rollout-batch-size", "1"], options)
+    (missing,) = errors_of(
+        ["--prompt-data", "absent.jsonl@[0:5]", "--hf-checkpoint", "m", "--rollout-batch-size", "1"], options
+    )
     assert "data file 'absent.jsonl' does not exist" in missing
 
 
@@ -120,7 +131,7 @@ def test_invalid_yaml_names_the_line(tmp_path, options):
 def test_config_access_suggests_and_pickles(options, base):
     config = load_config(base, options)
     with pytest.raises(AttributeError, match="did you mean 'rollout_batch_size'"):
-        config.rollout_batchsize
+        _ = config.rollout_batchsize
     with pytest.raises(AttributeError, match="declare it with the slime_add_options hook"):
         config.new_option = 1
     restored = pickle.loads(pickle.dumps(config))
@@ -144,15 +155,36 @@ def test_options_set_but_without_effect_are_warned_about_by_name_and_reason(tmp_
 
     data = tmp_path / "p.jsonl"
     data.write_text('{"prompt": "1+1=", "label": "2"}\n')
-    argv = ["--prompt-data", str(data), "--hf-checkpoint", str(tmp_path), "--rollout-batch-size", "2",
-            "--num-rollout", "1", "--dry-run", "--max-staleness", "1", "--tis-clip", "3", "--use-kl-loss",
-            "--kl-loss-coef", "0.1", "--mask-offpolicy-in-partial-rollout", "--ckpt-step", "3"]
+    argv = [
+        "--prompt-data",
+        str(data),
+        "--hf-checkpoint",
+        str(tmp_path),
+        "--rollout-batch-size",
+        "2",
+        "--num-rollout",
+        "1",
+        "--dry-run",
+        "--max-staleness",
+        "1",
+        "--tis-clip",
+        "3",
+        "--use-kl-loss",
+        "--kl-loss-coef",
+        "0.1",
+        "--mask-offpolicy-in-partial-rollout",
+        "--ckpt-step",
+        "3",
+    ]
     assert run_command(argv, Plugins()) == 0
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("slime run: warning:")]
     assert warnings == [
-        "slime run: warning: --max-staleness has no effect here: only asynchronous runs train on samples from older weights (--train-mode async)",
-        "slime run: warning: --mask-offpolicy-in-partial-rollout has no effect here: it masks what --partial-rollout continues",
-        "slime run: warning: --ckpt-step has no effect here: it picks the checkpoint under --load that the run resumes from",
+        "slime run: warning: --max-staleness has no effect here: only asynchronous runs train on samples from older "
+        "weights (--train-mode async)",
+        "slime run: warning: --mask-offpolicy-in-partial-rollout has no effect here: it masks what --partial-rollout "
+        "continues",
+        "slime run: warning: --ckpt-step has no effect here: it picks the checkpoint under --load that the run resumes "
+        "from",
         "slime run: warning: --tis-clip has no effect here: the rollout/train mismatch weights are computed with "
         "--use-tis (or reported with --get-mismatch-metrics)",
     ]  # --kl-loss-coef acts (--use-kl-loss is on); defaults are not reported

@@ -8,8 +8,13 @@ import textwrap
 import pytest
 import torch
 
-from slime_core.algorithms import (TIS_FUNCTIONS, PolicyLossConfig, PolicyLossInputs, compute_policy_loss,
-                                   loss_denominators)
+from slime_core.algorithms import (
+    TIS_FUNCTIONS,
+    PolicyLossConfig,
+    PolicyLossInputs,
+    compute_policy_loss,
+    loss_denominators,
+)
 
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
 ADVANTAGES = torch.tensor([[1.0, 1.0, 1.0], [-2.0, -2.0, 0.0]])  # on-policy: per-token pg loss = -A
@@ -64,25 +69,36 @@ def math_plugin(tmp_path, monkeypatch):
 
 def _inputs(**kwargs) -> PolicyLossInputs:
     log_probs = torch.full((2, 3), -1.0, requires_grad=True)
-    return PolicyLossInputs(log_probs, log_probs.detach(), ADVANTAGES, MASK, rollout_log_probs=torch.full((2, 3), -1.0),
-                            **kwargs)
+    return PolicyLossInputs(
+        log_probs, log_probs.detach(), ADVANTAGES, MASK, rollout_log_probs=torch.full((2, 3), -1.0), **kwargs
+    )
 
 
 def test_a_tis_function_rewrites_the_pg_loss_and_rejects_tokens_but_not_their_denominators(math_plugin):
-    loss, metrics = compute_policy_loss(_inputs(), PolicyLossConfig(use_tis=True), loss_denominators(MASK),
-                                        tis_fn=math_plugin.half_and_reject_last)
+    loss, metrics = compute_policy_loss(
+        _inputs(), PolicyLossConfig(use_tis=True), loss_denominators(MASK), tis_fn=math_plugin.half_and_reject_last
+    )
     # sample 0: (-0.5 - 0.5 + rejected) / 3 tokens; sample 1: (1 + 1) / 2; mean of the two samples
     assert metrics["pg_loss"] == pytest.approx((-1 / 3 + 1) / 2) and loss.item() == pytest.approx(1 / 3)
     assert metrics["half"] == pytest.approx(0.5)  # per-token metrics reduced like the loss
-    _, report_only = compute_policy_loss(_inputs(), PolicyLossConfig(get_mismatch_metrics=True), loss_denominators(MASK),
-                                         tis_fn=math_plugin.half_and_reject_last)
+    _, report_only = compute_policy_loss(
+        _inputs(),
+        PolicyLossConfig(get_mismatch_metrics=True),
+        loss_denominators(MASK),
+        tis_fn=math_plugin.half_and_reject_last,
+    )
     assert report_only["pg_loss"] == pytest.approx((-1 + 2) / 2) and report_only["half"] == pytest.approx(0.5)
 
 
 def test_a_pg_loss_reducer_reduces_the_pg_term_alone(math_plugin):
     config = PolicyLossConfig(use_tis=True, entropy_coef=0.1)
-    loss, metrics = compute_policy_loss(_inputs(entropy=torch.ones(2, 3)), config, loss_denominators(MASK),
-                                        tis_fn=math_plugin.half_and_reject_last, pg_loss_reducer=math_plugin.token_sum)
+    loss, metrics = compute_policy_loss(
+        _inputs(entropy=torch.ones(2, 3)),
+        config,
+        loss_denominators(MASK),
+        tis_fn=math_plugin.half_and_reject_last,
+        pg_loss_reducer=math_plugin.token_sum,
+    )
     assert metrics["pg_loss"] == pytest.approx((-0.5 - 0.5 + 1 + 1) / 2)  # the TIS mask, summed, over 2 samples
     assert metrics["entropy"] == pytest.approx(1.0) and loss.item() == pytest.approx(0.5 - 0.1)
 
@@ -102,12 +118,16 @@ def test_the_builtin_tis_functions_are_registered_by_name(plugins):
     assert set(metrics) == {"tis_weight", "tis_clipfrac", "tis_rollout_kl"}
 
 
-
-
 class _Config:
     """What a rank's `Config` gives `RankStep`, with the plugin's option ``my_scale``."""
 
-    advantage_estimator, loss_type, tis_mode, pg_loss_reducer, use_tis = "scaled", "policy_loss", "half", "token_sum", True
+    advantage_estimator, loss_type, tis_mode, pg_loss_reducer, use_tis = (
+        "scaled",
+        "policy_loss",
+        "half",
+        "token_sum",
+        True,
+    )
     kl_coef, kl_loss_type, gamma, lambd, opd_kl_coef, my_scale = 0.0, "low_var_kl", 1.0, 1.0, 0.0, 2.0
     normalize_advantages = disable_rewards_normalization = disable_grpo_std_normalization = False
     num_steps_per_rollout = 1  # on-policy: only the estimator's mark asks for π_old up front
@@ -120,12 +140,22 @@ def test_a_rank_step_selects_the_plugins_by_name(math_plugin):
     from slime_core.rank_step import RankStep
     from slime_core.rollout_batch import RolloutBatch
 
-    batch = RolloutBatch(tokens=[[7, 8, 9, 9, 9], [7, 8, 9, 9]], response_lengths=[3, 2], loss_masks=[[1, 1, 1], [1, 1]],
-                         rewards=[0.5, -1.0], group_ids=[0, 0], rollout_log_probs=[[-1.0] * 3, [-1.0] * 2])
+    batch = RolloutBatch(
+        tokens=[[7, 8, 9, 9, 9], [7, 8, 9, 9]],
+        response_lengths=[3, 2],
+        loss_masks=[[1, 1, 1], [1, 1]],
+        rewards=[0.5, -1.0],
+        group_ids=[0, 0],
+        rollout_log_probs=[[-1.0] * 3, [-1.0] * 2],
+    )
     asked = []
     step = RankStep(_Config())
-    data = step.tensors(batch, lambda model: asked.append(model) or [torch.full((n,), -1.0) for n in (3, 2)],
-                        reference=False, teacher=False)
+    data = step.tensors(
+        batch,
+        lambda model: asked.append(model) or [torch.full((n,), -1.0) for n in (3, 2)],
+        reference=False,
+        teacher=False,
+    )
     assert asked == ["actor"] and not data.old_from_forward  # π_old computed before the step
     assert torch.equal(data.advantages, ADVANTAGES)  # rewards × my_scale
     assert data.total_lengths.tolist() == [5, 4] and data.response_lengths.tolist() == [3, 2]

@@ -36,9 +36,24 @@ def slime(tiny_model_dir, tmp_path, capsys):
     def run(data, *flags, dry_run=False):
         plugins = Plugins()
         plugins.register_object("data_check_rewards", _Rewards)
-        argv = ["--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--rm-type", "text_answer",
-                "--rollout-batch-size", "2", "--rollout-max-response-len", "8", "--num-rollout", "1",
-                "--output-dir", str(tmp_path / "run"), *flags, *(["--dry-run"] if dry_run else [])]
+        argv = [
+            "--prompt-data",
+            str(data),
+            "--hf-checkpoint",
+            str(tiny_model_dir),
+            "--rm-type",
+            "text_answer",
+            "--rollout-batch-size",
+            "2",
+            "--rollout-max-response-len",
+            "8",
+            "--num-rollout",
+            "1",
+            "--output-dir",
+            str(tmp_path / "run"),
+            *flags,
+            *(["--dry-run"] if dry_run else []),
+        ]
         try:
             code = run_command(argv, plugins)
         finally:
@@ -62,13 +77,17 @@ BAD_DATA = {
     "not utf-8": ([*GOOD[:2], b'{"prompt": "caf\xe9=", "label": "1"}\n', *GOOD[2:]], ":3: not UTF-8 text (byte 0xe9"),
     "invalid json": ([*GOOD[:4], b'{"prompt": "1+1=", "label": \n'], ":5: invalid JSON"),
     "empty file": ([], "--prompt-data {path}: no prompts: the file holds no record"),
-    "label of the wrong type": ([*GOOD[:1], {"prompt": "2+2=", "label": 4}],
-                                ":2: label 4 (int) is not what reward function 'text_answer' (plugin "
-                                "'data_check_rewards', local module) grades: it expects the answer as text"),
-    "prompt over the engine's budget": ([*GOOD[:3], long_prompt(120), *GOOD[3:]],
-                                        ":4: the prompt has 120 tokens, more than the engine takes with a whole "
-                                        "response: 119 = 128 (max_position_embeddings of --hf-checkpoint) − 8 "
-                                        "(--rollout-max-response-len) − 1"),
+    "label of the wrong type": (
+        [*GOOD[:1], {"prompt": "2+2=", "label": 4}],
+        ":2: label 4 (int) is not what reward function 'text_answer' (plugin "
+        "'data_check_rewards', local module) grades: it expects the answer as text",
+    ),
+    "prompt over the engine's budget": (
+        [*GOOD[:3], long_prompt(120), *GOOD[3:]],
+        ":4: the prompt has 120 tokens, more than the engine takes with a whole "
+        "response: 119 = 128 (max_position_embeddings of --hf-checkpoint) − 8 "
+        "(--rollout-max-response-len) − 1",
+    ),
 }
 
 
@@ -109,9 +128,11 @@ def test_prompts_are_measured_after_the_chat_template(slime, tmp_path):
     assert slime(path, "--rollout-engine", "cpu", dry_run=True)[0] == 0
     code, _, err, _ = slime(path, "--rollout-engine", "cpu", "--apply-chat-template", dry_run=True)
     assert code == 2
-    assert (f"{path}:7: the prompt has 128 tokens after the chat template, more than the engine takes with a whole "
-            "response: 127 = 128 (max_position_embeddings of --hf-checkpoint) − 0 (--rollout-engine cpu shortens "
-            "the response to fit) − 1") in err
+    assert (
+        f"{path}:7: the prompt has 128 tokens after the chat template, more than the engine takes with a whole "
+        "response: 127 = 128 (max_position_embeddings of --hf-checkpoint) − 0 (--rollout-engine cpu shortens "
+        "the response to fit) − 1"
+    ) in err
 
 
 def test_over_long_prompts_are_dropped_and_counted_when_asked(slime, tmp_path, caplog):
@@ -119,7 +140,9 @@ def test_over_long_prompts_are_dropped_and_counted_when_asked(slime, tmp_path, c
     code, out, _, started = slime(path, "--rollout-max-prompt-len", "16", dry_run=True)
     assert code == 0 and not started
     assert f"{path}: 6 prompts of at most 4 tokens" in out and "1 dropped as longer than 16 tokens" in out
-    assert f"dropped 1 of 7 prompts longer than 16 tokens (--rollout-max-prompt-len), the first at {path}:3" in caplog.text
+    assert (
+        f"dropped 1 of 7 prompts longer than 16 tokens (--rollout-max-prompt-len), the first at {path}:3" in caplog.text
+    )
     code, _, err, _ = slime(path, "--rollout-max-prompt-len", "2", dry_run=True)
     assert code == 2 and f"{path}: no prompts left: all 7 are longer than 2 tokens (--rollout-max-prompt-len)" in err
 
@@ -150,4 +173,3 @@ def test_only_reward_functions_declare_labels():
     registry = Registry("group_filters")
     with pytest.raises(RegistryError, match="only reward functions declare one"):
         registry.register("f", lambda *a: True, "p", "d", label=wants_text)
-

@@ -66,7 +66,9 @@ def test_missing_input_key_names_line_and_keys(write_jsonl):
 
 
 def test_chat_template_and_tokens(write_jsonl, tokenizer):
-    path = write_jsonl([{"prompt": "1+2=", "label": "3"}, {"prompt": [{"role": "user", "content": "hi"}], "label": "x"}])
+    path = write_jsonl(
+        [{"prompt": "1+2=", "label": "3"}, {"prompt": [{"role": "user", "content": "hi"}], "label": "x"}]
+    )
     dataset = PromptDataset(str(path), PromptFormat(apply_chat_template=True), tokenizer)
     first, second = dataset.samples
     assert first.prompt == "<|user|>1+2=\n<|assistant|>"
@@ -87,7 +89,10 @@ def test_groups_hold_independent_copies(write_jsonl):
     source = source_of(write_jsonl(RECORDS), n=3, shuffle=False)
     assert isinstance(source, DataSource)
     groups = source.get_samples(2)
-    assert [[(s.group_index, s.index) for s in g] for g in groups] == [[(0, 0), (0, 1), (0, 2)], [(1, 0), (1, 1), (1, 2)]]
+    assert [[(s.group_index, s.index) for s in g] for g in groups] == [
+        [(0, 0), (0, 1), (0, 2)],
+        [(1, 0), (1, 1), (1, 2)],
+    ]
     groups[0][0].metadata["i"] = 99
     groups[0][0].tokens.append(1)
     assert groups[0][1].metadata["i"] == 0 and groups[0][1].tokens == []
@@ -153,8 +158,16 @@ def test_load_refuses_a_different_dataset(write_jsonl, tmp_path):
 def test_from_config_uses_slime_option_names(write_jsonl):
     path = write_jsonl([{"q": "a", "a": "1"}, {"q": "b", "a": "2"}])
     config = SimpleNamespace(
-        prompt_data=str(path), input_key="q", label_key="a", metadata_key="", tool_key="", apply_chat_template=False,
-        rollout_max_prompt_len=None, n_samples_per_prompt=4, rollout_shuffle=False, rollout_seed=0,
+        prompt_data=str(path),
+        input_key="q",
+        label_key="a",
+        metadata_key="",
+        tool_key="",
+        apply_chat_template=False,
+        rollout_max_prompt_len=None,
+        n_samples_per_prompt=4,
+        rollout_shuffle=False,
+        rollout_seed=0,
     )
     groups = PromptDataSource.from_config(config).get_samples(2)
     assert [len(g) for g in groups] == [4, 4] and groups[1][3].label == "2"

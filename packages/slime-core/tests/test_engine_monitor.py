@@ -49,10 +49,17 @@ class Colocation:
 
 
 def _monitor(engines, weights, lines, fault_tolerance=True):
-    config = Config({"use_fault_tolerance": fault_tolerance, "rollout_health_check_interval": 0.05, "rollout_health_check_timeout": 30.0,
-                     "max_engine_restarts": 3})
-    return EngineMonitor(config, engines, Router(), weights, Colocation(), run=None, version=lambda: 7,
-                         log=lines.append).start()
+    config = Config(
+        {
+            "use_fault_tolerance": fault_tolerance,
+            "rollout_health_check_interval": 0.05,
+            "rollout_health_check_timeout": 30.0,
+            "max_engine_restarts": 3,
+        }
+    )
+    return EngineMonitor(
+        config, engines, Router(), weights, Colocation(), run=None, version=lambda: 7, log=lines.append
+    ).start()
 
 
 def _wait(condition, timeout_s=10.0):
@@ -75,8 +82,10 @@ def test_a_hung_engine_is_replaced_after_one_failed_check():
         monitor.stop()
     assert engines.checks_while_hung == 1
     assert weights.pushed == [(0, 7)]  # the new engine gets the trainer's current weights
-    assert lines[-1].startswith("[fault tolerance] engine 0 failed (gave no answer to /health within 30 s (hung)): "
-                                "replaced by http://engine-0-again on weight version 7")
+    assert lines[-1].startswith(
+        "[fault tolerance] engine 0 failed (gave no answer to /health within 30 s (hung)): "
+        "replaced by http://engine-0-again on weight version 7"
+    )
 
 
 def test_an_engine_that_answers_again_while_a_weight_update_held_it_up_is_kept():
@@ -115,5 +124,7 @@ def test_without_fault_tolerance_a_failed_engine_stops_the_run_naming_it(monkeyp
             monitor.stop()
     fault = stopping_fault()
     assert isinstance(fault, EngineFailed) and not engines.restarted.is_set()
-    assert str(fault) == ("rollout engine 0 failed: gave no answer to /health within 30 s (hung). The run stopped; "
-                          "--use-fault-tolerance replaces failed engines")
+    assert str(fault) == (
+        "rollout engine 0 failed: gave no answer to /health within 30 s (hung). The run stopped; "
+        "--use-fault-tolerance replaces failed engines"
+    )

@@ -14,10 +14,16 @@ def answer(nuclei: list[list[int]], encode=encode_int32s) -> dict:
     for nucleus in nuclei:
         offsets.append(offsets[-1] + len(nucleus))
     tokens = [nucleus[0] for nucleus in nuclei]
-    return {"text": "ab", "output_ids": tokens,
-            "meta_info": {"finish_reason": {"type": "length"}, "output_token_logprobs": [[-0.5, t, None] for t in tokens],
-                          "top_p_token_ids": encode([t for nucleus in nuclei for t in nucleus]),
-                          "top_p_token_offsets": encode(offsets)}}
+    return {
+        "text": "ab",
+        "output_ids": tokens,
+        "meta_info": {
+            "finish_reason": {"type": "length"},
+            "output_token_logprobs": [[-0.5, t, None] for t in tokens],
+            "top_p_token_ids": encode([t for nucleus in nuclei for t in nucleus]),
+            "top_p_token_offsets": encode(offsets),
+        },
+    }
 
 
 def test_int32_codec_round_trips_and_is_sglang_s_little_endian_base64():

@@ -26,8 +26,10 @@ def test_triton_log_probs_and_gradient_equal_the_chunked_torch_path(dtype, vocab
     assert logprobs.triton_applies(logits)
 
     results = []
-    for compute in (lambda x: logprobs.log_probs_from_logits(x, tokens, temperature),
-                    lambda x: _torch_path(x, tokens, temperature)):
+    for compute in (
+        lambda x: logprobs.log_probs_from_logits(x, tokens, temperature),
+        lambda x: _torch_path(x, tokens, temperature),
+    ):
         leaf = wide.detach().clone().requires_grad_(True)
         values = compute(leaf[1:, :vocab])
         values.backward(grad_out)
@@ -37,10 +39,12 @@ def test_triton_log_probs_and_gradient_equal_the_chunked_torch_path(dtype, vocab
 
     assert triton_values.dtype == torch.float32 and triton_grad.dtype == dtype
     torch.testing.assert_close(triton_values, torch_values, rtol=1e-5, atol=1e-5)
-    grad_tolerance = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}[dtype]  # exp differs in the last bits
+    grad_tolerance = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}[
+        dtype
+    ]  # exp differs in the last bits
     torch.testing.assert_close(triton_grad.float(), torch_grad.float(), rtol=grad_tolerance, atol=1e-5)
     # the gradient of each row sums to g·(1 − Σp) = 0: mass moves towards the token
-    assert triton_grad.float().sum(-1).abs().max() < 1e-3 * vocab ** 0.5
+    assert triton_grad.float().sum(-1).abs().max() < 1e-3 * vocab**0.5
 
 
 def test_a_keep_mask_takes_the_torch_path():

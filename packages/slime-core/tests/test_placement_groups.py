@@ -9,23 +9,34 @@ from slime_core.placement import Placement, group_layout
 
 
 def _config(**values) -> Config:
-    return Config({"actor_num_nodes": 1, "actor_num_gpus_per_node": 1, "advantage_estimator": "grpo",
-                   "colocate": False, "train_mode": "sync", **values})
+    return Config(
+        {
+            "actor_num_nodes": 1,
+            "actor_num_gpus_per_node": 1,
+            "advantage_estimator": "grpo",
+            "colocate": False,
+            "train_mode": "sync",
+            **values,
+        }
+    )
 
 
 def test_each_train_node_is_one_strict_pack_group_of_a_bundle_per_gpu():
     # 2 nodes x 2 GPUs, PPO (a critic as large again), two engines of 2 GPUs each on inference nodes
-    config = _config(actor_num_nodes=2, actor_num_gpus_per_node=2, advantage_estimator="ppo",
-                     rollout_node_resource="rollout")
+    config = _config(
+        actor_num_nodes=2, actor_num_gpus_per_node=2, advantage_estimator="ppo", rollout_node_resource="rollout"
+    )
     layout = group_layout(config, [{"GPU": 2, "CPU": 1}] * 2, gpu=True, colocated=False)
     train_node = ("STRICT_PACK", [{"GPU": 1, "CPU": 1}] * 2)
     engines = ("PACK", [{"GPU": 2, "CPU": 1, "rollout": 0.0001}] * 2)
     assert layout == [train_node] * 4 + [engines]
     # colocated engines take shares of the ranks' bundles; a CPU cluster has CPU slots; no ranks, no train groups
-    assert group_layout(_config(actor_num_gpus_per_node=3), [{"GPU": 1}], gpu=False, colocated=True) == \
-        [("STRICT_PACK", [{"CPU": 1}] * 3)]
-    assert group_layout(_config(debug_rollout_only=True), [{"CPU": 1}], gpu=False, colocated=False) == \
-        [("PACK", [{"CPU": 1}])]
+    assert group_layout(_config(actor_num_gpus_per_node=3), [{"GPU": 1}], gpu=False, colocated=True) == [
+        ("STRICT_PACK", [{"CPU": 1}] * 3)
+    ]
+    assert group_layout(_config(debug_rollout_only=True), [{"CPU": 1}], gpu=False, colocated=False) == [
+        ("PACK", [{"CPU": 1}])
+    ]
 
 
 def test_actors_go_to_their_train_node_group_and_the_engines_group(ray_cluster):
@@ -37,9 +48,13 @@ def test_actors_go_to_their_train_node_group_and_the_engines_group(ray_cluster):
         assert placement.gpu is False and placement.rank_threads >= 1  # asked the cluster, which has no GPU
         table = [placement_group_table(group) for group in placement.groups]
         assert [(t["strategy"], len(t["bundles"])) for t in table] == [("STRICT_PACK", 1)] * 2 + [("PACK", 1)]
-        chosen = [(options["scheduling_strategy"].placement_group.id, options["scheduling_strategy"]
-                   .placement_group_bundle_index) for options in
-                  (placement.train_options(0), placement.train_options(1), placement.engine_options(0))]
+        chosen = [
+            (
+                options["scheduling_strategy"].placement_group.id,
+                options["scheduling_strategy"].placement_group_bundle_index,
+            )
+            for options in (placement.train_options(0), placement.train_options(1), placement.engine_options(0))
+        ]
         assert chosen == [(group.id, 0) for group in placement.groups]  # rank 0, rank 1, engine 0
         here = ray.get_runtime_context().get_node_id()
         record = placement.record()["parts"]

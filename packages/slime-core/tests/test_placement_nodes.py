@@ -8,8 +8,14 @@ from slime_core.placement import NODE_RESOURCE_SHARE, Placement, _on_nodes_with
 
 def test_ranks_take_their_bundles_node_by_node():
     # Ray placed bundles 0 and 2 on node b, 1 and 3 on node a (policy), 4 and 5 (critic) on b then a.
-    nodes = [("B", "10.0.0.2"), ("A", "10.0.0.1"), ("B", "10.0.0.2"), ("A", "10.0.0.1"),
-             ("B", "10.0.0.2"), ("A", "10.0.0.1")]
+    nodes = [
+        ("B", "10.0.0.2"),
+        ("A", "10.0.0.1"),
+        ("B", "10.0.0.2"),
+        ("A", "10.0.0.1"),
+        ("B", "10.0.0.2"),
+        ("A", "10.0.0.1"),
+    ]
     placement = Placement([], 4, 2, False, True, [], nodes=nodes)
     assert [placement.rank_bundle(rank) for rank in range(4)] == [1, 3, 0, 2]
     assert [placement.rank_bundle(rank, critic=True) for rank in range(2)] == [5, 4]

@@ -104,8 +104,12 @@ def test_missing_module_is_a_clear_error():
 
 
 def test_a_failing_hook_names_its_plugin(local_module):
-    name = local_module("plug_fail", "@hookimpl\ndef slime_before_rollout(rollout_id, config):\n    raise KeyError('boom')\n")
-    with pytest.raises(PluginError, match=r"plugin 'plug_fail' \(local module\) failed in slime_before_rollout: KeyError"):
+    name = local_module(
+        "plug_fail", "@hookimpl\ndef slime_before_rollout(rollout_id, config):\n    raise KeyError('boom')\n"
+    )
+    with pytest.raises(
+        PluginError, match=r"plugin 'plug_fail' \(local module\) failed in slime_before_rollout: KeyError"
+    ):
         Plugins([name]).before_rollout(0, None)
 
 
@@ -142,8 +146,16 @@ def test_custom_path_registers_a_one_off_function(options, write_jsonl, local_mo
 
     local_module("my_rewards", "def score(sample, config):\n    return 0.5\n")
     plugins = Plugins()
-    argv = ["--prompt-data", str(write_jsonl([{"prompt": "x", "label": "y"}])), "--hf-checkpoint", "m",
-            "--rollout-batch-size", "1", "--rm-type", "my_rewards.score"]
+    argv = [
+        "--prompt-data",
+        str(write_jsonl([{"prompt": "x", "label": "y"}])),
+        "--hf-checkpoint",
+        "m",
+        "--rollout-batch-size",
+        "1",
+        "--rm-type",
+        "my_rewards.score",
+    ]
     config = load_config(argv, options, plugins)
     apply_custom_paths(config, plugins)
     assert config.rm_type == "my_rewards.score"
@@ -183,8 +195,16 @@ def test_plugin_validation_errors_are_reported_with_the_others(local_module, opt
     plugins = Plugins([local_module("plug_check", body)])
     opts = OptionSet()
     plugins.add_options(opts)
-    argv = ["--prompt-data", str(write_jsonl([{"prompt": "x", "label": "y"}])), "--hf-checkpoint", "m",
-            "--rollout-batch-size", "1", "--lr", "0.1"]
+    argv = [
+        "--prompt-data",
+        str(write_jsonl([{"prompt": "x", "label": "y"}])),
+        "--hf-checkpoint",
+        "m",
+        "--rollout-batch-size",
+        "1",
+        "--lr",
+        "0.1",
+    ]
     with pytest.raises(ConfigError, match="--lr 0.1 is too high for this plugin"):
         load_config(argv, opts, plugins)
     assert load_config(argv[:-1] + ["1e-4"], opts, plugins).lr == 1e-4

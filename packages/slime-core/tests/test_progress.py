@@ -2,8 +2,14 @@
 
 from slime_core.loop.progress import Progress
 
-METRICS = {"rollout/reward_mean": 0.75, "rollout/response_length_mean": 3.0, "train/loss": 0.5,
-           "perf/step_seconds": 0.5, "perf/tokens_per_second": 1000.0, "eval/addition/reward_mean": 0.9}
+METRICS = {
+    "rollout/reward_mean": 0.75,
+    "rollout/response_length_mean": 3.0,
+    "train/loss": 0.5,
+    "perf/step_seconds": 0.5,
+    "perf/tokens_per_second": 1000.0,
+    "eval/addition/reward_mean": 0.9,
+}
 
 
 def test_the_line_shows_reward_length_loss_speed_and_evals():

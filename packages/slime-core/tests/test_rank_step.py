@@ -41,15 +41,20 @@ def _batch() -> RolloutBatch:
     """A group of four samples and one of two; responses of 1..3 tokens."""
     lengths = [1, 2, 3, 3, 2, 1]
     return RolloutBatch(
-        tokens=[[5] * 3 + [6] * n for n in lengths], response_lengths=lengths, loss_masks=[[1] * n for n in lengths],
-        rewards=[1.0, 0.0, 0.0, 1.0, 1.0, 0.0], group_ids=[0, 0, 0, 0, 1, 1],
+        tokens=[[5] * 3 + [6] * n for n in lengths],
+        response_lengths=lengths,
+        loss_masks=[[1] * n for n in lengths],
+        rewards=[1.0, 0.0, 0.0, 1.0, 1.0, 0.0],
+        group_ids=[0, 0, 0, 0, 1, 1],
         rollout_log_probs=[[-0.5 * (i + 1)] * n for i, n in enumerate(lengths)],
     )
 
 
 def _log_probs(batch: RolloutBatch):
     """Made-up 'actor' log-probs that differ per sample and token."""
-    return lambda model: [torch.tensor([-0.1 * (t + 1) - r for t in range(len(m))]) for m, r in zip(batch.loss_masks, batch.rewards)]
+    return lambda model: [
+        torch.tensor([-0.1 * (t + 1) - r for t in range(len(m))]) for m, r in zip(batch.loss_masks, batch.rewards)
+    ]
 
 
 def _step_results(batch: RolloutBatch) -> dict:
@@ -106,8 +111,10 @@ def test_two_ranks_plan_together_and_count_and_sum_the_global_batch(rank_pool):
     assert results[0]["gap"] == pytest.approx(whole["gap"]) == pytest.approx(results[1]["gap"])
     # slime's train_rollout_logprob_abs_diff: the mean over samples of each sample's mean |π_old - π_rollout|
     batch = _batch()
-    gaps = [sum(abs(-0.1 * (t + 1) - r + 0.5 * (i + 1)) for t in range(n)) / n
-            for i, (n, r) in enumerate(zip(batch.response_lengths, batch.rewards))]
+    gaps = [
+        sum(abs(-0.1 * (t + 1) - r + 0.5 * (i + 1)) for t in range(n)) / n
+        for i, (n, r) in enumerate(zip(batch.response_lengths, batch.rewards))
+    ]
     assert whole["gap"] == pytest.approx(sum(gaps) / 6, rel=1e-6)
     assert whole["rollout"] == {"loss": 2.0, "skipped_steps": 0.0}  # the mean over the steps
     # a step is skipped on every rank when the loss or the norm is not finite on any rank
@@ -169,10 +176,20 @@ def test_one_step_per_rollout_takes_old_log_probs_from_the_training_forward():
 
 def test_samples_of_one_rollout_share_a_denominator_within_each_optimizer_step():
     lengths, rids = [1, 2, 3, 3, 2, 1], ["a", "a", "b", "b", "b", None]
-    samples = [Sample(group_index=0 if i < 4 else 1, index=i, tokens=[5] * 3 + [6] * n, response_length=n,
-                      loss_mask=[1] * n, rollout_log_probs=[-0.5] * n, reward=1.0, status=SampleStatus.COMPLETED,
-                      metadata={} if rid is None else {"turn_of": rid})
-               for i, (n, rid) in enumerate(zip(lengths, rids))]
+    samples = [
+        Sample(
+            group_index=0 if i < 4 else 1,
+            index=i,
+            tokens=[5] * 3 + [6] * n,
+            response_length=n,
+            loss_mask=[1] * n,
+            rollout_log_probs=[-0.5] * n,
+            reward=1.0,
+            status=SampleStatus.COMPLETED,
+            metadata={} if rid is None else {"turn_of": rid},
+        )
+        for i, (n, rid) in enumerate(zip(lengths, rids))
+    ]
     batch = RolloutBatch.from_samples(samples, rollout_id_key="turn_of")
     port = _free_port()
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
@@ -206,8 +223,11 @@ def test_samples_without_prompt_or_response_are_refused_and_rows_are_padded():
 
 def test_skipped_steps_are_counted_and_left_out_of_the_rollout_s_averages():
     step = RankStep.__new__(RankStep)  # rollout_metrics reads no option
-    history = [{"loss": 1.0, "grad_norm": 2.0, "skipped_step": 0.0}, {"loss": math.nan, "grad_norm": math.inf, "skipped_step": 1.0},
-               {"loss": 3.0, "grad_norm": 4.0, "skipped_step": 0.0}]
+    history = [
+        {"loss": 1.0, "grad_norm": 2.0, "skipped_step": 0.0},
+        {"loss": math.nan, "grad_norm": math.inf, "skipped_step": 1.0},
+        {"loss": 3.0, "grad_norm": 4.0, "skipped_step": 0.0},
+    ]
     assert step.rollout_metrics(history) == {"loss": 2.0, "grad_norm": 3.0, "skipped_steps": 1.0}
     everything_skipped = step.rollout_metrics(history[1:2])
     assert math.isnan(everything_skipped["loss"]) and everything_skipped["skipped_steps"] == 1.0

@@ -26,8 +26,9 @@ def test_a_gcs_that_stops_answering_stops_the_run_naming_it(monkeypatch):
         with pytest.raises(KeyboardInterrupt):  # the main thread is interrupted wherever it waits
             threading.Event().wait(10)
     assert ray_watch.lost()
-    assert str(stopping_fault()).startswith(f"lost the Ray cluster: its GCS at {address} has not accepted a "
-                                            "connection for 0 s; the run stopped")
+    assert str(stopping_fault()).startswith(
+        f"lost the Ray cluster: its GCS at {address} has not accepted a connection for 0 s; the run stopped"
+    )
 
 
 def test_bounded_gives_up_on_a_blocked_call_and_passes_errors_on():

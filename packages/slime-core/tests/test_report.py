@@ -24,11 +24,34 @@ def real_run(ray_cluster, tiny_model_dir, tmp_path_factory):
     prompts = [json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n" for a in range(10) for b in range(10)]
     (root / "train.jsonl").write_text("".join(prompts))
     (root / "eval.jsonl").write_text("".join(prompts[:4]))
-    argv = ["--prompt-data", str(root / "train.jsonl"), "--eval-prompt-data", "addition", str(root / "eval.jsonl"),
-            "--hf-checkpoint", str(tiny_model_dir), "--rollout-engine", "cpu", "--rm-type", "exact_match",
-            "--rollout-batch-size", "4", "--n-samples-per-prompt", "4", "--rollout-max-response-len", "4",
-            "--num-rollout", "2", "--eval-interval", "2", "--lr", "1e-3", "--output-dir", str(root / "run"),
-            "--use-tensorboard"]
+    argv = [
+        "--prompt-data",
+        str(root / "train.jsonl"),
+        "--eval-prompt-data",
+        "addition",
+        str(root / "eval.jsonl"),
+        "--hf-checkpoint",
+        str(tiny_model_dir),
+        "--rollout-engine",
+        "cpu",
+        "--rm-type",
+        "exact_match",
+        "--rollout-batch-size",
+        "4",
+        "--n-samples-per-prompt",
+        "4",
+        "--rollout-max-response-len",
+        "4",
+        "--num-rollout",
+        "2",
+        "--eval-interval",
+        "2",
+        "--lr",
+        "1e-3",
+        "--output-dir",
+        str(root / "run"),
+        "--use-tensorboard",
+    ]
     assert run_command(argv, Plugins()) == 0
     return root / "run"
 
@@ -40,8 +63,11 @@ def test_report_of_a_finished_run_has_every_plot_and_the_eval_numbers(real_run, 
             assert (image.format, image.size) == ("PNG", PIXELS), name
             image.verify()
     text = report.read_text()
-    evals = [(r["rollout_id"], r["eval/addition/reward_mean"]) for r in read_metrics(real_run / "metrics.jsonl")
-             if "eval/addition/reward_mean" in r]
+    evals = [
+        (r["rollout_id"], r["eval/addition/reward_mean"])
+        for r in read_metrics(real_run / "metrics.jsonl")
+        if "eval/addition/reward_mean" in r
+    ]
     assert [rollout_id for rollout_id, _ in evals] == [-1, 1]
     [row] = [line for line in text.splitlines() if line.startswith("| `eval/addition/reward_mean`")]
     assert f"{evals[0][1]:.4g} (rollout -1)" in row and f"{evals[-1][1]:.4g} (rollout 1)" in row
@@ -56,7 +82,9 @@ def test_a_real_run_sends_its_metrics_to_tensorboard(real_run):
     events.Reload()
     records = read_metrics(real_run / "metrics.jsonl")
     assert [e.step for e in events.Scalars("eval/addition/reward_mean")] == [-1, 1]
-    assert [e.value for e in events.Scalars("train/grad_norm")] == pytest.approx([r["train/grad_norm"] for r in records[1:]])
+    assert [e.value for e in events.Scalars("train/grad_norm")] == pytest.approx(
+        [r["train/grad_norm"] for r in records[1:]]
+    )
 
 
 def test_report_of_a_running_run_skips_the_half_written_line(real_run, tmp_path, capsys):
@@ -73,8 +101,16 @@ def test_report_of_a_running_run_skips_the_half_written_line(real_run, tmp_path,
 
 
 def test_report_skips_the_metric_families_a_run_did_not_log(tmp_path):
-    records = [{"rollout_id": i, "time": 100.0 + i, "rollout/reward_mean": 0.1 * i, "time/rollout": 0.5,
-                "perf/step_seconds": 0.5} for i in range(4)]
+    records = [
+        {
+            "rollout_id": i,
+            "time": 100.0 + i,
+            "rollout/reward_mean": 0.1 * i,
+            "time/rollout": 0.5,
+            "perf/step_seconds": 0.5,
+        }
+        for i in range(4)
+    ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     text = write_report(tmp_path).read_text()
     assert sorted(p.name for p in (tmp_path / "report").glob("*.png")) == ["reward.png", "step_time.png"]

@@ -97,7 +97,10 @@ def test_a_raising_function_fails_the_sample_not_the_run(judges):
     hub = hub_for(plugins, rm_type="broken")
     asyncio.run(hub.score_group(samples))
     assert samples[0].status is SampleStatus.FAILED and samples[0].reward is None
-    assert samples[0].error == "reward function 'broken' (plugin 'judges', local module) raised ZeroDivisionError: bad grader"
+    assert (
+        samples[0].error
+        == "reward function 'broken' (plugin 'judges', local module) raised ZeroDivisionError: bad grader"
+    )
     assert samples[1].status is SampleStatus.COMPLETED and samples[1].reward == 1.0
     assert hub.metrics() == {"reward/calls": 2, "reward/failed": 1, "reward/timed_out": 0, "reward/non_finite": 0}
 
@@ -156,7 +159,8 @@ def test_a_nan_reward_stops_with_the_function_the_sample_its_prompt_and_the_valu
         asyncio.run(hub_for(plugins, rm_type="nan_for_b").score_group(sourced("a", "b")))
     assert str(stopped.value).startswith(
         "reward function 'nan_for_b' (plugin 'judges', local module) returned nan for sample 3/1 (#31) of the prompt "
-        "at data/math.jsonl:7: a non-finite reward cannot be trained on")
+        "at data/math.jsonl:7: a non-finite reward cannot be trained on"
+    )
     assert "--drop-nonfinite-rewards" in str(stopped.value)
     with pytest.raises(NonFiniteError, match=r"returned nan for sample 3/1 \(#31\)"):  # a group reward function too
         asyncio.run(hub_for(plugins, rm_type="nan_in_group", group_rm=True).score_group(sourced("a", "b")))
@@ -180,5 +184,7 @@ def test_with_drop_nonfinite_rewards_the_sample_fails_and_is_counted(judges):
 def test_a_nan_reward_set_outside_the_hub_is_refused_where_it_is_read():
     sample = sourced("a")[0]
     sample.reward = float("nan")
-    with pytest.raises(NonFiniteError, match=r"sample 3/0 \(#30\) of the prompt at data/math.jsonl:7 has the reward nan"):
+    with pytest.raises(
+        NonFiniteError, match=r"sample 3/0 \(#30\) of the prompt at data/math.jsonl:7 has the reward nan"
+    ):
         scalar_reward(sample, None)

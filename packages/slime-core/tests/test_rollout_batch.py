@@ -61,4 +61,6 @@ def test_steps_and_micro_batches():
     assert sorted(i for mb in plan for i in mb) == list(range(6))
     assert all(len(mb) * max(lengths[i] for i in mb) <= 10 for mb in plan)
     assert plan == [[0], [1, 5], [2, 3, 4]]
-    assert [1, 2, 5] in token_budget_micro_batches(list(range(6)), lengths, max_tokens=10)  # 9 real tokens, 3 × 5 padded
+    assert [1, 2, 5] in token_budget_micro_batches(
+        list(range(6)), lengths, max_tokens=10
+    )  # 9 real tokens, 3 × 5 padded

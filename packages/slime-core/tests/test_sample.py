@@ -102,7 +102,9 @@ def test_check_reports_offsets_that_do_not_fit_the_response():
     sample = prompt_sample()
     sample.append_response([5, 6], log_probs=[-0.1, -0.2], top_p_token_ids=[5, 6], top_p_token_offsets=[0, 1, 2])
     sample.rollout_top_p_token_offsets.pop()
-    with pytest.raises(ValueError, match="sample 3/1 is inconsistent: rollout_top_p_token_offsets: 2 offsets for 2 tokens"):
+    with pytest.raises(
+        ValueError, match="sample 3/1 is inconsistent: rollout_top_p_token_offsets: 2 offsets for 2 tokens"
+    ):
         sample.check()
     sample.rollout_top_p_token_offsets.append(3)
     with pytest.raises(ValueError, match="not from 0 to the 2 ids"):

@@ -41,8 +41,13 @@ def test_tensorboard_event_files_hold_every_numeric_metric(config_of, plugins):
     run = write_run(config_of("--use-tensorboard"), plugins)
     events = EventAccumulator(str(run.path / "tensorboard"))
     events.Reload()
-    assert set(events.Tags()["scalars"]) == {"eval/addition/reward_mean", "time/eval", "rollout/reward_mean",
-                                             "train/ppo_kl", "time/rollout"}
+    assert set(events.Tags()["scalars"]) == {
+        "eval/addition/reward_mean",
+        "time/eval",
+        "rollout/reward_mean",
+        "train/ppo_kl",
+        "time/rollout",
+    }
     assert [(e.step, e.value) for e in events.Scalars("eval/addition/reward_mean")] == [(-1, 0.25), (1, 0.5)]
     assert [(e.step, e.value) for e in events.Scalars("rollout/reward_mean")] == [(0, 0.5), (1, 0.75)]
     assert [r["rollout_id"] for r in read_metrics(run.metrics_file)] == [-1, 0, 1]
@@ -60,8 +65,8 @@ def wandb_records(run_file):
         if block - pos % block < 7:
             pos += block - pos % block  # the tail of a block too short for a chunk header is padding
             continue
-        _checksum, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        pending, pos = pending + data[pos + 7:pos + 7 + length], pos + 7 + length
+        _checksum, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        pending, pos = pending + data[pos + 7 : pos + 7 + length], pos + 7 + length
         if kind in (1, 4):  # a full record, or the last chunk of one
             record = wandb_internal_pb2.Record()
             record.ParseFromString(pending)
@@ -72,8 +77,17 @@ def wandb_records(run_file):
 def test_wandb_offline_run_holds_config_plugins_and_history(config_of, plugins, tmp_path, monkeypatch):
     for variable in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
         monkeypatch.setenv(variable, str(tmp_path / "wandb-home"))
-    config = config_of("--use-wandb", "--wandb-mode", "offline", "--wandb-project", "proj", "--wandb-group", "grp",
-                       "--wandb-run-name", "first")
+    config = config_of(
+        "--use-wandb",
+        "--wandb-mode",
+        "offline",
+        "--wandb-project",
+        "proj",
+        "--wandb-group",
+        "grp",
+        "--wandb-run-name",
+        "first",
+    )
     run = write_run(config, plugins)
     [run_file] = (run.path / "wandb").glob("offline-run-*/run-*.wandb")
     records = list(wandb_records(run_file))
@@ -83,8 +97,11 @@ def test_wandb_offline_run_holds_config_plugins_and_history(config_of, plugins, 
     assert config["rollout_batch_size"] == 4 and config["use_wandb"] is True
     core = config["slime_plugins"]["core"]
     assert core["distribution"] == "slime-core" and core["version"]
-    history = [{item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in r.history.item}
-               for r in records if r.HasField("history")]
+    history = [
+        {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in r.history.item}
+        for r in records
+        if r.HasField("history")
+    ]
     assert [(h["rollout_id"], h.get("rollout/reward_mean")) for h in history] == [(-1, None), (0, 0.5), (1, 0.75)]
     assert history[2]["eval/addition/reward_mean"] == 0.5 and "note" not in history[1]
     assert [r.exit.exit_code for r in records if r.HasField("exit")] == [0]
@@ -93,7 +110,10 @@ def test_wandb_offline_run_holds_config_plugins_and_history(config_of, plugins, 
 def test_a_missing_tracker_library_stops_the_run_before_it_starts(config_of, plugins, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorboardX", None)  # how Python marks a module as not importable
     config = config_of("--use-tensorboard")
-    with pytest.raises(TrackerError, match=r'--use-tensorboard needs the .tensorboardX. package.*pip install "slime-core\[tensorboard\]"'):
+    with pytest.raises(
+        TrackerError,
+        match=r'--use-tensorboard needs the .tensorboardX. package.*pip install "slime-core\[tensorboard\]"',
+    ):
         RunDir.create(config, plugins)
     assert not (tmp_path / "run" / "tensorboard").exists()
 

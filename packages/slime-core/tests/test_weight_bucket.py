@@ -10,8 +10,12 @@ from slime_core.weight_bucket import WeightBucket
 
 def test_a_bucket_gives_back_its_tensors_with_names_and_dtypes():
     embedding = torch.randn(6, 4)
-    named = [("a.weight", torch.randn(3, 4)), ("b.bias", torch.arange(5, dtype=torch.bfloat16)),
-             ("embed.weight", embedding), ("lm_head.weight", embedding)]  # tied: one memory, two names
+    named = [
+        ("a.weight", torch.randn(3, 4)),
+        ("b.bias", torch.arange(5, dtype=torch.bfloat16)),
+        ("embed.weight", embedding),
+        ("lm_head.weight", embedding),
+    ]  # tied: one memory, two names
     bucket = pickle.loads(pickle.dumps(WeightBucket.pack(named)))  # as Ray sends it
     got = dict(bucket)
     assert sorted(got) == ["a.weight", "b.bias", "embed.weight", "lm_head.weight"]

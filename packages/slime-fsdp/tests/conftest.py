@@ -19,8 +19,14 @@ def fsdp_config(prompt_file, tiny_model_dir):
     """``fsdp_config(**overrides)``: a resolved config for the tiny model."""
 
     def build(**overrides):
-        defaults = dict(rollout_batch_size=4, n_samples_per_prompt=4, num_steps_per_rollout=1, lr=1e-3,
-                        rollout_max_response_len=8, train_backend="fsdp")
+        defaults = dict(
+            rollout_batch_size=4,
+            n_samples_per_prompt=4,
+            num_steps_per_rollout=1,
+            lr=1e-3,
+            rollout_max_response_len=8,
+            train_backend="fsdp",
+        )
         return make_config(prompt_file, tiny_model_dir, **{**defaults, **overrides})
 
     return build

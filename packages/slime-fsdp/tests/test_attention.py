@@ -41,10 +41,14 @@ def test_a_sample_does_not_see_its_neighbours(tiny_model_dir):
     model = load_model(tiny_model_dir)
     changed = [TOKENS[0], [t + 1 for t in TOKENS[1]], *TOKENS[2:]]
     with torch.no_grad():
-        before, after = (inputs.response_log_probs(model(**inputs.packed(t, RESPONSE_LENGTHS, "cpu", attention.NAME)
-                                                          .model_inputs()).logits,
-                                                   inputs.packed(t, RESPONSE_LENGTHS, "cpu", attention.NAME), 1.0)
-                         for t in (TOKENS, changed))
+        before, after = (
+            inputs.response_log_probs(
+                model(**inputs.packed(t, RESPONSE_LENGTHS, "cpu", attention.NAME).model_inputs()).logits,
+                inputs.packed(t, RESPONSE_LENGTHS, "cpu", attention.NAME),
+                1.0,
+            )
+            for t in (TOKENS, changed)
+        )
     assert torch.equal(before[2], after[2]) and torch.equal(before[3], after[3])
     assert not torch.equal(before[1], after[1])
 
@@ -55,8 +59,10 @@ def test_padded_rows_work_without_a_padding_mask(tiny_model_dir):
     micro = inputs.padded(TOKENS, RESPONSE_LENGTHS, "cpu", 0)
     with torch.no_grad():
         padded = inputs.response_log_probs(ours(**micro.model_inputs()).logits, micro, 1.0)
-        alone = [inputs.response_log_probs(ours(**m.model_inputs()).logits, m, 1.0)[0]
-                 for m in (inputs.padded([t], [r], "cpu", 0) for t, r in zip(TOKENS, RESPONSE_LENGTHS))]
+        alone = [
+            inputs.response_log_probs(ours(**m.model_inputs()).logits, m, 1.0)[0]
+            for m in (inputs.padded([t], [r], "cpu", 0) for t, r in zip(TOKENS, RESPONSE_LENGTHS))
+        ]
     for a, b in zip(padded, alone):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 

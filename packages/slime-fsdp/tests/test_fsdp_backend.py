@@ -42,10 +42,17 @@ def test_two_ranks_give_the_loss_and_weights_of_one_rank(ray_cluster, fsdp_confi
 
 def test_first_step_is_on_policy_and_grpo_raises_the_rewarded_token(ray_cluster, fsdp_config, tmp_path, tiny_model_dir):
     """Old log-probs from the same weights give ratio 1 (ppo_kl 0, nothing clipped); the
-    reference and a teacher loaded from the same directory equal the actor before any update; then GRPO, rewarding responses that start
+    reference and a teacher loaded from the same directory equal the actor before any update; then GRPO, rewarding
+    responses that start
     with '7', makes '7' more likely; the exported HF directory reproduces the log-probs."""
-    config = fsdp_config(use_kl_loss=True, kl_loss_coef=0.0, use_dynamic_batch_size=True, max_tokens_per_gpu=40,
-                         opd_teacher_load=str(tiny_model_dir), opd_kl_coef=0.0)
+    config = fsdp_config(
+        use_kl_loss=True,
+        kl_loss_coef=0.0,
+        use_dynamic_batch_size=True,
+        max_tokens_per_gpu=40,
+        opd_teacher_load=str(tiny_model_dir),
+        opd_kl_coef=0.0,
+    )
     group = start(config)
     try:
         batch = rewarded_batch(seed=0)
@@ -119,7 +126,10 @@ def test_resuming_a_checkpoint_continues_exactly(ray_cluster, fsdp_config, tmp_p
         expected = all_weights(saving)
     finally:
         saving.shutdown()
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["iter_0000000", "latest_checkpointed_iteration.txt"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
+        "iter_0000000",
+        "latest_checkpointed_iteration.txt",
+    ]
     assert (tmp_path / "hf" / "iter_0000000" / "model.safetensors").is_file()
 
     resumed = TrainGroup(FSDPTrainRank, fsdp_config(load=str(tmp_path / "ckpt"), **options), 1)
@@ -192,7 +202,9 @@ def test_a_checkpoint_where_an_earlier_ppo_run_saved_its_critic_over_the_policy_
     from slime_fsdp.critic import FSDPCriticRank
 
     try:
-        critic = TrainGroup(FSDPCriticRank, fsdp_config(advantage_estimator="ppo", save=str(tmp_path)), 1, in_process=True)
+        critic = TrainGroup(
+            FSDPCriticRank, fsdp_config(advantage_estimator="ppo", save=str(tmp_path)), 1, in_process=True
+        )
         critic.init()
         critic.save(0)  # the critic's ranks given the policy's directory: the old layout
     finally:

@@ -59,9 +59,17 @@ def gpu_rank(gpu_model_dir, prompt_file):
     from slime_fsdp.rank import FSDPTrainRank
 
     def start(**overrides):
-        config = make_config(prompt_file, gpu_model_dir, train_backend="fsdp", rollout_batch_size=3,
-                             n_samples_per_prompt=4, num_steps_per_rollout=1, lr=1e-3,
-                             rollout_max_response_len=40, **overrides)
+        config = make_config(
+            prompt_file,
+            gpu_model_dir,
+            train_backend="fsdp",
+            rollout_batch_size=3,
+            n_samples_per_prompt=4,
+            num_steps_per_rollout=1,
+            lr=1e-3,
+            rollout_max_response_len=40,
+            **overrides,
+        )
         rank = FSDPTrainRank(config, 0, 1, "127.0.0.1", free_port())
         rank.init()
         return rank

@@ -16,8 +16,16 @@ from slime_core.tiny_models import TINY_FAMILIES
 pytestmark = pytest.mark.gpu
 
 #: Padded rows (no --use-dynamic-batch-size): Qwen3-Next's linear attention cannot be packed.
-SETTINGS = dict(train_backend="fsdp", bf16=True, rollout_batch_size=2, n_samples_per_prompt=4, lr=1e-3,
-                micro_batch_size=4, rollout_max_response_len=24, entropy_coef=0.01)
+SETTINGS = dict(
+    train_backend="fsdp",
+    bf16=True,
+    rollout_batch_size=2,
+    n_samples_per_prompt=4,
+    lr=1e-3,
+    micro_batch_size=4,
+    rollout_max_response_len=24,
+    entropy_coef=0.01,
+)
 
 
 @pytest.fixture(scope="module")

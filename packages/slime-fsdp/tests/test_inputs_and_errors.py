@@ -70,8 +70,12 @@ def test_fsdp_torch_compile_compiles_every_decoder_layer_and_warns_with_megatron
 
     layers = load_model(tiny_model_dir, compile_layers=True).model.layers
     assert len(layers) > 1 and all(hasattr(layer.forward, "_torchdynamo_orig_callable") for layer in layers)
-    assert not any(hasattr(layer.forward, "_torchdynamo_orig_callable") for layer in load_model(tiny_model_dir).model.layers)
+    assert not any(
+        hasattr(layer.forward, "_torchdynamo_orig_callable") for layer in load_model(tiny_model_dir).model.layers
+    )
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"prompt": "1+1=", "label": "2"}\n')
-    config = make_config(prompts, tiny_model_dir, train_backend="megatron", fsdp_torch_compile=True, rollout_batch_size=1)
+    config = make_config(
+        prompts, tiny_model_dir, train_backend="megatron", fsdp_torch_compile=True, rollout_batch_size=1
+    )
     assert any(w.startswith("--fsdp-torch-compile has no effect here") for w in no_effect_warnings(config))

@@ -9,8 +9,7 @@ import pytest
 
 from slime_core.cli.main import main
 from slime_core.rank_processes import spawn_ranks
-from slime_core.testing import make_config
-from slime_core.testing import actor_and_reference_log_probs, destroy_default_group
+from slime_core.testing import actor_and_reference_log_probs, destroy_default_group, make_config
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +27,17 @@ def reference(tiny_model_dir, tmp_path_factory):
 @pytest.fixture
 def config_with(prompt_file, tiny_model_dir):
     def build(ref_load, **overrides):
-        return make_config(prompt_file, tiny_model_dir, train_backend="fsdp", rollout_batch_size=4, n_samples_per_prompt=4,
-                           rollout_max_response_len=8, use_kl_loss=True, ref_load=str(ref_load), **overrides)
+        return make_config(
+            prompt_file,
+            tiny_model_dir,
+            train_backend="fsdp",
+            rollout_batch_size=4,
+            n_samples_per_prompt=4,
+            rollout_max_response_len=8,
+            use_kl_loss=True,
+            ref_load=str(ref_load),
+            **overrides,
+        )
 
     return build
 
@@ -65,7 +73,9 @@ def test_a_ref_load_of_neither_layout_is_reported_with_both(tmp_path, config_wit
 
     (tmp_path / "empty").mkdir()
     (problem,) = model_dir_problems(config_with(tmp_path / "empty"))
-    assert problem.startswith(f"--ref-load {tmp_path / 'empty'}: has no config.json and no latest_checkpointed_iteration.txt")
+    assert problem.startswith(
+        f"--ref-load {tmp_path / 'empty'}: has no config.json and no latest_checkpointed_iteration.txt"
+    )
     assert "a Hugging Face model directory" in problem and "a Megatron checkpoint directory" in problem
     (problem,) = model_dir_problems(config_with(tmp_path / "missing"))
     assert "no such directory" in problem and "a Megatron checkpoint directory" in problem

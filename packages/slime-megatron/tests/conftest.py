@@ -15,11 +15,26 @@ from slime_megatron.processes import run_on_ranks
 TINY_CONFIGS = {
     "qwen2": dict(tie_word_embeddings=False),
     "qwen3": dict(head_dim=8, tie_word_embeddings=True),
-    "llama": dict(tie_word_embeddings=False, rope_scaling={
-        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192, "rope_theta": 500000.0}),
-    "qwen3_moe": dict(head_dim=8, tie_word_embeddings=False, num_experts=4, num_experts_per_tok=2,
-                      moe_intermediate_size=16, norm_topk_prob=True, mlp_only_layers=[1]),
+    "llama": dict(
+        tie_word_embeddings=False,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+            "rope_theta": 500000.0,
+        },
+    ),
+    "qwen3_moe": dict(
+        head_dim=8,
+        tie_word_embeddings=False,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=16,
+        norm_topk_prob=True,
+        mlp_only_layers=[1],
+    ),
 }
 
 
@@ -28,8 +43,15 @@ def tiny_hf_config(model_type: str):
     from transformers import AutoConfig
 
     return AutoConfig.for_model(
-        model_type, vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6,
+        model_type,
+        vocab_size=100,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-6,
         **TINY_CONFIGS[model_type],
     )
 
@@ -72,8 +94,15 @@ def tiny_moe_model_dir(tmp_path_factory):
 
 def parallel_sizes(tp: int = 1, ep: int = 1, etp: int | None = None, pp: int = 1, **options) -> SimpleNamespace:
     """The Megatron options ``init_parallel`` and ``build_model`` read (other options by key)."""
-    return SimpleNamespace(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=1,
-                           expert_model_parallel_size=ep, expert_tensor_parallel_size=etp, seed=1234, **options)
+    return SimpleNamespace(
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp,
+        context_parallel_size=1,
+        expert_model_parallel_size=ep,
+        expert_tensor_parallel_size=etp,
+        seed=1234,
+        **options,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -85,7 +114,8 @@ def run_ranks(rank_pool):
     processes are the session's `rank_pool`: spawned once, not per call."""
 
     def run(fn, world_size: int, *args, **sizes) -> list:
-        return run_on_ranks((inspect.getsourcefile(fn), fn.__name__), world_size, parallel_sizes(**sizes), *args,
-                            pool=rank_pool)
+        return run_on_ranks(
+            (inspect.getsourcefile(fn), fn.__name__), world_size, parallel_sizes(**sizes), *args, pool=rank_pool
+        )
 
     return run

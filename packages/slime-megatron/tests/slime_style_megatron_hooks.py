@@ -31,8 +31,13 @@ def _innermost(chunk):
 
 def megatron_init(args):
     _RUN["args"] = args
-    _record(args, "init", parallel_ready=mpu.model_parallel_is_initialized(),
-            tp=mpu.get_tensor_model_parallel_world_size(), pp=mpu.get_pipeline_model_parallel_world_size())
+    _record(
+        args,
+        "init",
+        parallel_ready=mpu.model_parallel_is_initialized(),
+        tp=mpu.get_tensor_model_parallel_world_size(),
+        pp=mpu.get_pipeline_model_parallel_world_size(),
+    )
 
 
 def model_provider(pre_process=True, post_process=True, vp_stage=None):
@@ -48,24 +53,41 @@ def model_provider(pre_process=True, post_process=True, vp_stage=None):
 
 
 def before_log_prob(args, model, store_prefix):
-    _record(args, "log_prob", store_prefix=store_prefix, chunks=[type(chunk).__name__ for chunk in model],
-            megatron_modules=all(isinstance(chunk, MegatronModule) for chunk in model),
-            custom_provider=all(getattr(_innermost(chunk), "made_by_the_custom_provider", False) for chunk in model))
+    _record(
+        args,
+        "log_prob",
+        store_prefix=store_prefix,
+        chunks=[type(chunk).__name__ for chunk in model],
+        megatron_modules=all(isinstance(chunk, MegatronModule) for chunk in model),
+        custom_provider=all(getattr(_innermost(chunk), "made_by_the_custom_provider", False) for chunk in model),
+    )
 
 
 def before_train_step(args, rollout_id, step_id, model, optimizer, opt_param_scheduler):
-    _record(args, "train_step", rollout_id=rollout_id, step_id=step_id, chunks=len(model),
-            megatron_optimizer=isinstance(optimizer, MegatronOptimizer), scheduler=repr(opt_param_scheduler),
-            fingerprint=_fingerprint(model))
+    _record(
+        args,
+        "train_step",
+        rollout_id=rollout_id,
+        step_id=step_id,
+        chunks=len(model),
+        megatron_optimizer=isinstance(optimizer, MegatronOptimizer),
+        scheduler=repr(opt_param_scheduler),
+        fingerprint=_fingerprint(model),
+    )
     if (rollout_id, step_id) == (0, 1):  # this step must not move any weight
         for group in optimizer.param_groups:
             group["lr"] = 0.0
 
 
 def rollout_data_postprocess(args, rollout_id, rollout_data):
-    _record(args, "postprocess", rollout_id=rollout_id, keys=sorted(rollout_data),
-            samples=len(rollout_data["tokens"]),
-            mask_lengths_match=[len(m) for m in rollout_data["loss_masks"]] == rollout_data["response_lengths"])
+    _record(
+        args,
+        "postprocess",
+        rollout_id=rollout_id,
+        keys=sorted(rollout_data),
+        samples=len(rollout_data["tokens"]),
+        mask_lengths_match=[len(m) for m in rollout_data["loss_masks"]] == rollout_data["response_lengths"],
+    )
     if rollout_id == 1:  # train on nothing: every gradient of this rollout is zero
         for mask in rollout_data["loss_masks"]:
             mask.zero_()
@@ -73,5 +95,11 @@ def rollout_data_postprocess(args, rollout_id, rollout_data):
 
 def post_write(args, version_dir, rollout_engines):
     files = sorted(p.name for p in Path(version_dir).iterdir())
-    _record(args, "post_write", version_dir=version_dir, has_config="config.json" in files,
-            has_weights=any(name.endswith(".safetensors") for name in files), rollout_engines=list(rollout_engines))
+    _record(
+        args,
+        "post_write",
+        version_dir=version_dir,
+        has_config="config.json" in files,
+        has_weights=any(name.endswith(".safetensors") for name in files),
+        rollout_engines=list(rollout_engines),
+    )

@@ -17,9 +17,18 @@ from slime_megatron.models.weights import split_fused_experts
 FROM_TINY_MODELS = {
     "glm4": dict(),
     "glm4_moe": dict(attention_bias=True),
-    "deepseek_v3": dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
-                                         "original_max_position_embeddings": 16, "beta_fast": 32.0,
-                                         "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}),
+    "deepseek_v3": dict(
+        rope_parameters={
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": 4.0,
+            "original_max_position_embeddings": 16,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+        }
+    ),
 }
 FAMILIES = ("llama", "qwen2", "qwen3", "qwen3_moe", *FROM_TINY_MODELS)
 
@@ -102,8 +111,10 @@ def _load_run_export_each(rank, sizes, cases):
     """`_load_run_export` for every (config, source, tokens) case, in one group of ranks; a
     dense model is configured without expert parallelism (the groups exist all the same)."""
     dense = SimpleNamespace(**{**vars(sizes), "expert_model_parallel_size": 1, "expert_tensor_parallel_size": None})
-    return [_load_run_export(rank, sizes if _is_moe(config) else dense, config, source, tokens)
-            for config, source, tokens in cases]
+    return [
+        _load_run_export(rank, sizes if _is_moe(config) else dense, config, source, tokens)
+        for config, source, tokens in cases
+    ]
 
 
 def _is_moe(config) -> bool:
@@ -117,7 +128,7 @@ def test_megatron_logits_equal_transformers_and_export_gives_back_the_weights(fa
     tokens = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         expected = hf(tokens).logits
-    (logits, exported), = run_in_process(hf, tokens)
+    ((logits, exported),) = run_in_process(hf, tokens)
     torch.testing.assert_close(logits, expected, atol=2e-5, rtol=1e-4)
     assert_same_tensors(exported, checkpoint_state(hf))
 
@@ -125,8 +136,14 @@ def test_megatron_logits_equal_transformers_and_export_gives_back_the_weights(fa
 def run_in_process(hf, tokens):
     from slime_megatron.processes import run_on_ranks
 
-    sizes = SimpleNamespace(tensor_model_parallel_size=1, pipeline_model_parallel_size=1, context_parallel_size=1,
-                            expert_model_parallel_size=1, expert_tensor_parallel_size=None, seed=1234)
+    sizes = SimpleNamespace(
+        tensor_model_parallel_size=1,
+        pipeline_model_parallel_size=1,
+        context_parallel_size=1,
+        expert_model_parallel_size=1,
+        expert_tensor_parallel_size=None,
+        seed=1234,
+    )
     return run_on_ranks(_load_run_export_each, 1, sizes, [(hf.config, hf.state_dict(), tokens)])[0]
 
 
@@ -151,15 +168,20 @@ def test_unsupported_model_type_is_a_clear_error():
     from transformers import GPT2Config
 
     supported = "deepseek_v3, glm4, glm4_moe, llama, qwen2, qwen3, qwen3_moe"
-    with pytest.raises(ValueError, match=rf"cannot build model_type 'gpt2'.*supported are {supported}; use --train-backend fsdp"):
+    with pytest.raises(
+        ValueError, match=rf"cannot build model_type 'gpt2'.*supported are {supported}; use --train-backend fsdp"
+    ):
         model_family(GPT2Config())
 
 
 def test_a_family_megatron_core_cannot_build_names_what_it_lacks():
     from slime_core.tiny_models import tiny_config
 
-    with pytest.raises(ValueError, match="cannot build model_type 'qwen3_next': megatron-core has no gated delta-net "
-                                         r"\(linear attention\) layer.*; use --train-backend fsdp, which trains it"):
+    with pytest.raises(
+        ValueError,
+        match="cannot build model_type 'qwen3_next': megatron-core has no gated delta-net "
+        r"\(linear attention\) layer.*; use --train-backend fsdp, which trains it",
+    ):
         model_family(tiny_config("qwen3_next", hidden_size=32))
 
 
@@ -170,7 +192,9 @@ def test_deepseek_style_routing_and_attention_become_megatrons(tiny_hf):
     from slime_megatron.models.transformer_config import transformer_config
 
     sizes = SimpleNamespace(tensor_model_parallel_size=1)
-    glm, deepseek = (transformer_config(family_model(name, tiny_hf).config, sizes) for name in ("glm4_moe", "deepseek_v3"))
+    glm, deepseek = (
+        transformer_config(family_model(name, tiny_hf).config, sizes) for name in ("glm4_moe", "deepseek_v3")
+    )
     for tc in (glm, deepseek):
         assert tc.moe_router_score_function == "sigmoid"
         assert (tc.moe_router_enable_expert_bias, tc.moe_router_bias_update_rate) == (True, 0.0)

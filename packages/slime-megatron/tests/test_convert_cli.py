@@ -19,14 +19,29 @@ def test_hf_to_megatron_to_hf_on_disk_gives_back_identical_tensors(tiny_hf, tmp_
     tiny_hf.model("qwen3_moe").save_pretrained(hf_dir)
     build_char_tokenizer(hf_dir)
 
-    assert main(["convert", "hf-to-megatron", "--hf", str(hf_dir), "--out", str(checkpoint),
-                 "--expert-model-parallel-size", "2"]) == 0
+    assert (
+        main(
+            [
+                "convert",
+                "hf-to-megatron",
+                "--hf",
+                str(hf_dir),
+                "--out",
+                str(checkpoint),
+                "--expert-model-parallel-size",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert (checkpoint / "latest_checkpointed_iteration.txt").read_text() == "0"
     meta = json.loads((checkpoint / "iter_0000000" / "slime.json").read_text())
     assert meta == {"rollout_id": 0, "has_optimizer": False, "world_size": 2}
 
-    assert main(["convert", "megatron-to-hf", "--load", str(checkpoint), "--hf-config", str(hf_dir),
-                 "--out", str(back)]) == 0
+    assert (
+        main(["convert", "megatron-to-hf", "--load", str(checkpoint), "--hf-config", str(hf_dir), "--out", str(back)])
+        == 0
+    )
     original, converted = load_file(hf_dir / "model.safetensors"), load_file(back / "model.safetensors")
     assert sorted(converted) == sorted(original)
     assert all(torch.equal(converted[name], original[name]) for name in original)
@@ -36,8 +51,18 @@ def test_hf_to_megatron_to_hf_on_disk_gives_back_identical_tensors(tiny_hf, tmp_
 
 def test_megatron_to_hf_without_a_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="the directory does not exist"):
-        main(["convert", "megatron-to-hf", "--load", str(tmp_path / "nope"), "--hf-config", str(tmp_path),
-              "--out", str(tmp_path / "out")])
+        main(
+            [
+                "convert",
+                "megatron-to-hf",
+                "--load",
+                str(tmp_path / "nope"),
+                "--hf-config",
+                str(tmp_path),
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
 
 
 def test_a_megatron_checkpoint_whose_metadata_carries_a_payload_is_refused_unrun(tiny_hf, tmp_path):
@@ -59,7 +84,17 @@ def test_a_megatron_checkpoint_whose_metadata_carries_a_payload_is_refused_unrun
     metadata_file.write_bytes(pickle.dumps(metadata))
     try:
         with pytest.raises(UnsafeCheckpointError, match=f"{metadata_file}: refused to load it: it names posix.system"):
-            main(["convert", "megatron-to-hf", "--load", str(checkpoint), "--hf-config", str(hf_dir),
-                  "--out", str(tmp_path / "back")])
+            main(
+                [
+                    "convert",
+                    "megatron-to-hf",
+                    "--load",
+                    str(checkpoint),
+                    "--hf-config",
+                    str(hf_dir),
+                    "--out",
+                    str(tmp_path / "back"),
+                ]
+            )
     finally:
         assert not marker.exists(), "the payload ran"

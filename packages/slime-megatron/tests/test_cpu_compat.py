@@ -34,8 +34,13 @@ def test_megatron_s_jit_fused_functions_run_eagerly_in_cpu_mode():
     from megatron.core.fusions import fused_bias_swiglu
     from megatron.core.transformer.moe.router import TopKRouter
 
-    held = [f"{name}.{key}" for name, module in list(sys.modules.items()) if name.startswith("megatron.") and module
-            for key, value in vars(module).items() if cpu_compat.compiled_original(value)]
+    held = [
+        f"{name}.{key}"
+        for name, module in list(sys.modules.items())
+        if name.startswith("megatron.") and module
+        for key, value in vars(module).items()
+        if cpu_compat.compiled_original(value)
+    ]
     assert held == []
     assert cpu_compat.compiled_original(TopKRouter._apply_expert_bias) is None
     frames = counters["frames"]["total"]
@@ -106,8 +111,14 @@ def _train_step(model, optimizer, tokens):
 
     optimizer.zero_grad()
     model.zero_grad_buffer()
-    get_forward_backward_func()(forward_step_func=forward_step, data_iterator=iter([tokens]), model=[model],
-                                num_microbatches=1, seq_length=tokens.shape[1] - 1, micro_batch_size=tokens.shape[0])
+    get_forward_backward_func()(
+        forward_step_func=forward_step,
+        data_iterator=iter([tokens]),
+        model=[model],
+        num_microbatches=1,
+        seq_length=tokens.shape[1] - 1,
+        micro_batch_size=tokens.shape[0],
+    )
     updated, grad_norm, _ = optimizer.step()
     assert updated and grad_norm > 0
 
@@ -121,10 +132,15 @@ def _model_and_optimizer(sizes, hf_config, source, distributed_optimizer):
     module = build_model(hf_config, sizes)
     load_hf_weights(module, source, hf_config)
     module.config.finalize_model_grads_func = finalize_model_grads
-    model = DistributedDataParallel(module.config, DistributedDataParallelConfig(
-        grad_reduce_in_fp32=True, use_distributed_optimizer=distributed_optimizer), module)
-    optimizer = get_megatron_optimizer(OptimizerConfig(
-        optimizer="adam", lr=1e-2, clip_grad=1e-3, use_distributed_optimizer=distributed_optimizer), [model])
+    model = DistributedDataParallel(
+        module.config,
+        DistributedDataParallelConfig(grad_reduce_in_fp32=True, use_distributed_optimizer=distributed_optimizer),
+        module,
+    )
+    optimizer = get_megatron_optimizer(
+        OptimizerConfig(optimizer="adam", lr=1e-2, clip_grad=1e-3, use_distributed_optimizer=distributed_optimizer),
+        [model],
+    )
     return model, optimizer
 
 
@@ -189,4 +205,3 @@ def test_tensor_parallel_step_and_checkpoint_resume_on_one_rank(tiny_hf, run_ran
     assert moved, "the steps changed no weight"
     for name, tensor in after_two[0].items():
         torch.testing.assert_close(resumed[name], tensor, atol=1e-5, rtol=1e-4, msg=name)
-

@@ -36,19 +36,53 @@ def hooked_run(ray_cluster, tiny_model_dir, tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("megatron-hooks")
     data = tmp / "addition.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n" for a in range(3) for b in range(3)))
+    data.write_text(
+        "".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n" for a in range(3) for b in range(3))
+    )
     out = tmp / "run"
-    flags = ["--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--train-backend", "megatron",
-             "--rollout-engine", "cpu", "--rm-type", "exact_match", "--num-rollout", "2", "--rollout-batch-size", "2",
-             "--n-samples-per-prompt", "2", "--num-steps-per-rollout", "2", "--rollout-max-response-len", "4",
-             "--lr", str(LR), "--entropy-coef", "0.01", "--use-kl-loss", "--update-weight-transport", "disk",
-             "--output-dir", str(out),
-             "--custom-megatron-init-path", H + "megatron_init",
-             "--custom-model-provider-path", H + "model_provider",
-             "--custom-megatron-before-log-prob-hook-path", H + "before_log_prob",
-             "--custom-megatron-before-train-step-hook-path", H + "before_train_step",
-             "--rollout-data-postprocess-path", H + "rollout_data_postprocess",
-             "--custom-update-weight-post-write-path", H + "post_write"]
+    flags = [
+        "--prompt-data",
+        str(data),
+        "--hf-checkpoint",
+        str(tiny_model_dir),
+        "--train-backend",
+        "megatron",
+        "--rollout-engine",
+        "cpu",
+        "--rm-type",
+        "exact_match",
+        "--num-rollout",
+        "2",
+        "--rollout-batch-size",
+        "2",
+        "--n-samples-per-prompt",
+        "2",
+        "--num-steps-per-rollout",
+        "2",
+        "--rollout-max-response-len",
+        "4",
+        "--lr",
+        str(LR),
+        "--entropy-coef",
+        "0.01",
+        "--use-kl-loss",
+        "--update-weight-transport",
+        "disk",
+        "--output-dir",
+        str(out),
+        "--custom-megatron-init-path",
+        H + "megatron_init",
+        "--custom-model-provider-path",
+        H + "model_provider",
+        "--custom-megatron-before-log-prob-hook-path",
+        H + "before_log_prob",
+        "--custom-megatron-before-train-step-hook-path",
+        H + "before_train_step",
+        "--rollout-data-postprocess-path",
+        H + "rollout_data_postprocess",
+        "--custom-update-weight-post-write-path",
+        H + "post_write",
+    ]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTHONPATH", str(HERE), prepend=os.pathsep)  # the train ranks import H from here
         assert run_command(flags, Plugins()) == 0
@@ -84,8 +118,17 @@ def test_rollout_data_postprocess_gets_slime_rollout_data_and_its_loss_masks_are
     calls, metrics = hooked_run
     assert [c["rollout_id"] for c in calls["postprocess"]] == [0, 1]
     for call in calls["postprocess"]:
-        assert {"tokens", "loss_masks", "advantages", "log_probs", "ref_log_probs", "rollout_log_probs",
-                "response_lengths", "total_lengths", "rewards"} <= set(call["keys"])
+        assert {
+            "tokens",
+            "loss_masks",
+            "advantages",
+            "log_probs",
+            "ref_log_probs",
+            "rollout_log_probs",
+            "response_lengths",
+            "total_lengths",
+            "rewards",
+        } <= set(call["keys"])
         assert call["samples"] == 4 and call["mask_lengths_match"]
     assert metrics[0]["train/grad_norm"] > 0
     assert metrics[1]["train/grad_norm"] == 0.0  # rollout 1's masks were zeroed by the function
@@ -121,8 +164,10 @@ def test_a_provided_model_that_does_not_take_the_checkpoint_is_refused_saying_wh
     configs = (tiny_hf.config("qwen3"), short, tiny_hf.config("qwen2"))
     fewer_layers, other_architecture, not_a_model = run_ranks(_check_provided_models, 1, configs)[0]
     where = "--megatron-model-provider my_models:provider returned"
-    assert fewer_layers == (f"{where} a model with num_layers 1 (the run has 2); build its TransformerConfig from "
-                            "--hf-checkpoint's config.json and the run's parallel sizes")
+    assert fewer_layers == (
+        f"{where} a model with num_layers 1 (the run has 2); build its TransformerConfig from "
+        "--hf-checkpoint's config.json and the run's parallel sizes"
+    )
     assert other_architecture.startswith(f"{where} a model the qwen3 weights of --hf-checkpoint do not fit")
     assert "decoder.layers.0.self_attention.linear_qkv.bias" in other_architecture  # Qwen2's, not Qwen3's
     assert "q_layernorm" in other_architecture and "register_family" in other_architecture
@@ -138,27 +183,54 @@ def _dry_run_config(tmp_path, *flags):
     data.write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
     plugins, options = Plugins(), OptionSet()
     plugins.add_options(options)
-    argv = ["--prompt-data", str(data), "--hf-checkpoint", "unused", "--rollout-batch-size", "2",
-            "--n-samples-per-prompt", "2", "--global-batch-size", "4", "--dry-run", *flags]
+    argv = [
+        "--prompt-data",
+        str(data),
+        "--hf-checkpoint",
+        "unused",
+        "--rollout-batch-size",
+        "2",
+        "--n-samples-per-prompt",
+        "2",
+        "--global-batch-size",
+        "4",
+        "--dry-run",
+        *flags,
+    ]
     return load_config(argv, options, plugins, checks=lambda c: run_problems(c, plugins))
 
 
-SLIME_FLAGS = ("--custom-megatron-init-path", "--custom-megatron-before-log-prob-hook-path",
-               "--custom-megatron-before-train-step-hook-path", "--custom-model-provider-path",
-               "--rollout-data-postprocess-path", "--custom-update-weight-post-write-path")
+SLIME_FLAGS = (
+    "--custom-megatron-init-path",
+    "--custom-megatron-before-log-prob-hook-path",
+    "--custom-megatron-before-train-step-hook-path",
+    "--custom-model-provider-path",
+    "--rollout-data-postprocess-path",
+    "--custom-update-weight-post-write-path",
+)
 
 
 def test_with_the_fsdp_backend_every_megatron_flag_is_a_config_error_naming_the_megatron_backend(tmp_path):
     with pytest.raises(ConfigError) as error:
-        _dry_run_config(tmp_path, "--train-backend", "fsdp", *(arg for flag in SLIME_FLAGS for arg in (flag, H + "x")),
-                        "--megatron-before-train-step-hook", "my_hooks:before_step")
+        _dry_run_config(
+            tmp_path,
+            "--train-backend",
+            "fsdp",
+            *(arg for flag in SLIME_FLAGS for arg in (flag, H + "x")),
+            "--megatron-before-train-step-hook",
+            "my_hooks:before_step",
+        )
     lines = str(error.value).splitlines()[1:]
     assert len(lines) == len(SLIME_FLAGS) + 1
     for flag in SLIME_FLAGS:
-        assert f"  - {flag}: slime calls it in its Megatron actor, and only the Megatron backend calls it here; " \
-               "--train-backend fsdp would never run it: use --train-backend megatron, or drop the flag" in lines
-    assert "  - --megatron-before-train-step-hook is called by the Megatron backend's train ranks, and --train-backend " \
-           "fsdp never calls it; use --train-backend megatron, or drop the flag" in lines
+        assert (
+            f"  - {flag}: slime calls it in its Megatron actor, and only the Megatron backend calls it here; "
+            "--train-backend fsdp would never run it: use --train-backend megatron, or drop the flag" in lines
+        )
+    assert (
+        "  - --megatron-before-train-step-hook is called by the Megatron backend's train ranks, and --train-backend "
+        "fsdp never calls it; use --train-backend megatron, or drop the flag" in lines
+    )
 
 
 def test_a_slime_megatron_flag_without_a_backend_picks_megatron_as_slime_would(tmp_path):
@@ -170,17 +242,39 @@ def test_a_slime_megatron_flag_without_a_backend_picks_megatron_as_slime_would(t
     assert config.megatron_init_hook == "slime_compat.megatron_hooks:megatron_init"
 
 
-def test_with_the_megatron_backend_the_flags_select_the_adapters_unless_the_native_option_or_transport_conflicts(tmp_path):
-    config = _dry_run_config(tmp_path, "--train-backend", "megatron", "--custom-megatron-init-path", H + "megatron_init")
+def test_with_the_megatron_backend_the_flags_select_the_adapters_unless_the_native_option_or_transport_conflicts(
+    tmp_path,
+):
+    config = _dry_run_config(
+        tmp_path, "--train-backend", "megatron", "--custom-megatron-init-path", H + "megatron_init"
+    )
     assert config.megatron_init_hook == "slime_compat.megatron_hooks:megatron_init"
     with pytest.raises(ConfigError, match="--custom-megatron-init-path and --megatron-init-hook both name"):
-        _dry_run_config(tmp_path, "--train-backend", "megatron", "--custom-megatron-init-path", H + "megatron_init",
-                        "--megatron-init-hook", "my_hooks:init")
+        _dry_run_config(
+            tmp_path,
+            "--train-backend",
+            "megatron",
+            "--custom-megatron-init-path",
+            H + "megatron_init",
+            "--megatron-init-hook",
+            "my_hooks:init",
+        )
     with pytest.raises(ConfigError, match="by tensor, which writes no files; add --update-weight-transport disk"):
-        _dry_run_config(tmp_path, "--train-backend", "megatron", "--update-weight-transport", "tensor",
-                        "--custom-update-weight-post-write-path", H + "post_write")
-    with pytest.raises(ConfigError, match="by the default transport .tensor or broadcast.; add --update-weight-transport disk"):
+        _dry_run_config(
+            tmp_path,
+            "--train-backend",
+            "megatron",
+            "--update-weight-transport",
+            "tensor",
+            "--custom-update-weight-post-write-path",
+            H + "post_write",
+        )
+    with pytest.raises(
+        ConfigError, match="by the default transport .tensor or broadcast.; add --update-weight-transport disk"
+    ):
         _dry_run_config(tmp_path, "--train-backend", "megatron", "--megatron-weights-written-hook", "my_hooks:written")
     deepgemm = "slime.backends.megatron_utils.alignment.deepgemm_forward.enable_deepgemm_all_forward_before_train_step"
     with pytest.raises(ConfigError, match="slime's Megatron layers to DeepGEMM kernels; .* drop the flag"):
-        _dry_run_config(tmp_path, "--train-backend", "megatron", "--custom-megatron-before-train-step-hook-path", deepgemm)
+        _dry_run_config(
+            tmp_path, "--train-backend", "megatron", "--custom-megatron-before-train-step-hook-path", deepgemm
+        )

@@ -14,8 +14,17 @@ from slime_megatron.rank import MegatronTrainRank
 pytestmark = pytest.mark.integration
 
 FAMILIES = ["qwen2", "llama", "qwen3_moe", "glm4", "glm4_moe", "deepseek_v3"]
-SETTINGS = dict(train_backend="megatron", rollout_batch_size=4, n_samples_per_prompt=4, lr=1e-3, micro_batch_size=8,
-                rollout_max_response_len=8, entropy_coef=0.01, weight_decay=0.01, lr_warmup_iters=1)
+SETTINGS = dict(
+    train_backend="megatron",
+    rollout_batch_size=4,
+    n_samples_per_prompt=4,
+    lr=1e-3,
+    micro_batch_size=8,
+    rollout_max_response_len=8,
+    entropy_coef=0.01,
+    weight_decay=0.01,
+    lr_warmup_iters=1,
+)
 
 
 @pytest.fixture(scope="module")

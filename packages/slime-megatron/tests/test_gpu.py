@@ -35,10 +35,19 @@ def qwen3_half_billion(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("qwen3-0.5b")
     tokenizer = build_char_tokenizer(path)
-    config = Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=24,
-                         num_attention_heads=16, num_key_value_heads=8, head_dim=64, tie_word_embeddings=True,
-                         max_position_embeddings=4096, pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id)
+    config = Qwen3Config(
+        vocab_size=151936,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=24,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=64,
+        tie_word_embeddings=True,
+        max_position_embeddings=4096,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(config)
     model.save_pretrained(path)
@@ -52,11 +61,24 @@ def test_half_billion_qwen3_trains_and_reports_throughput(ray_cluster, qwen3_hal
 
     path, num_params = qwen3_half_billion
     gpus = torch.cuda.device_count()
-    layout = (dict(tensor_model_parallel_size=gpus) if variant == "tensor_parallel"
-              else dict(use_distributed_optimizer=True))
-    config = make_config(path / "prompts.jsonl", path, train_backend="megatron", bf16=True, rollout_batch_size=8,
-                         n_samples_per_prompt=8, num_steps_per_rollout=1, micro_batch_size=8, lr=1e-5,
-                         rollout_max_response_len=512, calculate_per_token_loss=True, actor_num_gpus_per_node=gpus, **layout)
+    layout = (
+        dict(tensor_model_parallel_size=gpus) if variant == "tensor_parallel" else dict(use_distributed_optimizer=True)
+    )
+    config = make_config(
+        path / "prompts.jsonl",
+        path,
+        train_backend="megatron",
+        bf16=True,
+        rollout_batch_size=8,
+        n_samples_per_prompt=8,
+        num_steps_per_rollout=1,
+        micro_batch_size=8,
+        lr=1e-5,
+        rollout_max_response_len=512,
+        calculate_per_token_loss=True,
+        actor_num_gpus_per_node=gpus,
+        **layout,
+    )
     batch = synthetic_rollout_batch(num_groups=8, group_size=8, max_response=512)
     group = TrainGroup(MegatronTrainRank, config, gpus, num_gpus_per_rank=1)
     try:
@@ -73,8 +95,10 @@ def test_half_billion_qwen3_trains_and_reports_throughput(ray_cluster, qwen3_hal
         group.shutdown()
     tokens = sum(len(t) for t in batch.tokens)
     mfu = 6 * num_params * tokens / seconds / (PEAK_TFLOPS * 1e12 * gpus)
-    print(f"\nmegatron {variant}: {num_params / 1e9:.2f} B params, {gpus} GPU(s), {seconds:.3f} s/step, "
-          f"{tokens / seconds:,.0f} tokens/s, MFU {mfu:.1%}, peak {peak_gib:.1f} GiB")
+    print(
+        f"\nmegatron {variant}: {num_params / 1e9:.2f} B params, {gpus} GPU(s), {seconds:.3f} s/step, "
+        f"{tokens / seconds:,.0f} tokens/s, MFU {mfu:.1%}, peak {peak_gib:.1f} GiB"
+    )
     assert all(math.isfinite(m["loss"]) and m["grad_norm"] > 0 for m in metrics)
     assert after != before  # the weights moved
     assert mfu > 0.005  # far below any real GPU's rate means the run was not on the GPU

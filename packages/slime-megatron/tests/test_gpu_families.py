@@ -15,8 +15,16 @@ from slime_core.testing import check_gpu_train_step
 from slime_core.tiny_models import TINY_FAMILIES
 
 MEGATRON_FAMILIES = ["qwen3", "qwen2", "llama", "qwen3_moe", "glm4", "glm4_moe", "deepseek_v3"]
-SETTINGS = dict(train_backend="megatron", bf16=True, rollout_batch_size=2, n_samples_per_prompt=4, lr=1e-3,
-                micro_batch_size=4, rollout_max_response_len=24, entropy_coef=0.01)
+SETTINGS = dict(
+    train_backend="megatron",
+    bf16=True,
+    rollout_batch_size=2,
+    n_samples_per_prompt=4,
+    lr=1e-3,
+    micro_batch_size=4,
+    rollout_max_response_len=24,
+    entropy_coef=0.01,
+)
 
 
 def test_the_list_is_every_tiny_family_megatron_builds():

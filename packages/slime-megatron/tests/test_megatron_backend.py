@@ -16,9 +16,21 @@ pytestmark = pytest.mark.integration
 
 #: A GRPO step with every loss term on and a non-constant learning rate, shared by the runs
 #: compared below.
-SETTINGS = dict(rollout_batch_size=4, n_samples_per_prompt=4, num_steps_per_rollout=1, lr=1e-3,
-                rollout_max_response_len=8, micro_batch_size=3, use_kl_loss=True, kl_loss_coef=0.1,
-                entropy_coef=0.01, lr_warmup_iters=1, lr_decay_style="cosine", lr_decay_iters=4, weight_decay=0.01)
+SETTINGS = dict(
+    rollout_batch_size=4,
+    n_samples_per_prompt=4,
+    num_steps_per_rollout=1,
+    lr=1e-3,
+    rollout_max_response_len=8,
+    micro_batch_size=3,
+    use_kl_loss=True,
+    kl_loss_coef=0.1,
+    entropy_coef=0.01,
+    lr_warmup_iters=1,
+    lr_decay_style="cosine",
+    lr_decay_iters=4,
+    weight_decay=0.01,
+)
 ROLLOUTS = 3
 MOE_ROLLOUTS = 2  # the Qwen3-MoE runs
 COMPARED_METRICS = ("loss", "pg_loss", "kl_loss", "entropy", "grad_norm", "lr")
@@ -58,11 +70,18 @@ def one_rank(ray_cluster, megatron_config, tmp_path_factory, tiny_model_dir):
     rollouts of training, with an offload / onload round trip and a checkpoint (and an HF
     export) after the first."""
     root = tmp_path_factory.mktemp("megatron-ckpt")
-    group = start(megatron_config(save=str(root / "ckpt"), save_hf=str(root / "hf"),
-                                  opd_teacher_load=str(tiny_model_dir), opd_kl_coef=0.0))
+    group = start(
+        megatron_config(
+            save=str(root / "ckpt"), save_hf=str(root / "hf"), opd_teacher_load=str(tiny_model_dir), opd_kl_coef=0.0
+        )
+    )
     try:
-        run = SimpleNamespace(checkpoint=root / "ckpt", hf=root / "hf" / "iter_0000000",
-                              loaded=all_weights(group), log_probs=group.compute_log_probs(rollout_batch(seed=0)))
+        run = SimpleNamespace(
+            checkpoint=root / "ckpt",
+            hf=root / "hf" / "iter_0000000",
+            loaded=all_weights(group),
+            log_probs=group.compute_log_probs(rollout_batch(seed=0)),
+        )
         run.ref, run.teacher = (group.compute_log_probs(rollout_batch(seed=0), model) for model in ("ref", "teacher"))
         run.metrics = train_rollouts(group, [0])
         run.before_offload = group.compute_log_probs(rollout_batch(seed=0))
@@ -99,9 +118,15 @@ def assert_trains_like(got, want) -> None:
         torch.testing.assert_close(got.weights[name], want.weights[name], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("layout", [dict(tensor_model_parallel_size=2), dict(tensor_model_parallel_size=1),
-                                    dict(tensor_model_parallel_size=2, sequence_parallel=True)],
-                         ids=["tp2", "dp2", "tp2-sp"])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        dict(tensor_model_parallel_size=2),
+        dict(tensor_model_parallel_size=1),
+        dict(tensor_model_parallel_size=2, sequence_parallel=True),
+    ],
+    ids=["tp2", "dp2", "tp2-sp"],
+)
 def test_two_ranks_in_either_layout_train_like_one_rank(one_rank, megatron_config, layout):
     """Same loss curve and weights as one rank; with DP 2 this fails if the model-grads
     finalisation (the data-parallel gradient all-reduce) is not wired into the schedule, with
@@ -115,8 +140,11 @@ def moe_one_rank(ray_cluster, megatron_config, tiny_moe_model_dir):
     return trained_run(megatron_config(tiny_moe_model_dir), num_ranks=1, rollouts=MOE_ROLLOUTS)
 
 
-@pytest.mark.parametrize("layout", [dict(expert_model_parallel_size=2),
-                                    dict(tensor_model_parallel_size=2, sequence_parallel=True)], ids=["ep2", "tp2-sp"])
+@pytest.mark.parametrize(
+    "layout",
+    [dict(expert_model_parallel_size=2), dict(tensor_model_parallel_size=2, sequence_parallel=True)],
+    ids=["ep2", "tp2-sp"],
+)
 def test_a_moe_model_on_two_ranks_trains_like_one_rank(moe_one_rank, megatron_config, tiny_moe_model_dir, layout):
     """Experts split over two ranks (EP 2, the dense layers data-parallel), or every layer
     over two tensor-parallel ranks (which megatron allows for MoE only with sequence
@@ -147,7 +175,10 @@ def test_resuming_the_checkpoint_continues_exactly(one_rank, megatron_config):
     loads in transformers."""
     from transformers import AutoModelForCausalLM
 
-    assert sorted(p.name for p in one_rank.checkpoint.iterdir()) == ["iter_0000000", "latest_checkpointed_iteration.txt"]
+    assert sorted(p.name for p in one_rank.checkpoint.iterdir()) == [
+        "iter_0000000",
+        "latest_checkpointed_iteration.txt",
+    ]
     assert AutoModelForCausalLM.from_pretrained(one_rank.hf).config.num_hidden_layers == 2
     group = TrainGroup(MegatronTrainRank, megatron_config(load=str(one_rank.checkpoint)), 1)
     try:
@@ -170,13 +201,50 @@ def test_the_cpu_example_loop_runs_with_the_megatron_backend(ray_cluster, tiny_m
     from slime_core.plugins import Plugins
 
     data = tmp_path / "addition.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n" for a in range(5) for b in range(5)))
-    flags = ["--prompt-data", str(data), "--input-key", "prompt", "--label-key", "label", "--hf-checkpoint",
-             str(tiny_model_dir), "--train-backend", "megatron", "--use-dynamic-batch-size", "--max-tokens-per-gpu", "4096",
-             "--rollout-engine", "cpu", "--rm-type", "exact_match", "--advantage-estimator", "grpo", "--num-rollout", "2",
-             "--rollout-batch-size", "4", "--n-samples-per-prompt", "4", "--rollout-max-response-len", "8", "--lr", "1e-3",
-             "--colocate", "--check-weight-update-equal", "--output-dir", str(tmp_path / "run"),
-             "--tensor-model-parallel-size", "2", "--actor-num-gpus-per-node", "2", "--rollout-num-gpus", "1"]
+    data.write_text(
+        "".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n" for a in range(5) for b in range(5))
+    )
+    flags = [
+        "--prompt-data",
+        str(data),
+        "--input-key",
+        "prompt",
+        "--label-key",
+        "label",
+        "--hf-checkpoint",
+        str(tiny_model_dir),
+        "--train-backend",
+        "megatron",
+        "--use-dynamic-batch-size",
+        "--max-tokens-per-gpu",
+        "4096",
+        "--rollout-engine",
+        "cpu",
+        "--rm-type",
+        "exact_match",
+        "--advantage-estimator",
+        "grpo",
+        "--num-rollout",
+        "2",
+        "--rollout-batch-size",
+        "4",
+        "--n-samples-per-prompt",
+        "4",
+        "--rollout-max-response-len",
+        "8",
+        "--lr",
+        "1e-3",
+        "--colocate",
+        "--check-weight-update-equal",
+        "--output-dir",
+        str(tmp_path / "run"),
+        "--tensor-model-parallel-size",
+        "2",
+        "--actor-num-gpus-per-node",
+        "2",
+        "--rollout-num-gpus",
+        "1",
+    ]
     assert run_command(flags, Plugins()) == 0
     records = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["rollout_id"] >= 0]
     assert [r["rollout_id"] for r in records] == [0, 1]
@@ -258,7 +326,6 @@ def test_vocab_parallel_log_probs_and_entropy_equal_the_full_vocabulary_ones(run
         torch.testing.assert_close(results[rank][4], grad[:, rank * 64 : (rank + 1) * 64], rtol=1e-5, atol=1e-6)
 
 
-
 @pytest.mark.parametrize("backend", ["megatron", "fsdp"])
 def test_a_qwen3_moe_run_pushes_its_experts_into_the_cpu_engine(ray_cluster, tiny_moe_model_dir, tmp_path, backend):
     """Megatron exports a MoE layer's experts one by one (per-expert HF names), FSDP as the
@@ -269,11 +336,34 @@ def test_a_qwen3_moe_run_pushes_its_experts_into_the_cpu_engine(ray_cluster, tin
     from slime_core.plugins import Plugins
 
     data = tmp_path / "addition.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n" for a in range(4) for b in range(4)))
-    flags = ["--prompt-data", str(data), "--hf-checkpoint", str(tiny_moe_model_dir), "--train-backend", backend,
-             "--rollout-engine", "cpu", "--rm-type", "exact_match", "--num-rollout", "2", "--rollout-batch-size", "2",
-             "--n-samples-per-prompt", "4", "--rollout-max-response-len", "4", "--lr", "1e-3",
-             "--check-weight-update-equal", "--output-dir", str(tmp_path / "run")]
+    data.write_text(
+        "".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n" for a in range(4) for b in range(4))
+    )
+    flags = [
+        "--prompt-data",
+        str(data),
+        "--hf-checkpoint",
+        str(tiny_moe_model_dir),
+        "--train-backend",
+        backend,
+        "--rollout-engine",
+        "cpu",
+        "--rm-type",
+        "exact_match",
+        "--num-rollout",
+        "2",
+        "--rollout-batch-size",
+        "2",
+        "--n-samples-per-prompt",
+        "4",
+        "--rollout-max-response-len",
+        "4",
+        "--lr",
+        "1e-3",
+        "--check-weight-update-equal",
+        "--output-dir",
+        str(tmp_path / "run"),
+    ]
     assert run_command(flags, Plugins()) == 0
     records = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["rollout_id"] >= 0]
     assert [r["weight_version"] for r in records] == [1, 2]

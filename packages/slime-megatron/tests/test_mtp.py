@@ -27,17 +27,28 @@ from slime_megatron.rank import MegatronTrainRank
 pytestmark = pytest.mark.integration
 
 FAMILIES = ("glm4_moe", "deepseek_v3")
-SETTINGS = dict(train_backend="megatron", rollout_batch_size=4, n_samples_per_prompt=4, lr=1e-3, micro_batch_size=16,
-                rollout_max_response_len=8, weight_decay=0.01)
+SETTINGS = dict(
+    train_backend="megatron",
+    rollout_batch_size=4,
+    n_samples_per_prompt=4,
+    lr=1e-3,
+    micro_batch_size=16,
+    rollout_max_response_len=8,
+    weight_decay=0.01,
+)
 
 
 @pytest.fixture(scope="module")
 def mtp_dirs(tmp_path_factory):
     """Per family: a tiny checkpoint with one MTP layer, and another one (seed 1)."""
     root = tmp_path_factory.mktemp("mtp-models")
-    return {(family, seed): build_tiny_model(root / f"{family}-{seed}", family, hidden_size=32, seed=seed,
-                                             router_bias=0.3, mtp_layers=1)
-            for family in FAMILIES for seed in (0, 1)}
+    return {
+        (family, seed): build_tiny_model(
+            root / f"{family}-{seed}", family, hidden_size=32, seed=seed, router_bias=0.3, mtp_layers=1
+        )
+        for family in FAMILIES
+        for seed in (0, 1)
+    }
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +87,13 @@ def reference_mtp(model_dir):
     AutoModelForCausalLM.from_config(one).save_pretrained(block_dir)
     own = ("enorm.", "hnorm.", "eh_proj.", "shared_head.")
     block_tensors = {f"model.layers.0.{name}": t for name, t in mtp.items() if not name.startswith(own)}
-    block_tensors.update({"model.norm.weight": mtp["shared_head.norm.weight"], "lm_head.weight": mtp["shared_head.head.weight"],
-                          "model.embed_tokens.weight": tensors["model.embed_tokens.weight"]})
+    block_tensors.update(
+        {
+            "model.norm.weight": mtp["shared_head.norm.weight"],
+            "lm_head.weight": mtp["shared_head.head.weight"],
+            "model.embed_tokens.weight": tensors["model.embed_tokens.weight"],
+        }
+    )
     save_file(block_tensors, str(block_dir / "model.safetensors"), metadata={"format": "pt"})
     block = AutoModelForCausalLM.from_pretrained(block_dir).eval()
     eps = hf.config.rms_norm_eps
@@ -87,7 +103,9 @@ def reference_mtp(model_dir):
         with torch.no_grad():
             h = hf.model(tokens).last_hidden_state[:, :-1]
             e = hf.model.embed_tokens(tokens[:, 1:])
-            x = F.linear(torch.cat([rms(e, mtp["enorm.weight"]), rms(h, mtp["hnorm.weight"])], -1), mtp["eh_proj.weight"])
+            x = F.linear(
+                torch.cat([rms(e, mtp["enorm.weight"]), rms(h, mtp["hnorm.weight"])], -1), mtp["eh_proj.weight"]
+            )
             return block(inputs_embeds=x).logits
 
     return logits
@@ -103,7 +121,10 @@ def test_hf_to_megatron_to_hf_is_bit_exact_with_the_mtp_layer(family, mtp_dirs):
     config = AutoConfig.from_pretrained(mtp_dirs[family, 0])
     tensors = checkpoint_tensors(mtp_dirs[family, 0])
     megatron = hf_to_megatron(tensors, config, mtp_layers=1)
-    assert "mtp.layers.0.eh_proj.weight" in megatron and "mtp.layers.0.transformer_layer.mlp.router.expert_bias" in megatron
+    assert (
+        "mtp.layers.0.eh_proj.weight" in megatron
+        and "mtp.layers.0.transformer_layer.mlp.router.expert_bias" in megatron
+    )
     back = megatron_to_hf(megatron, config, mtp_layers=1)
     assert sorted(back) == sorted(tensors)
     assert [name for name in tensors if not torch.equal(back[name], tensors[name])] == []
@@ -113,13 +134,12 @@ def _mtp_model_rank(rank, sizes, cases):
     """Per (model_dir, tokens, mask): build with one MTP layer, load, then the main logits of a
     log-prob pass, depth 1's logits of an MTP training forward (gathered over tensor-parallel
     ranks), the MTP loss of its logits, the exported weights."""
+    from megatron.core import parallel_state
     from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region
     from transformers import AutoConfig
 
     from slime_megatron.models import build_model, export_hf_weights, load_hf_weights
     from slime_megatron.models.mtp_loss import mtp_losses
-
-    from megatron.core import parallel_state
 
     out = []
     for model_dir, tokens, mask in cases:
@@ -132,12 +152,25 @@ def _mtp_model_rank(rank, sizes, cases):
         model.train()
         model.train_mtp = True
         both = model(tokens, positions, None)
-        depth = both[:, tokens.shape[1]:]
+        depth = both[:, tokens.shape[1] :]
         lengths = [tokens.shape[1]] * len(tokens)
-        loss = mtp_losses([depth], tokens, lengths, [tokens.shape[1] - 1] * len(tokens), mask,
-                          parallel_state.get_tensor_model_parallel_group(), config.vocab_size)
-        out.append((main, gather_from_tensor_model_parallel_region(depth.detach()), loss.detach(),
-                    dict(export_hf_weights(model, config))))
+        loss = mtp_losses(
+            [depth],
+            tokens,
+            lengths,
+            [tokens.shape[1] - 1] * len(tokens),
+            mask,
+            parallel_state.get_tensor_model_parallel_group(),
+            config.vocab_size,
+        )
+        out.append(
+            (
+                main,
+                gather_from_tensor_model_parallel_region(depth.detach()),
+                loss.detach(),
+                dict(export_hf_weights(model, config)),
+            )
+        )
     return out
 
 
@@ -162,8 +195,9 @@ def test_mtp_layers_load_compute_and_export_on_tensor_and_expert_parallel_ranks(
         reference = reference_mtp(model_dir)(tokens)
         torch.testing.assert_close(depth[:, :-1], reference, atol=2e-5, rtol=1e-4, msg=family)
         # depth 1 at position t predicts token t + 2; response tokens 1..9 with mask over them
-        ce = F.cross_entropy(reference[:, :-1].reshape(-1, reference.shape[-1]), tokens[:, 2:].reshape(-1),
-                             reduction="none").reshape(2, -1)
+        ce = F.cross_entropy(
+            reference[:, :-1].reshape(-1, reference.shape[-1]), tokens[:, 2:].reshape(-1), reduction="none"
+        ).reshape(2, -1)
         weights = mask[:, 1:]  # tokens 2..9 (token 1 has no depth-1 prediction)
         torch.testing.assert_close(loss, ((ce * weights).sum() / weights.sum()).reshape(1), atol=1e-5, rtol=1e-5)
         tensors = checkpoint_tensors(model_dir)
@@ -194,8 +228,14 @@ def mtp_runs(prompts, mtp_dirs, tmp_path_factory):
     model_dir = mtp_dirs["glm4_moe", 0]
     batch = synthetic_rollout_batch(seed=0)
     try:
-        group, _ = in_process_rank(prompts, model_dir, mtp_num_layers=1, enable_mtp_training=True,
-                                   sglang_speculative_algorithm="EAGLE", save=str(root / "trained"))
+        group, _ = in_process_rank(
+            prompts,
+            model_dir,
+            mtp_num_layers=1,
+            enable_mtp_training=True,
+            sglang_speculative_algorithm="EAGLE",
+            save=str(root / "trained"),
+        )
         trained = SimpleNamespace(log_probs=group.compute_log_probs(batch))
         trained.metrics = group.train(0, batch)
         trained.weights = exported(group)
@@ -203,9 +243,17 @@ def mtp_runs(prompts, mtp_dirs, tmp_path_factory):
     finally:
         destroy_parallel()
     try:
-        group, state = in_process_rank(prompts, mtp_dirs["glm4_moe", 1], mtp_num_layers=1, load=str(root / "trained"),
-                                       save=str(root / "frozen"), save_hf=str(root / "frozen-hf"))
-        frozen = SimpleNamespace(state=state, before=exported(group), metrics=group.train(1, synthetic_rollout_batch(seed=1)))
+        group, state = in_process_rank(
+            prompts,
+            mtp_dirs["glm4_moe", 1],
+            mtp_num_layers=1,
+            load=str(root / "trained"),
+            save=str(root / "frozen"),
+            save_hf=str(root / "frozen-hf"),
+        )
+        frozen = SimpleNamespace(
+            state=state, before=exported(group), metrics=group.train(1, synthetic_rollout_batch(seed=1))
+        )
         frozen.weights = exported(group)
         group.save(1)
         frozen.hf = root / "frozen-hf" / "iter_0000001"
@@ -227,9 +275,9 @@ def test_log_probs_come_from_the_main_head_and_the_mtp_loss_is_reported(mtp_runs
         ids, n = torch.tensor([tokens]), len(tokens)
         with torch.no_grad():
             log_probs = hf(ids).logits[0].log_softmax(-1)
-        want_log_probs.append(log_probs[n - r - 1:n - 1].gather(1, ids[0, n - r:, None]).squeeze(1))
+        want_log_probs.append(log_probs[n - r - 1 : n - 1].gather(1, ids[0, n - r :, None]).squeeze(1))
         reference = mtp_logits(ids)[0]  # position t predicts token t + 2
-        losses.append(F.cross_entropy(reference[n - r - 2:n - 2], ids[0, n - r:], reduction="none"))
+        losses.append(F.cross_entropy(reference[n - r - 2 : n - 2], ids[0, n - r :], reduction="none"))
     for got, want in zip(mtp_runs.trained.log_probs, want_log_probs):
         torch.testing.assert_close(torch.tensor(got), want, atol=2e-5, rtol=1e-4)
     assert mtp_runs.trained.metrics["mtp_loss"] == pytest.approx(torch.cat(losses).mean().item(), rel=1e-4)
@@ -261,19 +309,27 @@ def test_mtp_training_changes_and_pushes_the_mtp_layer_and_resume_keeps_it_froze
     saved = checkpoint_tensors(frozen.hf)
     assert sorted(saved) == sorted(start)
     assert torch.equal(saved["model.layers.2.shared_head.head.weight"], frozen.weights["lm_head.weight"])
-    assert [name for name in layer if not torch.equal(saved[name], trained[name])] == ["model.layers.2.shared_head.head.weight"]
+    assert [name for name in layer if not torch.equal(saved[name], trained[name])] == [
+        "model.layers.2.shared_head.head.weight"
+    ]
 
 
 # ------------------------------------------------------------------ options
 
 
-@pytest.mark.parametrize("options, message", [
-    (dict(mtp_num_layers=2), r"holds 1 MTP layer\(s\).*set --mtp-num-layers 1"),
-    (dict(enable_mtp_training=True), r"--enable-mtp-training trains .* --mtp-num-layers N, which is not set"),
-    (dict(mtp_num_layers=1, pipeline_model_parallel_size=2, actor_num_gpus_per_node=2),
-     "builds MTP layers without pipeline parallelism only"),
-    (dict(mtp_num_layers=1, train_backend="fsdp"), "have no multi-token prediction module"),
-], ids=["too-many", "training-without-layers", "pipeline", "fsdp"])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(mtp_num_layers=2), r"holds 1 MTP layer\(s\).*set --mtp-num-layers 1"),
+        (dict(enable_mtp_training=True), r"--enable-mtp-training trains .* --mtp-num-layers N, which is not set"),
+        (
+            dict(mtp_num_layers=1, pipeline_model_parallel_size=2, actor_num_gpus_per_node=2),
+            "builds MTP layers without pipeline parallelism only",
+        ),
+        (dict(mtp_num_layers=1, train_backend="fsdp"), "have no multi-token prediction module"),
+    ],
+    ids=["too-many", "training-without-layers", "pipeline", "fsdp"],
+)
 def test_mtp_options_that_cannot_work_are_config_errors(prompts, mtp_dirs, options, message):
     with pytest.raises(ConfigError, match=message):
         make_config(prompts, mtp_dirs["glm4_moe", 0], **{**SETTINGS, **options})

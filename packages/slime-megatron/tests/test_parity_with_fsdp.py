@@ -16,9 +16,21 @@ pytestmark = pytest.mark.integration
 
 #: Every loss term on (KL to the reference, entropy) and a warmup + cosine schedule with
 #: weight decay, so each of them has to agree.
-SETTINGS = dict(rollout_batch_size=4, n_samples_per_prompt=4, num_steps_per_rollout=1, lr=1e-3,
-                rollout_max_response_len=8, micro_batch_size=3, use_kl_loss=True, kl_loss_coef=0.1,
-                entropy_coef=0.01, lr_warmup_iters=1, lr_decay_style="cosine", lr_decay_iters=4, weight_decay=0.01)
+SETTINGS = dict(
+    rollout_batch_size=4,
+    n_samples_per_prompt=4,
+    num_steps_per_rollout=1,
+    lr=1e-3,
+    rollout_max_response_len=8,
+    micro_batch_size=3,
+    use_kl_loss=True,
+    kl_loss_coef=0.1,
+    entropy_coef=0.01,
+    lr_warmup_iters=1,
+    lr_decay_style="cosine",
+    lr_decay_iters=4,
+    weight_decay=0.01,
+)
 ROLLOUTS = 3
 
 

@@ -9,7 +9,9 @@ from slime_core.testing import check_plugin_installed, make_config
 
 def test_found_through_its_entry_point_and_light_to_import():
     described = check_plugin_installed("megatron", "slime-megatron")
-    assert {"slime_add_options", "slime_validate_config", "slime_register_train_backends", "slime_add_commands"} <= set(described["hooks"])
+    assert {"slime_add_options", "slime_validate_config", "slime_register_train_backends", "slime_add_commands"} <= set(
+        described["hooks"]
+    )
 
 
 def test_the_megatron_options_show_in_slime_run_help_under_their_group():
@@ -17,10 +19,19 @@ def test_the_megatron_options_show_in_slime_run_help_under_their_group():
     Plugins().add_options(options)
     help_text = options.help_parser("slime run").format_help()
     assert "Megatron backend (slime-megatron):" in help_text
-    for flag in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
-                 "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--sequence-parallel",
-                 "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
-                 "--use-distributed-optimizer", "--megatron-config"):
+    for flag in (
+        "--tensor-model-parallel-size",
+        "--pipeline-model-parallel-size",
+        "--context-parallel-size",
+        "--expert-model-parallel-size",
+        "--expert-tensor-parallel-size",
+        "--sequence-parallel",
+        "--recompute-granularity",
+        "--recompute-method",
+        "--recompute-num-layers",
+        "--use-distributed-optimizer",
+        "--megatron-config",
+    ):
         assert options[flag[2:].replace("-", "_")].plugin == "megatron", flag
         assert flag in help_text
 
@@ -54,13 +65,19 @@ def test_megatron_config_is_checked_against_transformer_config(megatron_run):
     with pytest.raises(ConfigError) as error:
         megatron_run(megatron_config=["attention_sofmax_in_fp32=true", "moe_router_topk=two", "noequals"])
     message = str(error.value)
-    assert "'attention_sofmax_in_fp32' is not a field of megatron's TransformerConfig; did you mean 'attention_softmax_in_fp32'?" in message
+    assert (
+        "'attention_sofmax_in_fp32' is not a field of megatron's TransformerConfig; did you mean "
+        "'attention_softmax_in_fp32'?" in message
+    )
     assert "'moe_router_topk=two': expected int" in message
     assert "'noequals': write KEY=VALUE" in message
     from slime_megatron.models.transformer_config import parse_megatron_config
 
     assert parse_megatron_config(["attention_softmax_in_fp32=false", "moe_router_topk=4", "init_method_std=0.01"]) == {
-        "attention_softmax_in_fp32": False, "moe_router_topk": 4, "init_method_std": 0.01}
+        "attention_softmax_in_fp32": False,
+        "moe_router_topk": 4,
+        "init_method_std": 0.01,
+    }
 
 
 def test_full_recomputation_needs_a_method_and_a_layer_count_and_sequence_parallel_is_accepted(megatron_run):
@@ -78,9 +95,27 @@ def test_ppo_on_megatron_is_refused_at_config_time(tmp_path, tiny_model_dir, cap
 
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
-    argv = ["--prompt-data", str(prompts), "--hf-checkpoint", str(tiny_model_dir), "--train-backend", "megatron",
-            "--advantage-estimator", "ppo", "--rollout-batch-size", "2", "--num-rollout", "1", "--rollout-engine", "cpu",
-            "--output-dir", str(tmp_path / "run")]
+    argv = [
+        "--prompt-data",
+        str(prompts),
+        "--hf-checkpoint",
+        str(tiny_model_dir),
+        "--train-backend",
+        "megatron",
+        "--advantage-estimator",
+        "ppo",
+        "--rollout-batch-size",
+        "2",
+        "--num-rollout",
+        "1",
+        "--rollout-engine",
+        "cpu",
+        "--output-dir",
+        str(tmp_path / "run"),
+    ]
     assert run_command(argv, Plugins()) == 2
-    assert "--advantage-estimator ppo needs a critic, and train backend 'megatron' provides none" in capsys.readouterr().err
+    assert (
+        "--advantage-estimator ppo needs a critic, and train backend 'megatron' provides none"
+        in capsys.readouterr().err
+    )
     assert not (tmp_path / "run").exists()

@@ -7,11 +7,10 @@ import json
 
 import pytest
 
-from slime_core.cli.main import main
 from slime_core.checkpoint_dir import megatron_checkpoint
+from slime_core.cli.main import main
 from slime_core.rank_processes import spawn_ranks
-from slime_core.testing import make_config
-from slime_core.testing import actor_and_reference_log_probs
+from slime_core.testing import actor_and_reference_log_probs, make_config
 from slime_megatron.torch_dist import stored_key
 
 
@@ -27,7 +26,10 @@ def reference(tiny_model_dir, tmp_path_factory):
     assert main(["convert", "hf-to-megatron", "--hf", str(root / "hf"), "--out", str(root / "megatron")]) == 0
     (root / "megatron" / "iter_0000000").rename(root / "megatron" / "release")
     (root / "megatron" / "latest_checkpointed_iteration.txt").write_text("release")
-    for extra in [*(root / "megatron" / "release").glob("extra_rank_*.pt"), root / "megatron" / "release" / "slime.json"]:
+    for extra in [
+        *(root / "megatron" / "release").glob("extra_rank_*.pt"),
+        root / "megatron" / "release" / "slime.json",
+    ]:
         extra.unlink()
     return root
 
@@ -43,10 +45,17 @@ def _log_probs(rank, world_size, port, configs):
 def test_a_megatron_ref_load_gives_the_reference_and_the_starting_weights(reference, tiny_model_dir, tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
-    settings = dict(train_backend="megatron", rollout_batch_size=4, n_samples_per_prompt=4, use_kl_loss=True,
-                    rollout_max_response_len=8)
-    configs = [make_config(prompts, tiny_model_dir, ref_load=str(reference / source), **settings)
-               for source in ("hf", "megatron")]
+    settings = dict(
+        train_backend="megatron",
+        rollout_batch_size=4,
+        n_samples_per_prompt=4,
+        use_kl_loss=True,
+        rollout_max_response_len=8,
+    )
+    configs = [
+        make_config(prompts, tiny_model_dir, ref_load=str(reference / source), **settings)
+        for source in ("hf", "megatron")
+    ]
     (actor, ref_from_hf), (start_from_megatron, ref_from_megatron) = spawn_ranks(_log_probs, 1, configs)[0]
     assert ref_from_megatron == ref_from_hf
     assert ref_from_hf != actor  # the reference is another model than --hf-checkpoint's
@@ -67,17 +76,29 @@ def test_stored_keys_of_either_writer_are_found():
     """Layers stacked or one key each; our local layers' fused norm names or a Transformer
     Engine MoE layer's own pre-MLP norm (Megatron-LM); experts stacked."""
     norm = "decoder.layers.3.pre_mlp_layernorm.weight"
-    assert stored_key(norm, {"decoder.layers.mlp.linear_fc1.layer_norm_weight": 0}) == \
-        ("decoder.layers.mlp.linear_fc1.layer_norm_weight", (3,))
-    assert stored_key(norm, {"decoder.layers.pre_mlp_layernorm.weight": 0}) == ("decoder.layers.pre_mlp_layernorm.weight", (3,))
-    assert stored_key("decoder.layers.1.input_layernorm.weight", {"decoder.layers.1.self_attention.linear_qkv.layer_norm_weight": 0}) == \
-        ("decoder.layers.1.self_attention.linear_qkv.layer_norm_weight", ())
+    assert stored_key(norm, {"decoder.layers.mlp.linear_fc1.layer_norm_weight": 0}) == (
+        "decoder.layers.mlp.linear_fc1.layer_norm_weight",
+        (3,),
+    )
+    assert stored_key(norm, {"decoder.layers.pre_mlp_layernorm.weight": 0}) == (
+        "decoder.layers.pre_mlp_layernorm.weight",
+        (3,),
+    )
+    assert stored_key(
+        "decoder.layers.1.input_layernorm.weight", {"decoder.layers.1.self_attention.linear_qkv.layer_norm_weight": 0}
+    ) == ("decoder.layers.1.self_attention.linear_qkv.layer_norm_weight", ())
     expert = "decoder.layers.0.mlp.experts.local_experts.2.linear_fc1.weight"
-    assert stored_key(expert, {"decoder.layers.0.mlp.experts.experts.linear_fc1.weight": 0}) == \
-        ("decoder.layers.0.mlp.experts.experts.linear_fc1.weight", (2,))
-    assert stored_key(expert, {"decoder.layers.mlp.experts.experts.linear_fc1.weight": 0}) == \
-        ("decoder.layers.mlp.experts.experts.linear_fc1.weight", (0, 2))
-    assert stored_key("embedding.word_embeddings.weight", {"embedding.word_embeddings.weight": 0}) == \
-        ("embedding.word_embeddings.weight", ())
+    assert stored_key(expert, {"decoder.layers.0.mlp.experts.experts.linear_fc1.weight": 0}) == (
+        "decoder.layers.0.mlp.experts.experts.linear_fc1.weight",
+        (2,),
+    )
+    assert stored_key(expert, {"decoder.layers.mlp.experts.experts.linear_fc1.weight": 0}) == (
+        "decoder.layers.mlp.experts.experts.linear_fc1.weight",
+        (0, 2),
+    )
+    assert stored_key("embedding.word_embeddings.weight", {"embedding.word_embeddings.weight": 0}) == (
+        "embedding.word_embeddings.weight",
+        (),
+    )
     with pytest.raises(KeyError, match="stores no 'output_layer.weight'"):
         stored_key("output_layer.weight", {})

@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-from slime_rewards.code_sandbox import TestCase as Case  # renamed so that pytest does not collect it
 from slime_rewards.code_sandbox import Limits, pass_fraction, passes
+from slime_rewards.code_sandbox import TestCase as Case  # renamed so that pytest does not collect it
 
 FAST = Limits(timeout_s=1.0, memory_mb=256)
 
@@ -109,30 +109,41 @@ def test_assertion_tests_pass_even_when_the_program_prints_after_them():
 # cheat with the assert forms it passed before the grader made the comparisons.
 EQUALS_3, LOOP = "assert add(1, 2) == 3", "for a, b in [(1, 2), (2, 5)]:\n    assert add(a, b) == a + b"
 OVERRIDDEN = {
-    "an object equal to everything": ([EQUALS_3, LOOP], """
+    "an object equal to everything": (
+        [EQUALS_3, LOOP],
+        """
         class Anything:
             def __eq__(self, other):
                 return True
             __hash__ = object.__hash__
         def add(a, b):
             return Anything()
-    """),
-    "an int equal to everything": ([EQUALS_3], """
+    """,
+    ),
+    "an int equal to everything": (
+        [EQUALS_3],
+        """
         class Number(int):
             def __eq__(self, other):
                 return True
             __hash__ = int.__hash__
         def add(a, b):
             return Number(0)
-    """),
-    "a list equal to everything": ([EQUALS_3], """
+    """,
+    ),
+    "a list equal to everything": (
+        [EQUALS_3],
+        """
         class Everything(list):
             def __eq__(self, other):
                 return True
         def add(a, b):
             return Everything()
-    """),
-    "arithmetic that lands on zero": (["assert abs(add(1, 2) - 3) < 1e-9"], """
+    """,
+    ),
+    "arithmetic that lands on zero": (
+        ["assert abs(add(1, 2) - 3) < 1e-9"],
+        """
         class Zero:
             def __sub__(self, other):
                 return self
@@ -140,28 +151,45 @@ OVERRIDDEN = {
                 return 0
         def add(a, b):
             return Zero()
-    """),
-    "builtins swapped for the test": (["assert sorted([add(1, 2)]) == [3]"], """
+    """,
+    ),
+    "builtins swapped for the test": (
+        ["assert sorted([add(1, 2)]) == [3]"],
+        """
         import builtins
         builtins.sorted = lambda value: [3]
         def add(a, b):
             return None
-    """),
-    "the expected value read from the test's code": ([EQUALS_3], """
+    """,
+    ),
+    "the expected value read from the test's code": (
+        [EQUALS_3],
+        """
         import sys
         def add(a, b):
             constants = sys._getframe(1).f_code.co_consts
             return next(c for c in constants if isinstance(c, int) and c not in (a, b))
-    """),
+    """,
+    ),
 }
-ASSERT_FORMS = [EQUALS_3, "assert abs(add(1, 2) - 3) < 1e-9", "assert sorted([add(1, 2)]) == [3]", "assert [add(1, 2)] == [3]", LOOP]
+ASSERT_FORMS = [
+    EQUALS_3,
+    "assert abs(add(1, 2) - 3) < 1e-9",
+    "assert sorted([add(1, 2)]) == [3]",
+    "assert [add(1, 2)] == [3]",
+    LOOP,
+]
 
 
 @pytest.mark.parametrize("cheat", list(OVERRIDDEN))
 def test_a_program_cannot_override_the_comparisons_of_assert_tests(cheat):
     forms, code = OVERRIDDEN[cheat]
-    assert {form: pass_fraction(textwrap.dedent(code), [Case(assertion=form)], FAST) for form in forms} == dict.fromkeys(forms, 0.0)
+    assert {
+        form: pass_fraction(textwrap.dedent(code), [Case(assertion=form)], FAST) for form in forms
+    } == dict.fromkeys(forms, 0.0)
 
 
 def test_a_right_answer_passes_every_form_of_those_asserts():
-    assert pass_fraction("def add(a, b):\n    return a + b", [Case(assertion=form) for form in ASSERT_FORMS], FAST) == 1.0
+    assert (
+        pass_fraction("def add(a, b):\n    return a + b", [Case(assertion=form) for form in ASSERT_FORMS], FAST) == 1.0
+    )

@@ -11,12 +11,12 @@ import time
 import pytest
 
 from slime_core import Sample
-from slime_core.reward_hub import RewardHub
-from slime_core.sample import SampleStatus
 from slime_core.config import Config
 from slime_core.plugins import Plugins
-from slime_rewards.code_sandbox import TestCase as Case  # renamed so that pytest does not collect it
+from slime_core.reward_hub import RewardHub
+from slime_core.sample import SampleStatus
 from slime_rewards.code_sandbox import Limits, extract_code, outputs_match, parse_tests, pass_fraction, passes
+from slime_rewards.code_sandbox import TestCase as Case  # renamed so that pytest does not collect it
 
 FAST = Limits(timeout_s=1.0, memory_mb=256)
 CONFIG = Config({"code_timeout": 1.0, "code_memory_mb": 256})
@@ -68,12 +68,25 @@ def test_every_test_format_grades_the_same(code_reward):
 def test_a_sample_whose_tests_run_past_its_deadline_scores_zero_and_is_kept():
     """Sixteen tests that each loop until the per-test limit would take 16 s; the reward hub
     gives the call 10 s. The sample's deadline (3 s) ends it first, at 0, with the reason."""
-    config = Config({"rm_type": "code", "rm_timeout": 10.0, "rm_max_concurrency": 1, "group_rm": False,
-                     "rm_failure_reward": None, "reward_key": None, "drop_nonfinite_rewards": False, "code_timeout": 1.0,
-                     "code_memory_mb": 256, "code_sample_timeout": 3.0})
+    config = Config(
+        {
+            "rm_type": "code",
+            "rm_timeout": 10.0,
+            "rm_max_concurrency": 1,
+            "group_rm": False,
+            "rm_failure_reward": None,
+            "reward_key": None,
+            "drop_nonfinite_rewards": False,
+            "code_timeout": 1.0,
+            "code_memory_mb": 256,
+            "code_sample_timeout": 3.0,
+        }
+    )
     hub = RewardHub(config, Plugins())
     loop = fenced("while True:\n    pass")
-    sample = Sample(response=loop, label=[{"input": str(n), "output": str(n)} for n in range(16)], status=SampleStatus.COMPLETED)
+    sample = Sample(
+        response=loop, label=[{"input": str(n), "output": str(n)} for n in range(16)], status=SampleStatus.COMPLETED
+    )
     try:
         start = time.monotonic()
         asyncio.run(hub.score_sample(sample))
@@ -81,18 +94,22 @@ def test_a_sample_whose_tests_run_past_its_deadline_scores_zero_and_is_kept():
     finally:
         hub.close()
     assert (sample.reward, sample.status, sample.error) == (0.0, SampleStatus.COMPLETED, None)
-    assert sample.metadata["code_reward"].startswith("scored 0: the sample's tests ran past --code-sample-timeout (3.0s)")
+    assert sample.metadata["code_reward"].startswith(
+        "scored 0: the sample's tests ran past --code-sample-timeout (3.0s)"
+    )
     assert 3.0 <= elapsed < 8.0
 
 
 ASSERT_FORMS = [  # each graded by the grader on reported plain data, as Python would grade it
-    "assert stats([3, 1, 2]) == {'min': 1, 'sorted': (1, 2, 3), 'unique': {1, 2, 3}, 'big': 2 ** 100, 'raw': b'\\x00', 'mean': 2.0}",
+    "assert stats([3, 1, 2]) == {'min': 1, 'sorted': (1, 2, 3), 'unique': {1, 2, 3}, 'big': 2 ** 100, 'raw': b'\\x00', "
+    "'mean': 2.0}",
     "assert 0 < stats([5])['min'] <= 5 != 6",
     "assert 2 in stats([2])['unique'] and not stats([])",
     "assert stats([]) is None",
     "assert stats([1.5])['mean'] == 1.5 and stats([1.0, 2.0])['mean'] != 1.4",
     "import math\nassert math.isclose(stats([1, 2])['mean'], 1.5)",
-    "class Solution:\n    def run(self, xs):\n        return stats(xs)['sorted']\nassert Solution().run([2, 1]) == (1, 2)",
+    "class Solution:\n    def run(self, xs):\n        return stats(xs)['sorted']\nassert Solution().run([2, 1]) == (1, "
+    "2)",
     "def check(xs):\n    assert stats(xs)['min'] == min(xs)\nfor xs in ([1], [3, 2]):\n    check(xs)",
 ]
 STATS = """
@@ -108,7 +125,16 @@ def test_assert_tests_grade_as_python_would():
     right = textwrap.dedent(STATS)
     wrong = right.replace("min(xs)", "max(xs)")
     assert [passes(right, Case(assertion=form), FAST) for form in ASSERT_FORMS] == [True] * 8
-    assert [passes(wrong, Case(assertion=form), FAST) for form in ASSERT_FORMS] == [False, True, True, True, True, True, True, False]
+    assert [passes(wrong, Case(assertion=form), FAST) for form in ASSERT_FORMS] == [
+        False,
+        True,
+        True,
+        True,
+        True,
+        True,
+        True,
+        False,
+    ]
 
 
 def test_no_code_block_scores_zero(code_reward):

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from slime_rewards import code_isolation
-from slime_rewards.code_sandbox import TestCase as Case  # renamed so that pytest does not collect it
 from slime_rewards.code_sandbox import Limits, SandboxError, pass_fraction, passes, run_python
+from slime_rewards.code_sandbox import TestCase as Case  # renamed so that pytest does not collect it
 
 FAST = Limits(timeout_s=1.0, memory_mb=256)
 
@@ -51,8 +51,6 @@ def sandbox_processes(work: str) -> list[int]:
         if f"HOME={work}".encode() in environ and not zombie:
             members.append(int(entry.name))
     return members
-
-
 
 
 # --- limits and containment ------------------------------------------------------------
@@ -132,7 +130,9 @@ def test_a_fork_bomb_is_contained_and_leaves_no_process(disarm):
     home = outcomes.pop("home")
     assert result.timed_out and elapsed < 3.0
     # pty fails before its fork: the sandbox has no /dev/ptmx
-    assert outcomes == {name: "refused PermissionError" for name in FORK_ATTEMPTS} | {"pty": "refused OSError"}, result.stderr
+    assert outcomes == {name: "refused PermissionError" for name in FORK_ATTEMPTS} | {"pty": "refused OSError"}, (
+        result.stderr
+    )
     assert sandbox_processes(home) == []
 
 
@@ -273,7 +273,7 @@ MARSHAL_ESCAPE = """
     print("hooks disarmed:", "os.system" not in refused, flush=True)
     print("shell:", os.system("cat {secret}; echo escaped > {marker}; kill -9 {grader}"), flush=True)
     os._exit(0)
-"""
+"""  # noqa: E501
 
 
 @pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the exploit is written for CPython 3.11's bytecode")
@@ -295,7 +295,10 @@ def test_a_program_that_gets_past_the_audit_hooks_is_still_confined(tmp_path):
 
 
 def test_the_namespaces_isolation_runs_the_program_as_a_user_of_its_own_without_the_hosts_files():
-    probe = "import os\nprint('uid:', os.getuid())\nprint('host root:', os.path.exists('/work'), os.path.exists('/root/.bashrc'))"
+    probe = (
+        "import os\nprint('uid:', os.getuid())\n"
+        "print('host root:', os.path.exists('/work'), os.path.exists('/root/.bashrc'))"
+    )
     isolated, _ = sandboxed(probe)
     hooks_only, _ = sandboxed(probe, Limits(timeout_s=1.0, memory_mb=256, isolation="hooks"))
     assert int(outcomes_of(isolated.stdout)["uid"]) >= code_isolation.UID_BASE
@@ -312,8 +315,10 @@ def _nobody_can_run(python: str) -> bool:
     return subprocess.run([*AS_ANOTHER_USER, python, "-c", "pass"], capture_output=True).returncode == 0
 
 
-@pytest.mark.skipif(sys.version_info[:2] != (3, 11) or not _nobody_can_run("/usr/bin/python3.11"),
-                    reason="needs root (to run the grader as an ordinary user) and the system's CPython 3.11")
+@pytest.mark.skipif(
+    sys.version_info[:2] != (3, 11) or not _nobody_can_run("/usr/bin/python3.11"),
+    reason="needs root (to run the grader as an ordinary user) and the system's CPython 3.11",
+)
 def test_without_root_the_sandbox_makes_its_own_user_namespace_and_is_as_confined(tmp_path):
     """The grader as user `nobody`: `unshare --user` gives the sandbox a root of its own;
     a program past the hooks cannot undo it (make a namespace, unmount, remount)."""
@@ -323,11 +328,18 @@ def test_without_root_the_sandbox_makes_its_own_user_namespace_and_is_as_confine
         (shared / "secret").write_text("the expected answers\n")
         shared.chmod(0o755)
         subprocess.run(["chmod", "-R", "a+rX", str(shared)], check=True)
-        commands = "cat {secret}; unshare --user --map-root-user true || umount /usr || mount -o remount,rw /usr || echo confined"
+        commands = "cat {secret}; unshare --user --map-root-user true || umount /usr || mount -o remount,rw /usr || echo confined"  # noqa: E501
         program = MARSHAL_ESCAPE.replace("cat {secret}; echo escaped > {marker}; kill -9 {grader}", commands)
-        grader = f"from slime_rewards.code_sandbox import run_python\nprint(run_python({textwrap.dedent(program).format(secret=shared / 'secret')!r}).stdout)"
-        output = subprocess.run([*AS_ANOTHER_USER, "/usr/bin/python3.11", "-c", grader], cwd=shared, capture_output=True,
-                                text=True, timeout=60, env={"PYTHONPATH": str(shared), "PATH": "/usr/bin:/bin"})
+        payload = textwrap.dedent(program).format(secret=shared / "secret")
+        grader = f"from slime_rewards.code_sandbox import run_python\nprint(run_python({payload!r}).stdout)"
+        output = subprocess.run(
+            [*AS_ANOTHER_USER, "/usr/bin/python3.11", "-c", grader],
+            cwd=shared,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"PYTHONPATH": str(shared), "PATH": "/usr/bin:/bin"},
+        )
     finally:
         shutil.rmtree(shared)
     outcomes = outcomes_of(output.stdout)

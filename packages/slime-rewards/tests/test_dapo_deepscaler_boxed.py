@@ -29,6 +29,7 @@ def test_math_family_names_are_registered(rewards):
 
 # ---- dapo: Minerva normalisation, then an exact string match, +1 / -1
 
+
 @pytest.mark.parametrize(
     "response, label, pred",
     [
@@ -72,6 +73,7 @@ def test_dapo_without_an_answer_line_is_invalid(rewards, response):
 
 # ---- deepscaler: only the text after the reasoning counts
 
+
 @pytest.mark.parametrize(
     "response, label, reward",
     [
@@ -91,6 +93,7 @@ def test_deepscaler_grades_only_after_think(rewards, response, label, reward):
 
 
 # ---- boxed_<type>: the last complete box is the whole answer
+
 
 @pytest.mark.parametrize(
     "response, label, reward",
@@ -119,8 +122,11 @@ def test_boxed_math_differs_from_math_only_in_extraction(rewards):
         ("So $\\boxed{42}$.", "42", {"score": 1.0, "acc": True, "pred": "42"}),
         ("Answer: 42 but boxed $\\boxed{41}$.", "42", {"score": -1.0, "acc": False, "pred": "41"}),
         ("Answer: 42", "42", INVALID),
-        ("$\\boxed{\\begin{pmatrix} 1 \\\\\n 2 \\end{pmatrix}}$", "\\begin{pmatrix}1\\\\2\\end{pmatrix}",
-         {"score": 1.0, "acc": True, "pred": "\\begin{pmatrix}1\\\\2\\end{pmatrix}"}),
+        (
+            "$\\boxed{\\begin{pmatrix} 1 \\\\\n 2 \\end{pmatrix}}$",
+            "\\begin{pmatrix}1\\\\2\\end{pmatrix}",
+            {"score": 1.0, "acc": True, "pred": "\\begin{pmatrix}1\\\\2\\end{pmatrix}"},
+        ),
     ],
 )
 def test_boxed_dapo(rewards, response, label, expected):

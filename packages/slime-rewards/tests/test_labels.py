@@ -16,8 +16,10 @@ CASES = {
     "dapo": (["49", ["49", "50"]], [None, {"answer": "49"}]),
     "f1": (["the cat", ["a", "b"], {"text": ["the cat"]}], [None, {"answers": ["a"]}]),
     "gpqa": (["B", "(B)", 1], [None, 1.0, ["B"], True]),
-    "code": (["assert f(1) == 2", [{"input": "1", "output": "2"}], {"inputs": ["1"], "outputs": ["2"]}],
-             [None, 42, [], {"tests": []}]),
+    "code": (
+        ["assert f(1) == 2", [{"input": "1", "output": "2"}], {"inputs": ["1"], "outputs": ["2"]}],
+        [None, 42, [], {"tests": []}],
+    ),
 }
 
 
@@ -45,15 +47,32 @@ def test_labels_refused_are_ones_the_reward_silently_scores_0(label):
 
 def test_a_run_and_its_dry_run_refuse_a_wrong_label_with_file_and_line(tmp_path, tiny_model_dir, capsys):
     data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in [{"prompt": "1+1=", "label": "2"},
-                                                           {"prompt": "2+2=", "label": {"value": 4}}]))
-    argv = ["--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--rm-type", "boxed_math",
-            "--rollout-batch-size", "1", "--num-rollout", "1", "--rollout-max-response-len", "8",
-            "--output-dir", str(tmp_path / "run")]
+    data.write_text(
+        "".join(
+            json.dumps(r) + "\n" for r in [{"prompt": "1+1=", "label": "2"}, {"prompt": "2+2=", "label": {"value": 4}}]
+        )
+    )
+    argv = [
+        "--prompt-data",
+        str(data),
+        "--hf-checkpoint",
+        str(tiny_model_dir),
+        "--rm-type",
+        "boxed_math",
+        "--rollout-batch-size",
+        "1",
+        "--num-rollout",
+        "1",
+        "--rollout-max-response-len",
+        "8",
+        "--output-dir",
+        str(tmp_path / "run"),
+    ]
     for flags in ([], ["--dry-run"]):
         assert run_command([*argv, *flags], Plugins()) == 2
-        assert (f"{data}:2: label {{'value': 4}} (dict) is not what reward function 'boxed_math' (plugin 'rewards', "
-                "slime-rewards 0.1.0) grades: it expects text or a number (the reference answer), or a list of them "
-                "(any of which is right); fix the label (--label-key label) or choose another --rm-type") \
-            in capsys.readouterr().err
+        assert (
+            f"{data}:2: label {{'value': 4}} (dict) is not what reward function 'boxed_math' (plugin 'rewards', "
+            "slime-rewards 0.1.0) grades: it expects text or a number (the reference answer), or a list of them "
+            "(any of which is right); fix the label (--label-key label) or choose another --rm-type"
+        ) in capsys.readouterr().err
     assert not (tmp_path / "run").exists()

@@ -131,8 +131,18 @@ def test_normalize_answer(raw, canonical):
 
 @pytest.mark.parametrize(
     "answer, letter",
-    [("C", "C"), ("(C)", "C"), ("(C) 15", "C"), ("option c", "C"), ("B.", "B"),
-     ("B and C", None), ("(A), (D)", None), ("A or B", None), ("Both", None), ("12", None)],
+    [
+        ("C", "C"),
+        ("(C)", "C"),
+        ("(C) 15", "C"),
+        ("option c", "C"),
+        ("B.", "B"),
+        ("B and C", None),
+        ("(A), (D)", None),
+        ("A or B", None),
+        ("Both", None),
+        ("12", None),
+    ],
 )
 def test_choice_letter(answer, letter):
     assert choice_letter(answer) == letter

@@ -11,7 +11,9 @@ def test_every_reward_function_is_registered_with_its_boxed_variant():
 
     registry = Plugins().registry("reward_functions")
     ours = {name for name in registry.names() if registry.entry(name).distribution.startswith("slime-rewards")}
-    assert ours == set(REWARD_FUNCTIONS) | {f"boxed_{name}" for name in REWARD_FUNCTIONS}  # other plugins may add theirs
+    assert ours == set(REWARD_FUNCTIONS) | {
+        f"boxed_{name}" for name in REWARD_FUNCTIONS
+    }  # other plugins may add theirs
     for name, fn in REWARD_FUNCTIONS.items():
         assert registry.get(name) is fn and registry.entry(name).distribution.startswith("slime-rewards")
         assert registry.get(f"boxed_{name}").__name__ == f"boxed_{name}"

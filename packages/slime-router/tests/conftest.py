@@ -25,8 +25,12 @@ def engine_processes(tiny_model_dir, tmp_path_factory):
     from slime_sglang.cpu_engine.launch import start_cpu_engine, stop, wait_healthy
 
     logs = tmp_path_factory.mktemp("engine-logs")
-    started = [start_cpu_engine(tiny_model_dir, None, "--context-length", "4096", "--num-threads", "1",
-                                log_path=logs / f"engine{i}.log") for i in range(3)]
+    started = [
+        start_cpu_engine(
+            tiny_model_dir, None, "--context-length", "4096", "--num-threads", "1", log_path=logs / f"engine{i}.log"
+        )
+        for i in range(3)
+    ]
     try:
         for process, url in started:
             wait_healthy(process, url)
@@ -48,7 +52,9 @@ def make_run_config(tiny_model_dir, tmp_path_factory):
 
     data = tmp_path_factory.mktemp("data") / "prompts.jsonl"
     data.write_text('{"prompt": "1+1="}\n')
-    return lambda hf_checkpoint=tiny_model_dir, **options: make_config(data, hf_checkpoint, rollout_batch_size=1, **options)
+    return lambda hf_checkpoint=tiny_model_dir, **options: make_config(
+        data, hf_checkpoint, rollout_batch_size=1, **options
+    )
 
 
 @pytest.fixture(scope="session")

@@ -79,12 +79,17 @@ def test_composition_errors_name_the_problem(plugins):
 
 def test_the_builtin_middlewares_are_registered_by_the_router_plugin():
     registry = Plugins().registry("router_middlewares")
-    assert {name: registry.entry(name).plugin for name in ("sessions", "metrics", "retry")} == \
-        {"sessions": "router", "metrics": "router", "retry": "router"}
+    assert {name: registry.entry(name).plugin for name in ("sessions", "metrics", "retry")} == {
+        "sessions": "router",
+        "metrics": "router",
+        "retry": "router",
+    }
     assert all(callable(registry.get(name)) for name in ("sessions", "metrics", "retry"))
 
 
 @pytest.mark.integration
 def test_a_third_party_middleware_runs_in_the_front(router):
-    answer = httpx.post(f"{router.url}/generate", json={"input_ids": [5], "sampling_params": {"max_new_tokens": 1}}, timeout=60)
+    answer = httpx.post(
+        f"{router.url}/generate", json={"input_ids": [5], "sampling_params": {"max_new_tokens": 1}}, timeout=60
+    )
     assert answer.status_code == 200 and answer.headers["x-test-tag"] == "tagged /generate"

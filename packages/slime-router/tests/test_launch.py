@@ -55,8 +55,9 @@ def test_nothing_listens_beyond_the_loopback(router):
     assert all(host in ("127.0.0.1", "::1") for host, _ in listening), listening
 
 
-def test_the_run_token_guards_the_router_and_stays_out_of_the_run_directory(engines, make_run_config, test_plugins,
-                                                                            tmp_path):
+def test_the_run_token_guards_the_router_and_stays_out_of_the_run_directory(
+    engines, make_run_config, test_plugins, tmp_path
+):
     """A run across nodes: sglang-router and the front refuse generation without the token, the
     ``sessions`` middleware's own ``/generate`` carries it, the front's middlewares have it (by
     environment) although no file in the run directory (the front's pickled config included)
@@ -88,8 +89,9 @@ def test_the_run_token_guards_the_router_and_stays_out_of_the_run_directory(engi
     assert on_command_lines == []
 
 
-def test_a_run_on_one_node_guards_the_control_routes_and_leaves_generation_open(engines, make_run_config,
-                                                                                test_plugins, tmp_path):
+def test_a_run_on_one_node_guards_the_control_routes_and_leaves_generation_open(
+    engines, make_run_config, test_plugins, tmp_path
+):
     """Every run has a token: on one node it is the admin key of sglang-router's control plane
     and of the front (adding or removing engines without it: 401), while generation needs none."""
     from slime_core.network import Network
@@ -109,7 +111,9 @@ def test_a_run_on_one_node_guards_the_control_routes_and_leaves_generation_open(
 
 def test_an_existing_router_is_used_and_left_running(router, engines, make_run_config, tmp_path):
     host, port = router.router_url.removeprefix("http://").split(":")
-    reuse = start_router(make_run_config(sglang_router_ip=host, sglang_router_port=port, output_dir=str(tmp_path)), engines)
+    reuse = start_router(
+        make_run_config(sglang_router_ip=host, sglang_router_port=port, output_dir=str(tmp_path)), engines
+    )
     reuse.stop()
     assert reuse.url == reuse.router_url == router.router_url and reuse.workers() == sorted(engines)
     assert httpx.get(f"{router.router_url}/health", timeout=5).status_code == 200
@@ -118,8 +122,11 @@ def test_an_existing_router_is_used_and_left_running(router, engines, make_run_c
 def test_a_router_that_cannot_start_says_why(make_run_config, tmp_path):
     from slime_router.servers import RouterError
 
-    with pytest.raises(RouterError, match=r"sglang-router exited with code 2 before it was ready:\n"
-                                          r".*--policy: invalid choice: 'fastest'.*\ncheck the --router-\* options"):
+    with pytest.raises(
+        RouterError,
+        match=r"sglang-router exited with code 2 before it was ready:\n"
+        r".*--policy: invalid choice: 'fastest'.*\ncheck the --router-\* options",
+    ):
         start_router(make_run_config(router_policy="fastest", output_dir=str(tmp_path)), ["http://127.0.0.1:9"])
 
 
@@ -137,7 +144,7 @@ def _listening_addresses(pid: int) -> list[tuple[str, int]]:
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         target = str(fd.readlink()) if fd.is_symlink() else ""
         if target.startswith("socket:["):
-            inodes.add(target[len("socket:["):-1])
+            inodes.add(target[len("socket:[") : -1])
     found = []
     for table, family in (("tcp", 4), ("tcp6", 6)):
         for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
@@ -153,7 +160,7 @@ def _address(hex_address: str, family: int) -> tuple[str, int]:
     host, port = hex_address.split(":")
     raw = bytes.fromhex(host)
     # /proc prints the address as 32-bit words in host (little-endian) order
-    words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
     ip = ipaddress.ip_address(words)
     if family == 6 and ip.ipv4_mapped:
         ip = ip.ipv4_mapped
@@ -163,10 +170,15 @@ def _address(hex_address: str, family: int) -> tuple[str, int]:
 def test_a_front_that_cannot_start_says_why(engines, make_run_config, tmp_path):
     from slime_router.servers import RouterError
 
-    config = make_run_config(router_middleware=["sessions"], hf_checkpoint=str(tmp_path / "no-model"), output_dir=str(tmp_path))
+    config = make_run_config(
+        router_middleware=["sessions"], hf_checkpoint=str(tmp_path / "no-model"), output_dir=str(tmp_path)
+    )
     children = _children()
-    with pytest.raises(RouterError, match=r"(?s)middleware front exited with code 1 before it was ready:\n.*no-model.*"
-                                          r"\nsee front.log: a middleware failed to start"):
+    with pytest.raises(
+        RouterError,
+        match=r"(?s)middleware front exited with code 1 before it was ready:\n.*no-model.*"
+        r"\nsee front.log: a middleware failed to start",
+    ):
         start_router(config, engines)
     assert _children() == children  # the sglang-router it had started is stopped too
 

@@ -21,7 +21,9 @@ def test_router_options_and_their_checks(make_run_config):
 
 
 def test_sglang_router_command_line_from_defaults_and_passthrough():
-    options = balancer.router_options({"policy": "round_robin", "dp_aware": True, "port": "31000"}, ["http://127.0.0.1:1"])
+    options = balancer.router_options(
+        {"policy": "round_robin", "dp_aware": True, "port": "31000"}, ["http://127.0.0.1:1"]
+    )
     argv = balancer.command(options)
     assert argv[1:3] == ["-m", "slime_router.rust_router"]
     joined = " ".join(argv)
@@ -38,8 +40,9 @@ def test_slime_s_router_launcher_takes_every_flag_of_sglang_router_s():
     import sys
 
     def flags(module: str, *extra: str) -> tuple[set[str], str]:
-        out = subprocess.run([sys.executable, "-m", module, *extra, "--help"], capture_output=True, text=True,
-                             check=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-m", module, *extra, "--help"], capture_output=True, text=True, check=True
+        ).stdout
         return set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", out)), out
 
     ours, our_help = flags("slime_router.rust_router")

@@ -23,8 +23,11 @@ def test_a_request_on_a_killed_engine_is_retried_on_the_other(engine_processes, 
     with start_router(config, [survivor, victim]) as router:
         session = _session_routed_to(victim, router.url, served)
         answer, before = {}, served([survivor])[0]
-        request = threading.Thread(target=lambda: answer.update(response=httpx.post(
-            f"{router.url}/generate", json=LONG, headers={"X-Session-Id": session}, timeout=120)))
+        request = threading.Thread(
+            target=lambda: answer.update(
+                response=httpx.post(f"{router.url}/generate", json=LONG, headers={"X-Session-Id": session}, timeout=120)
+            )
+        )
         request.start()
         _wait_running(victim)
         os.kill(victim_process.pid, signal.SIGKILL)  # mid-request
@@ -47,7 +50,9 @@ def _session_routed_to(engine: str, router_url: str, served) -> str:
     """A session key that sglang-router sends to ``engine``."""
     for i in range(32):
         before = served([engine])[0]
-        httpx.post(f"{router_url}/generate", json=ONE_TOKEN, headers={"X-Session-Id": f"key-{i}"}, timeout=60).raise_for_status()
+        httpx.post(
+            f"{router_url}/generate", json=ONE_TOKEN, headers={"X-Session-Id": f"key-{i}"}, timeout=60
+        ).raise_for_status()
         if served([engine])[0] > before:
             return f"key-{i}"
     raise AssertionError(f"no session of 32 was routed to {engine}")

@@ -31,29 +31,42 @@ def tokenizer(tiny_model_dir):
 
 def engine_generate(engines, input_ids: list[int], seed: int) -> dict:
     """What an engine generates for ``input_ids`` with the test's sampling (seeded: reproducible)."""
-    body = {"input_ids": input_ids, "return_logprob": True,
-            "sampling_params": {"temperature": 1.0, "max_new_tokens": 8, "sampling_seed": seed}}
+    body = {
+        "input_ids": input_ids,
+        "return_logprob": True,
+        "sampling_params": {"temperature": 1.0, "max_new_tokens": 8, "sampling_seed": seed},
+    }
     answer = httpx.post(f"{engines[0]}/generate", json=body, timeout=60).json()
-    return {"ids": answer["output_ids"], "log_probs": [entry[0] for entry in answer["meta_info"]["output_token_logprobs"]]}
+    return {
+        "ids": answer["output_ids"],
+        "log_probs": [entry[0] for entry in answer["meta_info"]["output_token_logprobs"]],
+    }
 
 
 def test_a_tool_using_conversation_is_recorded_token_by_token(client, router, engines, tokenizer):
     messages = [{"role": "user", "content": "What is 2+3? Use the calculator."}]
-    first = client.chat.completions.create(model="tiny", messages=messages, logprobs=True, seed=11, **SAMPLING,
-                                           extra_headers={"X-Session-Id": "calc-1"})
-    messages += [first.choices[0].message.model_dump(exclude_none=True),
-                 {"role": "tool", "tool_call_id": "call-1", "content": "5"}]
-    second = client.chat.completions.create(model="tiny", messages=messages, seed=12, **SAMPLING,
-                                            extra_body={"session_id": "calc-1"})
+    first = client.chat.completions.create(
+        model="tiny", messages=messages, logprobs=True, seed=11, **SAMPLING, extra_headers={"X-Session-Id": "calc-1"}
+    )
+    messages += [
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": "call-1", "content": "5"},
+    ]
+    second = client.chat.completions.create(
+        model="tiny", messages=messages, seed=12, **SAMPLING, extra_body={"session_id": "calc-1"}
+    )
     messages += [second.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "Sure?"}]
-    third = client.chat.completions.create(model="tiny", messages=messages, seed=13, **SAMPLING,
-                                           extra_headers={"X-Session-Id": "calc-1"})
+    third = client.chat.completions.create(
+        model="tiny", messages=messages, seed=13, **SAMPLING, extra_headers={"X-Session-Id": "calc-1"}
+    )
     sample = session_sample(router.url, "calc-1")
 
     # What the engine generates from the exact prompts: turn 1 from the template, later turns
     # from the recorded tokens plus the template's text for the new messages only.
-    prompt = tokenizer.encode(tokenizer.apply_chat_template(messages[:1], add_generation_prompt=True, tokenize=False),
-                              add_special_tokens=False)
+    prompt = tokenizer.encode(
+        tokenizer.apply_chat_template(messages[:1], add_generation_prompt=True, tokenize=False),
+        add_special_tokens=False,
+    )
     out1 = engine_generate(engines, prompt, 11)
     tool_turn = tokenizer.encode(_turn_end(out1["ids"]) + "<|user|>tool: 5\n<|assistant|>", add_special_tokens=False)
     out2 = engine_generate(engines, prompt + out1["ids"] + tool_turn, 12)
@@ -63,11 +76,16 @@ def test_a_tool_using_conversation_is_recorded_token_by_token(client, router, en
     assert sample.tokens == prompt + out1["ids"] + tool_turn + out2["ids"] + user_turn + out3["ids"]
     assert sample.prompt_length == len(prompt) and sample.prompt == messages[:1]
     assert sample.loss_mask == _ones(out1) + [0] * len(tool_turn) + _ones(out2) + [0] * len(user_turn) + _ones(out3)
-    expected_log_probs = out1["log_probs"] + [0.0] * len(tool_turn) + out2["log_probs"] + [0.0] * len(user_turn) + out3["log_probs"]
+    expected_log_probs = (
+        out1["log_probs"] + [0.0] * len(tool_turn) + out2["log_probs"] + [0.0] * len(user_turn) + out3["log_probs"]
+    )
     assert sample.rollout_log_probs == pytest.approx(expected_log_probs, abs=1e-5)
     status = SampleStatus.COMPLETED if out3["ids"][-1] == EOS else SampleStatus.TRUNCATED
     assert sample.status == status and sample.weight_versions == [0]
-    assert sample.metadata["session_id"] == "calc-1" and sample.metadata["messages"][-1]["content"] == third.choices[0].message.content
+    assert (
+        sample.metadata["session_id"] == "calc-1"
+        and sample.metadata["messages"][-1]["content"] == third.choices[0].message.content
+    )
     # the answers are what the engine generated, too
     assert first.choices[0].message.content == tokenizer.decode(out1["ids"], skip_special_tokens=True)
     assert [entry.logprob for entry in first.choices[0].logprobs.content] == pytest.approx(out1["log_probs"], abs=1e-5)
@@ -90,9 +108,13 @@ def test_a_session_stays_on_one_engine(client, router, engines, served):
     before = served(engines)
     messages = [{"role": "user", "content": "Hi"}]
     for turn in range(3):
-        reply = client.chat.completions.create(model="tiny", messages=messages, extra_headers={"X-Session-Id": "sticky"},
-                                               **SAMPLING)
-        messages += [reply.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": f"again {turn}"}]
+        reply = client.chat.completions.create(
+            model="tiny", messages=messages, extra_headers={"X-Session-Id": "sticky"}, **SAMPLING
+        )
+        messages += [
+            reply.choices[0].message.model_dump(exclude_none=True),
+            {"role": "user", "content": f"again {turn}"},
+        ]
     assert sorted(after - first for after, first in zip(served(engines), before)) == [0, 3]
     session_sample(router.url, "sticky")
 
@@ -100,36 +122,55 @@ def test_a_session_stays_on_one_engine(client, router, engines, served):
 def test_completions_extend_the_recorded_text(router, tokenizer):
     async def agent():  # an async agent, fetching its session the async way
         async with openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key="unused", max_retries=0) as client:
-            first = await client.completions.create(model="tiny", prompt="Q: 1+1=", extra_headers={"X-Session-Id": "text"},
-                                                    **SAMPLING)
+            first = await client.completions.create(
+                model="tiny", prompt="Q: 1+1=", extra_headers={"X-Session-Id": "text"}, **SAMPLING
+            )
             prompt = "Q: 1+1=" + first.choices[0].text + "\nObservation: ok\nQ:"
-            second = await client.completions.create(model="tiny", prompt=prompt, extra_headers={"X-Session-Id": "text"},
-                                                     **SAMPLING)
+            second = await client.completions.create(
+                model="tiny", prompt=prompt, extra_headers={"X-Session-Id": "text"}, **SAMPLING
+            )
         return first, second, await asession_sample(router.url, "text")
 
     first, second, sample = asyncio.run(agent())
     added = tokenizer.encode("\nObservation: ok\nQ:", add_special_tokens=False)
     n1, n2 = first.usage.completion_tokens, second.usage.completion_tokens
-    assert sample.prompt == "Q: 1+1=" and sample.prompt_length == len(tokenizer.encode("Q: 1+1=", add_special_tokens=False))
+    assert sample.prompt == "Q: 1+1=" and sample.prompt_length == len(
+        tokenizer.encode("Q: 1+1=", add_special_tokens=False)
+    )
     assert sample.loss_mask == [1] * n1 + [0] * len(added) + [1] * n2
-    assert sample.tokens[sample.prompt_length + n1: len(sample.tokens) - n2] == added
+    assert sample.tokens[sample.prompt_length + n1 : len(sample.tokens) - n2] == added
     assert second.usage.prompt_tokens == sample.prompt_length + n1 + len(added)
 
 
 def test_a_changed_history_is_a_conflict(client, router):
     messages = [{"role": "user", "content": "Hi"}]
-    reply = client.chat.completions.create(model="tiny", messages=messages, extra_headers={"X-Session-Id": "edit"}, **SAMPLING)
-    edited = [{"role": "user", "content": "Hello"}, reply.choices[0].message.model_dump(exclude_none=True),
-              {"role": "user", "content": "And?"}]
+    reply = client.chat.completions.create(
+        model="tiny", messages=messages, extra_headers={"X-Session-Id": "edit"}, **SAMPLING
+    )
+    edited = [
+        {"role": "user", "content": "Hello"},
+        reply.choices[0].message.model_dump(exclude_none=True),
+        {"role": "user", "content": "And?"},
+    ]
     with pytest.raises(openai.ConflictError, match=r"messages\[0\] \(user\) differs from what the session recorded"):
-        client.chat.completions.create(model="tiny", messages=edited, extra_headers={"X-Session-Id": "edit"}, **SAMPLING)
+        client.chat.completions.create(
+            model="tiny", messages=edited, extra_headers={"X-Session-Id": "edit"}, **SAMPLING
+        )
     assert session_sample(router.url, "edit").response_length == reply.usage.completion_tokens  # unchanged
 
 
 def test_a_streamed_answer_carries_the_same_completion(client, router):
-    chunks = list(client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hi"}], stream=True,
-                                                 stream_options={"include_usage": True}, seed=5, **SAMPLING,
-                                                 extra_headers={"X-Session-Id": "stream"}))
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "Hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+            seed=5,
+            **SAMPLING,
+            extra_headers={"X-Session-Id": "stream"},
+        )
+    )
     text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
     sample = session_sample(router.url, "stream")
     assert chunks[-1].usage.completion_tokens == sample.response_length and chunks[-2].choices[0].finish_reason

@@ -17,8 +17,12 @@ def cpu_engines(tiny_model_dir, tmp_path_factory):
     from slime_sglang.cpu_engine.launch import start_cpu_engine, stop, wait_healthy
 
     logs = tmp_path_factory.mktemp("cpu-engine-logs")
-    started = [start_cpu_engine(tiny_model_dir, None, "--context-length", "4096", "--num-threads", "1", log_path=logs / f"engine{i}.log")
-               for i in range(2)]
+    started = [
+        start_cpu_engine(
+            tiny_model_dir, None, "--context-length", "4096", "--num-threads", "1", log_path=logs / f"engine{i}.log"
+        )
+        for i in range(2)
+    ]
     try:
         for process, url in started:
             wait_healthy(process, url)

@@ -33,13 +33,13 @@ def reference_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]
             ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
             if ids[-1] == EOS:
                 break
-    return ids[len(prompt):]
+    return ids[len(prompt) :]
 
 
 def training_log_probs(model, prompt: list[int], output: list[int], temperature: float) -> torch.Tensor:
     """Log-probs of ``output`` as the trainer computes them: one forward of prompt + output."""
     with torch.no_grad():
-        logits = model(torch.tensor([prompt + output])).logits[0, len(prompt) - 1: -1]
+        logits = model(torch.tensor([prompt + output])).logits[0, len(prompt) - 1 : -1]
     return log_probs_from_logits(logits, torch.tensor(output), temperature)
 
 
@@ -65,7 +65,9 @@ def test_sampled_log_probs_use_the_temperature(engine_url, tokenizer, reference_
     prompt = tokenizer.encode("Once upon a time")
     out = generate(engine_url, prompt, return_logprob=True, temperature=0.7, max_new_tokens=20, sampling_seed=3)
     engine = torch.tensor([lp for lp, _, _ in out["meta_info"]["output_token_logprobs"]])
-    torch.testing.assert_close(engine, training_log_probs(reference_model, prompt, out["output_ids"], 0.7), atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        engine, training_log_probs(reference_model, prompt, out["output_ids"], 0.7), atol=1e-4, rtol=0
+    )
 
 
 def test_top_p_replay_returns_the_nuclei_drawn_from_and_log_probs_over_them(engine_url, tokenizer, reference_model):
@@ -80,7 +82,7 @@ def test_top_p_replay_returns_the_nuclei_drawn_from_and_log_probs_over_them(engi
     ids, offsets = decode_int32s(meta["top_p_token_ids"]), decode_int32s(meta["top_p_token_offsets"])
     nuclei = [ids[a:b] for a, b in zip(offsets, offsets[1:])]
     with torch.no_grad():
-        logits = reference_model(torch.tensor([prompt + output])).logits[0, len(prompt) - 1: -1]
+        logits = reference_model(torch.tensor([prompt + output])).logits[0, len(prompt) - 1 : -1]
     for token, nucleus, p in zip(output, nuclei, torch.softmax(logits / 0.8, -1), strict=True):
         assert token in nucleus
         ranked = p.argsort(descending=True)
@@ -88,11 +90,15 @@ def test_top_p_replay_returns_the_nuclei_drawn_from_and_log_probs_over_them(engi
     assert any(len(nucleus) > 1 for nucleus in nuclei)
     engine = torch.tensor([lp for lp, _, _ in meta["output_token_logprobs"]])
     keep = nucleus_keep_mask([ids], [offsets], torch.tensor(output), logits.shape[-1])
-    torch.testing.assert_close(engine, log_probs_from_logits(logits, torch.tensor(output), 0.8, keep_mask=keep), atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        engine, log_probs_from_logits(logits, torch.tensor(output), 0.8, keep_mask=keep), atol=1e-4, rtol=0
+    )
     plain = generate(engine_url, prompt, return_logprob=True, **params)
     assert plain["output_ids"] == output and "top_p_token_ids" not in plain["meta_info"]
     whole_vocabulary = torch.tensor([lp for lp, _, _ in plain["meta_info"]["output_token_logprobs"]])
-    torch.testing.assert_close(whole_vocabulary, training_log_probs(reference_model, prompt, output, 0.8), atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        whole_vocabulary, training_log_probs(reference_model, prompt, output, 0.8), atol=1e-4, rtol=0
+    )
     assert (engine - whole_vocabulary).max() > 0.05
 
 
@@ -104,6 +110,7 @@ def test_concurrent_requests_each_match_their_solo_greedy_decode(engine_url, tok
 
     async def run_all():
         async with httpx.AsyncClient(timeout=60) as client:
+
             async def one(prompt, n, delay):
                 await asyncio.sleep(delay)
                 body = {"input_ids": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": n}}
@@ -124,8 +131,13 @@ def test_a_group_sharing_its_prompt_samples_as_each_request_alone(engine_url, to
 
     async def together():
         async with httpx.AsyncClient(timeout=60) as client:
+
             async def one(prompt, seed):
-                body = {"input_ids": prompt, "return_logprob": True, "sampling_params": {**params, "sampling_seed": seed}}
+                body = {
+                    "input_ids": prompt,
+                    "return_logprob": True,
+                    "sampling_params": {**params, "sampling_seed": seed},
+                }
                 return (await client.post(f"{engine_url}/generate", json=body)).json()
 
             return await asyncio.gather(*(one(p, seed) for p, seed in requests))
@@ -146,8 +158,11 @@ def test_a_short_request_joins_a_running_long_one_and_finishes_first(engine_url,
 
     async def scenario():
         async with httpx.AsyncClient(timeout=60) as client:
-            long_body = {"input_ids": prompt, "rid": "long-one",
-                         "sampling_params": {"max_new_tokens": 3500, "ignore_eos": True}}
+            long_body = {
+                "input_ids": prompt,
+                "rid": "long-one",
+                "sampling_params": {"max_new_tokens": 3500, "ignore_eos": True},
+            }
             long_task = asyncio.create_task(client.post(f"{engine_url}/generate", json=long_body))
             await _until(client, engine_url, lambda info: info["running_requests"] == 1)
             short_body = {"input_ids": prompt, "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}}
@@ -195,7 +210,11 @@ def test_a_disconnected_client_s_request_is_aborted(engine_url):
 def test_pause_holds_running_and_new_requests_until_continue(engine_url):
     async def scenario():
         async with httpx.AsyncClient(timeout=60) as client:
-            body = {"input_ids": [20, 21], "rid": "paused-long", "sampling_params": {"max_new_tokens": 3500, "ignore_eos": True}}
+            body = {
+                "input_ids": [20, 21],
+                "rid": "paused-long",
+                "sampling_params": {"max_new_tokens": 3500, "ignore_eos": True},
+            }
             long_task = asyncio.create_task(client.post(f"{engine_url}/generate", json=body))
             await _until(client, engine_url, lambda info: info["running_requests"] == 1)
             assert (await client.post(f"{engine_url}/pause_generation", json={"mode": "retract"})).status_code == 200
@@ -226,7 +245,12 @@ def test_n_samples_of_one_prompt_in_one_request_are_the_requests_for_one_with_de
     from slime_core.engine import parallel_sample_seed
 
     prompt, params = tokenizer.encode("What is 2+2?"), {"temperature": 1.0, "max_new_tokens": 10, "ignore_eos": True}
-    body = {"input_ids": prompt, "return_logprob": True, "rid": "group-7", "sampling_params": {**params, "n": 5, "sampling_seed": 42}}
+    body = {
+        "input_ids": prompt,
+        "return_logprob": True,
+        "rid": "group-7",
+        "sampling_params": {**params, "n": 5, "sampling_seed": 42},
+    }
     response = httpx.post(f"{engine_url}/generate", json=body, timeout=60)
     assert response.status_code == 200, response.text
     copies = response.json()

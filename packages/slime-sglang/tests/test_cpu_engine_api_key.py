@@ -43,8 +43,11 @@ def test_the_admin_key_guards_the_control_endpoints_and_the_client_sends_it(engi
     async def check(url, http):
         refused = await http.post(f"{url}/pause_generation", json={})
         assert refused.status == 401 and "--admin-api-key" in (await refused.json())["error"]
-        wrong = await http.post(f"{url}/update_weights_from_tensor", data=b"x",
-                                headers={"Authorization": "Bearer nope", "Content-Type": "application/octet-stream"})
+        wrong = await http.post(
+            f"{url}/update_weights_from_tensor",
+            data=b"x",
+            headers={"Authorization": "Bearer nope", "Content-Type": "application/octet-stream"},
+        )
         assert wrong.status == 401
         for path in ("/flush_cache", "/release_memory_occupation", "/update_weights_from_disk", "/abort_request"):
             assert (await http.post(f"{url}{path}", json={})).status == 401, path
@@ -90,9 +93,12 @@ def test_serve_takes_its_keys_from_the_environment_not_its_command_line(tiny_mod
     network = Network.for_nodes(2)  # both keys
     port = free_port()
     slime = os.path.join(os.path.dirname(sys.executable), "slime")
-    process = subprocess.Popen([slime, "engine", "serve", "--model", str(tiny_model_dir), "--port", str(port),
-                                "--num-threads", "1"], env={**os.environ, **network.key_env()},
-                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [slime, "engine", "serve", "--model", str(tiny_model_dir), "--port", str(port), "--num-threads", "1"],
+        env={**os.environ, **network.key_env()},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(process, url)

@@ -11,9 +11,20 @@ def tiny_moe(seed: int):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.for_model(
-        "qwen3_moe", vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
-        mlp_only_layers=[1], max_position_embeddings=64)
+        "qwen3_moe",
+        vocab_size=100,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=16,
+        mlp_only_layers=[1],
+        max_position_embeddings=64,
+    )
     torch.manual_seed(seed)
     return AutoModelForCausalLM.from_config(config).eval()
 
@@ -26,7 +37,10 @@ def per_expert(model) -> list[tuple[str, torch.Tensor]]:
         if kind == "gate_up_proj":
             half = tensor.shape[1] // 2
             for e in range(tensor.shape[0]):
-                named += [(f"{prefix}.{e}.gate_proj.weight", tensor[e, :half]), (f"{prefix}.{e}.up_proj.weight", tensor[e, half:])]
+                named += [
+                    (f"{prefix}.{e}.gate_proj.weight", tensor[e, :half]),
+                    (f"{prefix}.{e}.up_proj.weight", tensor[e, half:]),
+                ]
         elif kind == "down_proj" and tensor.dim() == 3:
             named += [(f"{prefix}.{e}.down_proj.weight", tensor[e]) for e in range(tensor.shape[0])]
         else:
@@ -51,11 +65,16 @@ def test_a_partial_or_misshapen_expert_update_is_refused_before_anything_changes
     before = {name: t.clone() for name, t in engine.state_dict().items()}
     named = per_expert(tiny_moe(seed=1))
     without_one = [(name, t) for name, t in named if name != "model.layers.0.mlp.experts.2.up_proj.weight"]
-    assert "lacks 1 parameter(s), e.g. ['model.layers.0.mlp.experts.gate_up_proj']" in check_update(engine, without_one, complete=True)
+    assert "lacks 1 parameter(s), e.g. ['model.layers.0.mlp.experts.gate_up_proj']" in check_update(
+        engine, without_one, complete=True
+    )
     wrong = [("model.layers.0.mlp.experts.1.gate_proj.weight", torch.zeros(16, 16))]
-    assert "wrong shape for model.layers.0.mlp.experts.1.gate_proj.weight (16, 16) (model: (16, 32))" in check_update(engine, wrong)
-    assert "unknown parameter name(s) ['model.layers.0.mlp.experts.4.gate_proj.weight']" in \
-        check_update(engine, [("model.layers.0.mlp.experts.4.gate_proj.weight", torch.zeros(16, 32))])
+    assert "wrong shape for model.layers.0.mlp.experts.1.gate_proj.weight (16, 16) (model: (16, 32))" in check_update(
+        engine, wrong
+    )
+    assert "unknown parameter name(s) ['model.layers.0.mlp.experts.4.gate_proj.weight']" in check_update(
+        engine, [("model.layers.0.mlp.experts.4.gate_proj.weight", torch.zeros(16, 32))]
+    )
     assert all(torch.equal(engine.state_dict()[name], t) for name, t in before.items())
 
 

@@ -71,8 +71,13 @@ def test_requests_that_join_and_leave_the_batch_score_as_if_alone(served):
     assert a.output_ids == c.output_ids
     for r in (a, b, c, d, e):
         expected = log_probs_alone(model, r.input_ids + r.output_ids, len(r.output_ids))
-        torch.testing.assert_close(torch.tensor(r.output_logprobs), expected, rtol=0, atol=1e-4,
-                                   msg=f"request {r.rid} of {model.config.model_type}")
+        torch.testing.assert_close(
+            torch.tensor(r.output_logprobs),
+            expected,
+            rtol=0,
+            atol=1e-4,
+            msg=f"request {r.rid} of {model.config.model_type}",
+        )
 
 
 def test_the_served_engine_answers_with_the_log_probs_of_the_weights_in_force(served, tmp_path):
@@ -91,10 +96,19 @@ def test_the_served_engine_answers_with_the_log_probs_of_the_weights_in_force(se
     prompts = [[7, 8, 9], [30 + i for i in range(10)], [7, 8, 9], [50, 51, 52, 53, 54, 55]]
 
     async def generate_all() -> list[dict]:
-        bodies = [{"input_ids": p, "return_logprob": True,
-                   "sampling_params": {"temperature": 0, "max_new_tokens": 6 + 3 * i, "ignore_eos": True,
-                                       "stop_token_ids": [0]}}  # see `greedy`
-                  for i, p in enumerate(prompts)]
+        bodies = [
+            {
+                "input_ids": p,
+                "return_logprob": True,
+                "sampling_params": {
+                    "temperature": 0,
+                    "max_new_tokens": 6 + 3 * i,
+                    "ignore_eos": True,
+                    "stop_token_ids": [0],
+                },
+            }  # see `greedy`
+            for i, p in enumerate(prompts)
+        ]
         return await asyncio.gather(*(engine.generate(parse_generate(b, engine.vocab_size, 128)) for b in bodies))
 
     async def run() -> tuple[list[dict], list[dict]]:

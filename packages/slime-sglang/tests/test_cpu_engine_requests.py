@@ -9,43 +9,55 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("body, hint", [
-    ({}, "input_ids is missing"),
-    ({"input_ids": []}, "non-empty list"),
-    ({"input_ids": [5, 100]}, "outside the vocabulary [0, 100)"),
-    ({"input_ids": [[5, 6], [7]]}, "batches are not supported"),
-    ({"input_ids": [5] * 5000}, "context length is 4096"),
-    ({"input_ids": [5], "sampling_params": {"max_new_tokens": -1}}, "max_new_tokens must be >= 0"),
-    ({"input_ids": [5], "sampling_params": {"temprature": 0.5}}, "unknown sampling param 'temprature'"),
-    ({"input_ids": [5], "sampling_params": {"top_p": 0}}, "top_p must be in (0, 1]"),
-    ({"input_ids": [5], "sampling_params": {"top_k": 0}}, "top_k must be -1 (off) or at least 1"),
-    ({"input_ids": [5], "sampling_params": {"stop": [""]}}, "stop must be"),
-    ({"input_ids": [5], "sampling_params": {"stop_token_ids": [7, 999]}}, "stop_token_ids has ids outside"),
-    ({"input_ids": [5], "sampling_params": {"sampling_seed": "7"}}, "sampling_seed must be an integer"),
-    ({"input_ids": [5], "stream": True}, "does not support stream"),
-    ({"input_ids": [5], "prompt": "hi"}, "unknown request field 'prompt'"),
-    ({"input_ids": [5], "rid": 7}, "rid must be a string"),
-    ({"input_ids": [5], "sampling_params": {"n": 0}}, "sampling_params.n must be at least 1"),
-    ({"input_ids": [5], "sampling_params": {"n": "8"}}, "n must be an integer"),
-    ({"input_ids": [5], "sampling_params": {"custom_params": {"return_top_p": True}}}, "unknown custom param 'return_top_p'"),
-    ({"input_ids": [5], "sampling_params": {"custom_params": [1]}}, "custom_params must be a JSON object"),
-    ({"input_ids": [5], "sampling_params": {"return_top_p_token_ids": True}}, "unknown sampling param 'return_top_p_token_ids'"),
-])
+@pytest.mark.parametrize(
+    "body, hint",
+    [
+        ({}, "input_ids is missing"),
+        ({"input_ids": []}, "non-empty list"),
+        ({"input_ids": [5, 100]}, "outside the vocabulary [0, 100)"),
+        ({"input_ids": [[5, 6], [7]]}, "batches are not supported"),
+        ({"input_ids": [5] * 5000}, "context length is 4096"),
+        ({"input_ids": [5], "sampling_params": {"max_new_tokens": -1}}, "max_new_tokens must be >= 0"),
+        ({"input_ids": [5], "sampling_params": {"temprature": 0.5}}, "unknown sampling param 'temprature'"),
+        ({"input_ids": [5], "sampling_params": {"top_p": 0}}, "top_p must be in (0, 1]"),
+        ({"input_ids": [5], "sampling_params": {"top_k": 0}}, "top_k must be -1 (off) or at least 1"),
+        ({"input_ids": [5], "sampling_params": {"stop": [""]}}, "stop must be"),
+        ({"input_ids": [5], "sampling_params": {"stop_token_ids": [7, 999]}}, "stop_token_ids has ids outside"),
+        ({"input_ids": [5], "sampling_params": {"sampling_seed": "7"}}, "sampling_seed must be an integer"),
+        ({"input_ids": [5], "stream": True}, "does not support stream"),
+        ({"input_ids": [5], "prompt": "hi"}, "unknown request field 'prompt'"),
+        ({"input_ids": [5], "rid": 7}, "rid must be a string"),
+        ({"input_ids": [5], "sampling_params": {"n": 0}}, "sampling_params.n must be at least 1"),
+        ({"input_ids": [5], "sampling_params": {"n": "8"}}, "n must be an integer"),
+        (
+            {"input_ids": [5], "sampling_params": {"custom_params": {"return_top_p": True}}},
+            "unknown custom param 'return_top_p'",
+        ),
+        ({"input_ids": [5], "sampling_params": {"custom_params": [1]}}, "custom_params must be a JSON object"),
+        (
+            {"input_ids": [5], "sampling_params": {"return_top_p_token_ids": True}},
+            "unknown sampling param 'return_top_p_token_ids'",
+        ),
+    ],
+)
 def test_malformed_generate_requests_get_400_with_the_fix(engine_url, body, hint):
     response = httpx.post(f"{engine_url}/generate", json=body, timeout=30)
     assert response.status_code == 400
     assert hint in response.json()["error"]
 
 
-@pytest.mark.parametrize("path, body, hint", [
-    ("/generate", "{not json", "not valid JSON"),
-    ("/generate", "[1, 2]", "must be a JSON object"),
-    ("/abort_request", "{}", '{"rid": "<request id>"} or {"abort_all": true}'),
-    ("/pause_generation", '{"mode": "later"}', "mode must be one of"),
-    ("/release_memory_occupation", '{"tags": ["gpu"]}', "tags must be a list drawn from"),
-    ("/update_weights_from_disk", '{"path": "/x"}', "unknown field for /update_weights_from_disk 'path'"),
-    ("/update_weights_from_tensor", '{"serialized_named_tensors": "abc"}', "must be a list of strings"),
-])
+@pytest.mark.parametrize(
+    "path, body, hint",
+    [
+        ("/generate", "{not json", "not valid JSON"),
+        ("/generate", "[1, 2]", "must be a JSON object"),
+        ("/abort_request", "{}", '{"rid": "<request id>"} or {"abort_all": true}'),
+        ("/pause_generation", '{"mode": "later"}', "mode must be one of"),
+        ("/release_memory_occupation", '{"tags": ["gpu"]}', "tags must be a list drawn from"),
+        ("/update_weights_from_disk", '{"path": "/x"}', "unknown field for /update_weights_from_disk 'path'"),
+        ("/update_weights_from_tensor", '{"serialized_named_tensors": "abc"}', "must be a list of strings"),
+    ],
+)
 def test_malformed_control_requests_get_400_with_the_fix(engine_url, path, body, hint):
     response = httpx.post(f"{engine_url}{path}", content=body, timeout=30)
     assert response.status_code == 400

@@ -20,16 +20,23 @@ def test_the_router_spreads_generate_requests_over_both_engines(cpu_engines, tin
 
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"prompt": "1+1="}\n')
-    config = make_config(prompts, tiny_model_dir, rollout_batch_size=1, router_policy="round_robin", output_dir=str(tmp_path))
+    config = make_config(
+        prompts, tiny_model_dir, rollout_batch_size=1, router_policy="round_robin", output_dir=str(tmp_path)
+    )
     with start_router(config, cpu_engines) as router:
         url = router.url
         before = [finished(engine) for engine in cpu_engines]
-        body = {"input_ids": [5, 6, 7], "return_logprob": True,
-                "sampling_params": {"temperature": 0.5, "max_new_tokens": 5, "ignore_eos": True}}
+        body = {
+            "input_ids": [5, 6, 7],
+            "return_logprob": True,
+            "sampling_params": {"temperature": 0.5, "max_new_tokens": 5, "ignore_eos": True},
+        }
         answers = [httpx.post(f"{url}/generate", json=body, timeout=60) for _ in range(6)]
         served = [finished(engine) - count for engine, count in zip(cpu_engines, before)]
         refused = httpx.post(f"{url}/generate", json={"input_ids": [5, 100000]}, timeout=60)
-        group = httpx.post(f"{url}/generate", json={**body, "sampling_params": {**body["sampling_params"], "n": 4}}, timeout=60)
+        group = httpx.post(
+            f"{url}/generate", json={**body, "sampling_params": {**body["sampling_params"], "n": 4}}, timeout=60
+        )
     assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
     for answer in map(httpx.Response.json, answers):
         meta = answer["meta_info"]

@@ -53,8 +53,12 @@ def test_top_p_replay_reports_each_draw_s_nucleus_and_renormalises_its_log_prob(
     is its token (log-prob 0); an unrestricted one's is empty (the whole vocabulary, log-prob
     unchanged); a row that does not ask gets none."""
     replay = dict(return_top_p_token_ids=True)
-    params = [SamplingParams(top_p=0.6, **replay), SamplingParams(temperature=0, **replay),
-              SamplingParams(**replay), SamplingParams(top_p=0.6)]
+    params = [
+        SamplingParams(top_p=0.6, **replay),
+        SamplingParams(temperature=0, **replay),
+        SamplingParams(**replay),
+        SamplingParams(top_p=0.6),
+    ]
     tokens, log_probs, nuclei = sample_tokens(PROBS.log().repeat(4, 1), params, [torch.Generator().manual_seed(1)] * 4)
     assert nuclei == [[0, 1], [0], [], None]
     assert tokens[0] in (0, 1) and tokens[1] == 0

@@ -40,21 +40,27 @@ def test_a_tensor_bucket_update_changes_outputs_and_version(engine_url, other_mo
 
     before = sample(engine_url)
     named = list(AutoModelForCausalLM.from_pretrained(other_model_dir).named_parameters())
-    buckets = [encode_bucket(named[: len(named) // 2]), encode_bucket(named[len(named) // 2:])]
-    response = post(engine_url, "/update_weights_from_tensor",
-                    {"serialized_named_tensors": buckets, "weight_version": "v1", "flush_cache": True})
+    buckets = [encode_bucket(named[: len(named) // 2]), encode_bucket(named[len(named) // 2 :])]
+    response = post(
+        engine_url,
+        "/update_weights_from_tensor",
+        {"serialized_named_tensors": buckets, "weight_version": "v1", "flush_cache": True},
+    )
     assert response.status_code == 200 and response.json()["success"], response.text
     after = sample(engine_url)
     assert after["outputs"] != before["outputs"]
     assert after["meta_info"]["weight_version"] == "v1"
     assert httpx.get(f"{engine_url}/server_info").json()["weight_version"] == "v1"
     # The engine now serves the other model's weights exactly: disk gives the same answer.
-    assert post(engine_url, "/update_weights_from_disk", {"model_path": str(other_model_dir), "weight_version": "v2"}).json()["success"]
+    assert post(
+        engine_url, "/update_weights_from_disk", {"model_path": str(other_model_dir), "weight_version": "v2"}
+    ).json()["success"]
     assert sample(engine_url)["outputs"] == after["outputs"]
 
 
-def test_the_client_sends_a_bucket_as_raw_bytes_and_the_engine_loads_it_alike(engine_url, tiny_model_dir, other_model_dir,
-                                                                              restore_weights):
+def test_the_client_sends_a_bucket_as_raw_bytes_and_the_engine_loads_it_alike(
+    engine_url, tiny_model_dir, other_model_dir, restore_weights
+):
     """EngineClient's form (the safetensors bytes as the body, fields in the query) loads what
     SGLang's JSON form loads; a body that is not a bucket, or a bad flag, is refused."""
     from transformers import AutoModelForCausalLM
@@ -79,14 +85,18 @@ def test_the_client_sends_a_bucket_as_raw_bytes_and_the_engine_loads_it_alike(en
     raw = {"Content-Type": "application/octet-stream"}
     refused = httpx.post(f"{engine_url}/update_weights_from_tensor", content=b"not a bucket", headers=raw, timeout=60)
     assert refused.status_code == 400 and "not a tensor bucket" in refused.json()["message"]
-    refused = httpx.post(f"{engine_url}/update_weights_from_tensor?flush_cache=yes", content=b"x", headers=raw, timeout=60)
+    refused = httpx.post(
+        f"{engine_url}/update_weights_from_tensor?flush_cache=yes", content=b"x", headers=raw, timeout=60
+    )
     assert refused.status_code == 400 and "flush_cache must be true or false" in refused.text
     assert sample(engine_url)["meta_info"]["weight_version"] == "raw-1"
 
 
 def test_a_disk_update_changes_outputs_and_back(engine_url, tiny_model_dir, other_model_dir, restore_weights):
     before = sample(engine_url)
-    assert post(engine_url, "/update_weights_from_disk", {"model_path": str(other_model_dir), "weight_version": "disk-1"}).json()["success"]
+    assert post(
+        engine_url, "/update_weights_from_disk", {"model_path": str(other_model_dir), "weight_version": "disk-1"}
+    ).json()["success"]
     changed = sample(engine_url)
     assert changed["outputs"] != before["outputs"] and changed["meta_info"]["weight_version"] == "disk-1"
     assert post(engine_url, "/update_weights_from_disk", {"model_path": str(tiny_model_dir)}).json()["success"]
@@ -98,7 +108,11 @@ def test_a_disk_update_changes_outputs_and_back(engine_url, tiny_model_dir, othe
 def test_a_request_running_across_an_update_reports_the_version_at_its_end(engine_url, tiny_model_dir, restore_weights):
     async def scenario():
         async with httpx.AsyncClient(timeout=60) as client:
-            body = {"input_ids": PROMPT, "rid": "across", "sampling_params": {"max_new_tokens": 3500, "ignore_eos": True}}
+            body = {
+                "input_ids": PROMPT,
+                "rid": "across",
+                "sampling_params": {"max_new_tokens": 3500, "ignore_eos": True},
+            }
             running = asyncio.create_task(client.post(f"{engine_url}/generate", json=body))
             while (await client.get(f"{engine_url}/server_info")).json()["running_requests"] == 0:
                 await asyncio.sleep(0.01)
@@ -110,19 +124,28 @@ def test_a_request_running_across_an_update_reports_the_version_at_its_end(engin
     assert asyncio.run(scenario())["meta_info"]["weight_version"] == "during"
 
 
-@pytest.mark.parametrize("bad_pair, hint", [
-    (("model.layers.0.mlp.nonexistent.weight", torch.zeros(3)), "unknown parameter name"),
-    (("model.norm.weight", torch.zeros(7)), "wrong shape"),
-])
+@pytest.mark.parametrize(
+    "bad_pair, hint",
+    [
+        (("model.layers.0.mlp.nonexistent.weight", torch.zeros(3)), "unknown parameter name"),
+        (("model.norm.weight", torch.zeros(7)), "wrong shape"),
+    ],
+)
 def test_a_bad_update_is_refused_and_changes_nothing(engine_url, bad_pair, hint):
     before = sample(engine_url)
     good = ("model.embed_tokens.weight", torch.randn(100, 64))
-    response = post(engine_url, "/update_weights_from_tensor",
-                    {"serialized_named_tensors": [encode_bucket([good, bad_pair])], "weight_version": "bad"})
+    response = post(
+        engine_url,
+        "/update_weights_from_tensor",
+        {"serialized_named_tensors": [encode_bucket([good, bad_pair])], "weight_version": "bad"},
+    )
     assert response.status_code == 400
     assert response.json()["success"] is False and hint in response.json()["message"]
     after = sample(engine_url)
-    assert after["outputs"] == before["outputs"] and after["meta_info"]["weight_version"] == before["meta_info"]["weight_version"]
+    assert (
+        after["outputs"] == before["outputs"]
+        and after["meta_info"]["weight_version"] == before["meta_info"]["weight_version"]
+    )
 
 
 def test_unreadable_updates_are_refused_with_a_message(engine_url, tmp_path):
@@ -143,9 +166,14 @@ def test_release_and_resume_keep_generation_identical(engine_url):
             waiting = asyncio.create_task(client.post(f"{engine_url}/generate", json=body))
             await asyncio.sleep(0.3)
             held = not waiting.done()
-            refused = (await client.post(f"{engine_url}/update_weights_from_tensor",
-                                         json={"serialized_named_tensors": []})).json()
-            assert (await client.post(f"{engine_url}/resume_memory_occupation", json={"tags": ["weights", "kv_cache", "cuda_graph"]})).status_code == 200
+            refused = (
+                await client.post(f"{engine_url}/update_weights_from_tensor", json={"serialized_named_tensors": []})
+            ).json()
+            assert (
+                await client.post(
+                    f"{engine_url}/resume_memory_occupation", json={"tags": ["weights", "kv_cache", "cuda_graph"]}
+                )
+            ).status_code == 200
             return info, held, refused, (await waiting).json()
 
     info, held, refused, during = asyncio.run(scenario())

@@ -42,8 +42,9 @@ def server_infos(urls: list[str]) -> list[dict]:
     return [httpx.get(f"{url}/server_info", timeout=10).json() for url in urls]
 
 
-def test_started_cpu_engines_take_every_control_call_and_leave_nothing_behind(ray_cluster, config_for, tiny_model_dir,
-                                                                            other_model_dir):
+def test_started_cpu_engines_take_every_control_call_and_leave_nothing_behind(
+    ray_cluster, config_for, tiny_model_dir, other_model_dir
+):
     group = EngineGroup.start(config_for(rollout_engine="cpu", rollout_num_gpus=2), str(tiny_model_dir))
     try:
         assert len(set(group.urls)) == 2 and len(serving_pids(group.urls)) == 2
@@ -74,8 +75,11 @@ def test_started_cpu_engines_take_every_control_call_and_leave_nothing_behind(ra
 def test_an_engine_that_fails_to_start_is_named_with_its_log(ray_cluster, config_for, tmp_path):
     not_a_model = tmp_path / "empty"
     not_a_model.mkdir()
-    with pytest.raises(RuntimeError, match=r"rollout engine 0 of 1 \(cpu\) did not start: .*exited with code 2.*"
-                                           r"log: .*slime-engine-\d+\.log.*has no config\.json"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"rollout engine 0 of 1 \(cpu\) did not start: .*exited with code 2.*"
+        r"log: .*slime-engine-\d+\.log.*has no config\.json",
+    ):
         EngineGroup.start(config_for(rollout_engine="cpu", rollout_num_gpus=1), str(not_a_model))
 
 
@@ -91,8 +95,11 @@ def test_external_engines_are_used_as_they_are_and_never_shut_down(config_for, c
 def test_an_unreachable_external_engine_is_a_clear_error(config_for, cpu_engines):
     dead = f"127.0.0.1:{free_port()}"
     config = config_for(rollout_external_engine_addrs=[cpu_engines[0].removeprefix("http://"), dead])
-    with pytest.raises(RuntimeError, match=rf"external engine http://{dead} did not answer /health \(ConnectError.*"
-                                           r"Start the engines first, or fix --rollout-external-engine-addrs"):
+    with pytest.raises(
+        RuntimeError,
+        match=rf"external engine http://{dead} did not answer /health \(ConnectError.*"
+        r"Start the engines first, or fix --rollout-external-engine-addrs",
+    ):
         EngineGroup.start(config, "/not/used")
 
 
@@ -100,4 +107,3 @@ def _ones(size: int):
     import torch
 
     return torch.ones(size)
-

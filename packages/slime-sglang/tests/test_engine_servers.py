@@ -27,7 +27,9 @@ def test_cpu_engine_actor_serves_and_dies_with_its_actor(ray_cluster, tiny_model
     async def generate():
         client = EngineClient(url)
         try:
-            return await client.generate([5, 6, 7], SamplingParams(max_new_tokens=3, temperature=0.0)), await client.server_info()
+            return await client.generate(
+                [5, 6, 7], SamplingParams(max_new_tokens=3, temperature=0.0)
+            ), await client.server_info()
         finally:
             await client.close()
 
@@ -76,5 +78,16 @@ def test_sglang_command_passes_sglang_options_through(tiny_model_dir, tmp_path):
     config.sglang.update({"mem_fraction_static": 0.7, "enable_torch_compile": True, "disable_radix_cache": False})
     command = sglang_command(config, "/models/x", 30001)
     assert command[1:3] == ["-m", "slime_sglang.sglang_server"]  # sglang.launch_server, given the run's keys
-    assert command[3:] == ["--model-path", "/models/x", "--host", "127.0.0.1", "--port", "30001", "--tp-size", "2",
-                           "--mem-fraction-static", "0.7", "--enable-torch-compile"]
+    assert command[3:] == [
+        "--model-path",
+        "/models/x",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "30001",
+        "--tp-size",
+        "2",
+        "--mem-fraction-static",
+        "0.7",
+        "--enable-torch-compile",
+    ]

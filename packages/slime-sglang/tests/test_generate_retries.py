@@ -61,11 +61,19 @@ class Colocation:
 def monitored():
     """A running `EngineMonitor` over `Engines` (health checks every 0.2 s); its engines and
     the run's config (fault tolerance on, one retry)."""
-    config = Config({"use_fault_tolerance": True, "generate_max_retries": 1, "rollout_health_check_interval": 0.2,
-                     "rollout_health_check_timeout": 1.0, "max_engine_restarts": 3})
+    config = Config(
+        {
+            "use_fault_tolerance": True,
+            "generate_max_retries": 1,
+            "rollout_health_check_interval": 0.2,
+            "rollout_health_check_timeout": 1.0,
+            "max_engine_restarts": 3,
+        }
+    )
     engines, router, lines = Engines(), Router(), []
-    monitor = EngineMonitor(config, engines, router, Weights(), Colocation(), run=None, version=lambda: 0,
-                            log=lines.append).start()
+    monitor = EngineMonitor(
+        config, engines, router, Weights(), Colocation(), run=None, version=lambda: 0, log=lines.append
+    ).start()
     try:
         yield engines, config, monitor
     finally:

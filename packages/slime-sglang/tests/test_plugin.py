@@ -16,13 +16,31 @@ def test_an_in_process_run_that_would_start_engines_is_refused_before_it_starts(
 
     data = tmp_path / "prompts.jsonl"
     data.write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
-    argv = ["--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--actor-runtime", "inprocess",
-            "--rollout-engine", "cpu", "--rm-type", "exact_match", "--rollout-batch-size", "1", "--num-rollout", "1",
-            "--rollout-max-response-len", "4", "--output-dir", str(tmp_path / "run")]
+    argv = [
+        "--prompt-data",
+        str(data),
+        "--hf-checkpoint",
+        str(tiny_model_dir),
+        "--actor-runtime",
+        "inprocess",
+        "--rollout-engine",
+        "cpu",
+        "--rm-type",
+        "exact_match",
+        "--rollout-batch-size",
+        "1",
+        "--num-rollout",
+        "1",
+        "--rollout-max-response-len",
+        "4",
+        "--output-dir",
+        str(tmp_path / "run"),
+    ]
     assert run_command(argv, Plugins()) == 2
-    assert ("--actor-runtime inprocess runs without Ray, and the sglang rollout backend starts its engines as Ray "
-            "actors; use --actor-runtime ray, or give running engines with --rollout-external-engine-addrs") \
-        in capsys.readouterr().err
+    assert (
+        "--actor-runtime inprocess runs without Ray, and the sglang rollout backend starts its engines as Ray "
+        "actors; use --actor-runtime ray, or give running engines with --rollout-external-engine-addrs"
+    ) in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
     sft = ["--rollout-function", "sft", "--loss-type", "sft_loss", "--dry-run"]
     assert run_command([*argv, *sft], Plugins()) == 0

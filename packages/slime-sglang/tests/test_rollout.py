@@ -8,12 +8,12 @@ import pytest
 from slime_core.data.source import PromptDataSource
 from slime_core.plugins import Plugins
 from slime_core.reward_hub import RewardHub
+from slime_core.rollout_parts import GenerateContext, RolloutParts
 from slime_core.sample import SampleStatus
 from slime_core.testing import make_config
 from slime_sglang.client import EngineClient
-from slime_sglang.evaluation import evaluate, pass_at_k
-from slime_core.rollout_parts import GenerateContext, RolloutParts
 from slime_sglang.engine_group import EngineGroup
+from slime_sglang.evaluation import evaluate, pass_at_k
 from slime_sglang.generate import generate_sample
 from slime_sglang.rollout import default_rollout
 
@@ -38,9 +38,17 @@ def parts_for(tmp_path, tiny_model_dir, tokenizer, engine_url):
     def build(**overrides):
         plugins = Plugins()
         plugins.register_object("test_rewards", _RewardPlugin)
-        config = make_config(data, tiny_model_dir, **{"rollout_batch_size": 4, "n_samples_per_prompt": 3,
-                                                       "rollout_max_response_len": 12, "rm_type": "length_parity",
-                                                       **overrides})
+        config = make_config(
+            data,
+            tiny_model_dir,
+            **{
+                "rollout_batch_size": 4,
+                "n_samples_per_prompt": 3,
+                "rollout_max_response_len": 12,
+                "rm_type": "length_parity",
+                **overrides,
+            },
+        )
         client = EngineClient(engine_url)
         parts = RolloutParts(
             data_source=PromptDataSource.from_config(config, tokenizer),
@@ -96,8 +104,12 @@ def test_a_fresh_group_is_one_request_and_samples_what_per_sample_requests_sampl
     samples (tokens, log-probs) are those of one request per sample."""
     samples, requests = {}, {}
     for grouped, concurrency in ((True, 512), (False, 512), (True, 2)):
-        config, parts = parts_for(rollout_group_requests=grouped, rollout_concurrency=concurrency, rollout_engine="cpu",
-                                  rollout_max_response_len=6)
+        config, parts = parts_for(
+            rollout_group_requests=grouped,
+            rollout_concurrency=concurrency,
+            rollout_engine="cpu",
+            rollout_max_response_len=6,
+        )
         parts.group_filter = None
         parts.ctx.engine = _CountingClient(engine_url)
         result = asyncio.run(default_rollout(0, config, parts))
@@ -118,8 +130,13 @@ def test_partial_groups_come_back_from_the_buffer_and_finish(parts_for):
     # Stop strings end responses after a random number of tokens (a random model emits each
     # character now and then), so groups finish at very different times and the abort that
     # ends the rollout catches some mid-generation.
-    config, parts = parts_for(partial_rollout=True, rollout_batch_size=2, over_sampling_batch_size=8,
-                              rollout_max_response_len=400, rollout_stop=["a", "e", "i"])
+    config, parts = parts_for(
+        partial_rollout=True,
+        rollout_batch_size=2,
+        over_sampling_batch_size=8,
+        rollout_max_response_len=400,
+        rollout_stop=["a", "e", "i"],
+    )
 
     async def two_rollouts():
         first = await default_rollout(0, config, parts)

@@ -27,8 +27,10 @@ def sglang_models(tmp_path_factory):
     if importlib.util.find_spec("sglang") is None:
         pytest.fail("the gpu tests of slime-sglang need SGLang: pip install 'slime-sglang[server]'")
     root = tmp_path_factory.mktemp("sglang-models")
-    return (build_tiny_qwen3(root / "a", hidden_size=256, num_layers=2, seed=0),
-            build_tiny_qwen3(root / "b", hidden_size=256, num_layers=2, seed=1))
+    return (
+        build_tiny_qwen3(root / "a", hidden_size=256, num_layers=2, seed=0),
+        build_tiny_qwen3(root / "b", hidden_size=256, num_layers=2, seed=1),
+    )
 
 
 def test_sglang_generates_with_log_probs_and_loads_new_weights(ray_cluster, sglang_models, tmp_path):
@@ -39,6 +41,7 @@ def test_sglang_generates_with_log_probs_and_loads_new_weights(ray_cluster, sgla
     config.sglang.update({"mem_fraction_static": 0.3})
     group = EngineGroup.start(config, str(first))
     try:
+
         async def exercise():
             client = EngineClient(group.urls[0])
             sampling = SamplingParams(max_new_tokens=8, temperature=1.0, sampling_seed=0)

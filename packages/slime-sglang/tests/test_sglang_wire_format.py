@@ -31,8 +31,11 @@ ENDPOINTS = {
     "/release_memory_occupation": "ReleaseMemoryOccupationReqInput",
     "/resume_memory_occupation": "ResumeMemoryOccupationReqInput",
 }
-GENERATED = {"text": "4", "output_ids": [7], "meta_info": {"finish_reason": {"type": "stop"},
-                                                           "output_token_logprobs": [[-0.5, 7, None]]}}
+GENERATED = {
+    "text": "4",
+    "output_ids": [7],
+    "meta_info": {"finish_reason": {"type": "stop"}, "output_token_logprobs": [[-0.5, 7, None]]},
+}
 
 
 async def capture_every_call(client_calls) -> list[tuple[str, dict]]:
@@ -124,4 +127,6 @@ def test_the_tensor_transport_is_not_offered_to_real_sglang_servers(tmp_path, ti
     data = tmp_path / "p.jsonl"
     data.write_text('{"prompt": "1+1=", "label": "2"}\n')
     with pytest.raises(ConfigError, match="a real SGLang server .* use broadcast"):
-        make_config(data, tiny_model_dir, rollout_batch_size=1, rollout_engine="sglang", update_weight_transport="tensor")
+        make_config(
+            data, tiny_model_dir, rollout_batch_size=1, rollout_engine="sglang", update_weight_transport="tensor"
+        )

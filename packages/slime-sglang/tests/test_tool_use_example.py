@@ -28,12 +28,20 @@ def test_the_calculator_evaluates_arithmetic_and_nothing_else():
     assert evaluate("12+7") == 19 and evaluate("-(2-5)*3") == 9 and evaluate("7/2") == Fraction(7, 2)
     assert evaluate(" 2 * (3 + 4) - 10 / 4 ") == Fraction(23, 2)
     assert tool_result("7/2") == "<result>3.5</result>" and tool_result("1/3") == "<result>0.333333</result>"
-    for bad, why in [("3/0", "division by zero"), ("2**3", "unexpected '\\*'"), ("__import__('os')", "unexpected '_'"),
-                     ("(1+2", "ends too early"), ("1 2", "unexpected '2'"), ("9" * 65, "longer than 64")]:
+    for bad, why in [
+        ("3/0", "division by zero"),
+        ("2**3", "unexpected '\\*'"),
+        ("__import__('os')", "unexpected '_'"),
+        ("(1+2", "ends too early"),
+        ("1 2", "unexpected '2'"),
+        ("9" * 65, "longer than 64"),
+    ]:
         with pytest.raises(CalculatorError, match=why):
             evaluate(bad)
     assert tool_result("3/0") == "<result>error: division by zero</result>"
-    assert pending_call("23*7=<calc>23*7</calc>") == "23*7" and pending_call("<calc>1</calc><result>1</result>1") is None
+    assert (
+        pending_call("23*7=<calc>23*7</calc>") == "23*7" and pending_call("<calc>1</calc><result>1</result>1") is None
+    )
 
 
 def test_the_reward_grades_the_answer_after_the_last_tool_result():
@@ -88,8 +96,8 @@ def rollout(warmed_up):
     from slime_core.plugins import Plugins
     from slime_core.plugins.custom_paths import apply_custom_paths
     from slime_core.reward_hub import RewardHub
-    from slime_sglang.client import EngineClient
     from slime_core.rollout_parts import GenerateContext
+    from slime_sglang.client import EngineClient
     from slime_sglang.rollout import RolloutParts, default_rollout
 
     model_dir, url = warmed_up
@@ -97,17 +105,41 @@ def rollout(warmed_up):
     options = OptionSet()
     plugins.add_options(options)
     eval_data = str(EXAMPLE / "data" / "multiply_eval.jsonl")
-    config = load_config([str(EXAMPLE / "calculator.yaml"), "--prompt-data", eval_data, "--eval-prompt-data", "multiply",
-                          eval_data, "--hf-checkpoint", str(model_dir), "--rollout-batch-size", "4",
-                          "--n-samples-per-prompt", "2", "--global-batch-size", "8", "--rollout-temperature", str(TEMPERATURE)], options, plugins)
+    config = load_config(
+        [
+            str(EXAMPLE / "calculator.yaml"),
+            "--prompt-data",
+            eval_data,
+            "--eval-prompt-data",
+            "multiply",
+            eval_data,
+            "--hf-checkpoint",
+            str(model_dir),
+            "--rollout-batch-size",
+            "4",
+            "--n-samples-per-prompt",
+            "2",
+            "--global-batch-size",
+            "8",
+            "--rollout-temperature",
+            str(TEMPERATURE),
+        ],
+        options,
+        plugins,
+    )
     apply_custom_paths(config, plugins)
     generate = plugins.registry("generate_functions").get(config.generate_function)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
 
     async def one_rollout():
         client, reward_hub = EngineClient(url), RewardHub(config, plugins)
-        parts = RolloutParts(PromptDataSource.from_config(config, tokenizer), reward_hub, generate, None,
-                             GenerateContext(client, tokenizer, config))
+        parts = RolloutParts(
+            PromptDataSource.from_config(config, tokenizer),
+            reward_hub,
+            generate,
+            None,
+            GenerateContext(client, tokenizer, config),
+        )
         try:
             return await default_rollout(0, config, parts)
         finally:
@@ -145,11 +177,11 @@ def test_the_model_calls_the_tool_and_the_results_are_context_not_training_data(
     completed = [sample for sample in called if sample.status == SampleStatus.COMPLETED]
     assert 2 * len(completed) >= len(called), [sample.response for sample in called]
     for sample in called:
-        response = sample.tokens[sample.prompt_length:]
+        response = sample.tokens[sample.prompt_length :]
         masked = [token for token, mask in zip(response, sample.loss_mask) if mask == 0]
         expression = pending_call(sample.response.partition("<result>")[0])
         assert tool_result(expression) in sample.response
-        first_result = tokenizer.decode(masked)[:len(tool_result(expression))]
+        first_result = tokenizer.decode(masked)[: len(tool_result(expression))]
         assert first_result == tool_result(expression)  # the tool's answer is context, untrained
         if sample.status == SampleStatus.COMPLETED:  # one call: exactly its answer is untrained
             assert tokenizer.decode(masked) == tool_result(expression)
@@ -168,7 +200,7 @@ def test_rollout_log_probs_of_the_model_tokens_are_the_engines(rollout, warmed_u
         with torch.no_grad():
             logits = model(torch.tensor([sample.tokens])).logits[0, sample.prompt_length - 1 : -1]
         log_probs = torch.log_softmax(logits / TEMPERATURE, dim=-1)
-        expected = log_probs.gather(-1, torch.tensor(sample.tokens[sample.prompt_length:])[:, None])[:, 0]
+        expected = log_probs.gather(-1, torch.tensor(sample.tokens[sample.prompt_length :])[:, None])[:, 0]
         trained = torch.tensor(sample.loss_mask, dtype=torch.bool)
         assert torch.allclose(torch.tensor(sample.rollout_log_probs)[trained], expected[trained], atol=1e-4)
 
@@ -186,15 +218,19 @@ def test_the_reward_is_the_final_answer_s(rollout):
 def test_length_and_tool_call_limits_truncate(warmed_up, tokenizer):
     from examples.tool_use.multi_turn import generate_with_tools
     from slime_core.engine import SamplingParams
+    from slime_core.rollout_parts import GenerateContext
     from slime_core.sample import Sample, SampleStatus
     from slime_sglang.client import EngineClient
-    from slime_core.rollout_parts import GenerateContext
 
     async def run(max_new_tokens, max_tool_calls):
         client = EngineClient(warmed_up[1])
         sample = Sample(group_index=0, index=0, prompt="75*7=", label="525")  # a training prompt: greedy gets it right
-        await generate_with_tools(sample, SamplingParams(max_new_tokens=max_new_tokens, temperature=0),
-                                  GenerateContext(client, tokenizer, None), max_tool_calls)
+        await generate_with_tools(
+            sample,
+            SamplingParams(max_new_tokens=max_new_tokens, temperature=0),
+            GenerateContext(client, tokenizer, None),
+            max_tool_calls,
+        )
         await client.close()
         return sample
 

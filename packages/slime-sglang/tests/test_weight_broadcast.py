@@ -74,8 +74,9 @@ def test_the_engine_serves_while_it_joins_and_receives(engine_url, tiny_model_di
         served_while_joining = not joining.done() and await generates(client)
         group = await in_daemon_thread(open_group, "127.0.0.1", port, 0, 2, name, "gloo", 30.0)
         await joining
-        updating = asyncio.ensure_future(client.update_weights_from_distributed(*describe([("model.norm.weight", norm)]),
-                                                                                name, "probe-1"))
+        updating = asyncio.ensure_future(
+            client.update_weights_from_distributed(*describe([("model.norm.weight", norm)]), name, "probe-1")
+        )
         await asyncio.sleep(0.3)  # the engine waits for the tensor, which has not been sent yet
         served_while_receiving = not updating.done() and await generates(client)
         await in_daemon_thread(send, group, [norm])
@@ -90,10 +91,13 @@ def test_the_engine_serves_while_it_joins_and_receives(engine_url, tiny_model_di
     assert asyncio.run(scenario()) == (True, True, "probe-1", [])
 
 
-@pytest.mark.parametrize("bad_pair, hint", [
-    (("model.layers.0.mlp.nonexistent.weight", torch.zeros(3)), "unknown parameter name"),
-    (("model.norm.weight", torch.zeros(7)), "wrong shape"),
-])
+@pytest.mark.parametrize(
+    "bad_pair, hint",
+    [
+        (("model.layers.0.mlp.nonexistent.weight", torch.zeros(3)), "unknown parameter name"),
+        (("model.norm.weight", torch.zeros(7)), "wrong shape"),
+    ],
+)
 def test_a_mismatched_bucket_is_refused_at_once_and_changes_nothing(engine_url, bad_pair, hint):
     async def scenario():
         before = await sample(engine_url)

@@ -29,8 +29,10 @@ class SlimeArgs:
         try:
             return getattr(self.__dict__["_config"], name)
         except AttributeError as exc:
-            raise AttributeError(f"slime args: {exc}; slime-compat passes the run's options and what your "
-                                 "functions set on args, and this run has no such option") from None
+            raise AttributeError(
+                f"slime args: {exc}; slime-compat passes the run's options and what your "
+                "functions set on args, and this run has no such option"
+            ) from None
 
     def __setattr__(self, name: str, value: Any) -> None:
         self.__dict__[name] = value

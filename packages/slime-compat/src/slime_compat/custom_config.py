@@ -3,7 +3,8 @@
 slime reads the file after its own argument checks and sets every key on ``args``, where the
 user's functions read it (``args.max_turns``); a key that names a flag overrides the flag's
 value, with a warning. Here the extra keys are set on the run's `SlimeArgs` when it is made
-(`slime_compat.args.slime_args`), in the driver and in the train ranks alike. A key that names one of this run's options is a config error instead: options are
+(`slime_compat.args.slime_args`), in the driver and in the train ranks alike. A key that names one of this run's
+options is a config error instead: options are
 validated before anything starts, and a value set afterwards would skip those checks; give it
 as the flag, or in the run's YAML config.
 """
@@ -37,6 +38,9 @@ def custom_config_problems(config) -> list[str]:
         settings = custom_settings(path)
     except (OSError, ValueError, yaml.YAMLError) as exc:
         return [f"{FLAG} {path}: cannot read it: {exc}"]
-    return [f"{FLAG} {path} sets '{key}', which is an option here (--{key.replace('_', '-')}, now {config.get(key)!r}); "
-            "slime would override the option with it after its checks: give it as the flag or in the run's YAML instead"
-            for key in settings if key in config]
+    return [
+        f"{FLAG} {path} sets '{key}', which is an option here (--{key.replace('_', '-')}, now {config.get(key)!r}); "
+        "slime would override the option with it after its checks: give it as the flag or in the run's YAML instead"
+        for key in settings
+        if key in config
+    ]

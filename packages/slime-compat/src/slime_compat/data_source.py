@@ -60,9 +60,12 @@ def _has(source, method: str) -> bool:
     """Whether ``source`` has slime's ``method``; a warning when not (its state is not kept)."""
     if callable(getattr(source, method, None)):
         return True
-    log.warning("--data-source-path %s has no %s(rollout_id): a resumed run starts it from its beginning; give the "
-                "class save/load methods (slime.rollout.data_source.DataSource) to continue where it was",
-                type(source).__qualname__, method)
+    log.warning(
+        "--data-source-path %s has no %s(rollout_id): a resumed run starts it from its beginning; give the "
+        "class save/load methods (slime.rollout.data_source.DataSource) to continue where it was",
+        type(source).__qualname__,
+        method,
+    )
     return False
 
 

@@ -40,8 +40,10 @@ class RolloutCall:
             running = None
         if running is self.loop:
             coroutine.close()
-            raise RuntimeError(f"{name} blocks until the rollout is done, so an async rollout function cannot call "
-                               f"it directly; call it from a sync function, or `await asyncio.to_thread({name}, ...)`")
+            raise RuntimeError(
+                f"{name} blocks until the rollout is done, so an async rollout function cannot call "
+                f"it directly; call it from a sync function, or `await asyncio.to_thread({name}, ...)`"
+            )
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
 
@@ -52,8 +54,10 @@ def current(name: str) -> RolloutCall:
     """The `RolloutCall` in progress, or an error saying where ``name`` can be called."""
     call = CURRENT.get(None)
     if call is None:
-        raise RuntimeError(f"slime-compat runs {name} on the run's engines, so it can only be called from a function "
-                           "that slime run calls with --rollout-function-path or --eval-function-path")
+        raise RuntimeError(
+            f"slime-compat runs {name} on the run's engines, so it can only be called from a function "
+            "that slime run calls with --rollout-function-path or --eval-function-path"
+        )
     return call
 
 
@@ -85,18 +89,31 @@ async def eval_rollout(args, rollout_id):
 
     call = current("eval_rollout")
     if not call.datasets:
-        raise RuntimeError("eval_rollout evaluates the --eval-prompt-data datasets: call it from the function of "
-                           "--eval-function-path, which slime run calls when the run has evaluation datasets")
+        raise RuntimeError(
+            "eval_rollout evaluates the --eval-prompt-data datasets: call it from the function of "
+            "--eval-function-path, which slime run calls when the run has evaluation datasets"
+        )
     params = {**GenerateState(args).sampling_params, **_eval_sampling(call.config)}
     data = {}
     for name, dataset in call.datasets.items():
-        samples = [_eval_copy(template, index) for index, template in
-                   enumerate(t for t in dataset.samples for _ in range(call.config.n_samples_per_eval_prompt))]
-        done = await asyncio.gather(*(generate_and_rm(args, sample, dict(params), evaluation=True) for sample in samples))
-        flat = sorted((one for result in done for one in (result if isinstance(result, list) else [result])),
-                      key=lambda sample: sample.index)
-        data[name] = {"rewards": [sample.get_reward_value(args) for sample in flat],
-                      "truncated": [sample.status == sample.Status.TRUNCATED for sample in flat], "samples": flat}
+        samples = [
+            _eval_copy(template, index)
+            for index, template in enumerate(
+                t for t in dataset.samples for _ in range(call.config.n_samples_per_eval_prompt)
+            )
+        ]
+        done = await asyncio.gather(
+            *(generate_and_rm(args, sample, dict(params), evaluation=True) for sample in samples)
+        )
+        flat = sorted(
+            (one for result in done for one in (result if isinstance(result, list) else [result])),
+            key=lambda sample: sample.index,
+        )
+        data[name] = {
+            "rewards": [sample.get_reward_value(args) for sample in flat],
+            "truncated": [sample.status == sample.Status.TRUNCATED for sample in flat],
+            "samples": flat,
+        }
     return RolloutFnEvalOutput(data=data), []
 
 
@@ -109,6 +126,10 @@ def _eval_copy(template, index: int):
 
 def _eval_sampling(config) -> dict:
     """The ``--eval-*`` sampling options that are set (the rollout's apply otherwise)."""
-    pairs = {"temperature": "eval_temperature", "top_p": "eval_top_p", "top_k": "eval_top_k",
-             "max_new_tokens": "eval_max_response_len"}
+    pairs = {
+        "temperature": "eval_temperature",
+        "top_p": "eval_top_p",
+        "top_k": "eval_top_k",
+        "max_new_tokens": "eval_max_response_len",
+    }
     return {key: config.get(option) for key, option in pairs.items() if config.get(option) is not None}

@@ -10,12 +10,11 @@ logged in any case).
 
 from __future__ import annotations
 
-from slime_core.reward_hub import scalar_reward
-from slime_core.sample import SampleStatus
-
 from slime_compat.args import slime_args
 from slime_compat.functions import load_function
 from slime_compat.sample import promote_all
+from slime_core.reward_hub import scalar_reward
+from slime_core.sample import SampleStatus
 
 
 def log_eval(rollout_id: int, config, groups: dict, metrics: dict) -> bool:
@@ -28,6 +27,8 @@ def log_eval(rollout_id: int, config, groups: dict, metrics: dict) -> bool:
 def _dataset_data(groups, reward_key: str | None) -> dict:
     """slime's per-dataset entry: scalar rewards, truncation flags and the slime Samples."""
     samples = promote_all([sample for group in groups for sample in group])
-    return {"rewards": [scalar_reward(sample, reward_key) for sample in samples],
-            "truncated": [sample.status == SampleStatus.TRUNCATED for sample in samples],
-            "samples": samples}
+    return {
+        "rewards": [scalar_reward(sample, reward_key) for sample in samples],
+        "truncated": [sample.status == SampleStatus.TRUNCATED for sample in samples],
+        "samples": samples,
+    }

@@ -19,7 +19,9 @@ from slime_compat.sample import promote_all
 
 def dynamic_sampling_filter(group, config, progress) -> bool:
     """Our group-filter contract calling slime's."""
-    output = call_dynamic_filter(load_function(config.dynamic_sampling_filter_path), slime_args(config), promote_all(group))
+    output = call_dynamic_filter(
+        load_function(config.dynamic_sampling_filter_path), slime_args(config), promote_all(group)
+    )
     if output.keep:
         return True
     return output.keep_when_insufficient and progress.accepted + progress.in_flight < progress.needed

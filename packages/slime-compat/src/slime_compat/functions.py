@@ -5,10 +5,11 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_function(path: str) -> Callable:
     """The object at ``package.module.name`` (slime's form) or ``package.module:name``."""
     module_name, sep, attribute = path.partition(":") if ":" in path else path.rpartition(".")
@@ -17,8 +18,9 @@ def load_function(path: str) -> Callable:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ImportError(f"cannot import '{module_name}' for '{path}' ({exc}); check the name and that its "
-                          "folder is on PYTHONPATH") from exc
+        raise ImportError(
+            f"cannot import '{module_name}' for '{path}' ({exc}); check the name and that its folder is on PYTHONPATH"
+        ) from exc
     try:
         return functools.reduce(getattr, attribute.split("."), module)
     except AttributeError:

@@ -12,11 +12,10 @@ reward statistics and is not trained on (its loss mask becomes zeros).
 
 from __future__ import annotations
 
-from slime_core.sample import Sample
-
 from slime_compat.args import slime_args
 from slime_compat.functions import accepts, load_function
 from slime_compat.sample import fill_loss_mask, promote
+from slime_core.sample import Sample
 
 #: what slime's ``sampling_params`` carry besides the rollout options: the text keeps special
 #: tokens and stop strings, as the token ids do
@@ -27,15 +26,20 @@ async def custom_generate(sample, sampling, ctx):
     """Our generate-function contract (``fn(sample, sampling, ctx) -> Sample``) calling slime's."""
     args = slime_args(ctx.config, ctx.engine)
     sample = promote(sample)
-    path = sample.generate_function_path or sample.metadata.get("generate_function_path") \
+    path = (
+        sample.generate_function_path
+        or sample.metadata.get("generate_function_path")
         or ctx.config.custom_generate_function_path
+    )
     fn = load_function(path)
     extra = {"evaluation": False} if accepts(fn, "evaluation") else {}
     result = await fn(args, sample, {**sampling.to_json(), **SLIME_TEXT_OPTIONS}, **extra)
     samples = result if isinstance(result, list) else [result]
     if not samples or not all(isinstance(one, Sample) for one in samples):
-        raise TypeError(f"{path} returned {type(result).__name__}; return the Sample, or a non-empty list of "
-                        "Samples (one per training sample, as slime's multi-agent example does)")
+        raise TypeError(
+            f"{path} returned {type(result).__name__}; return the Sample, or a non-empty list of "
+            "Samples (one per training sample, as slime's multi-agent example does)"
+        )
     for one in fill_loss_mask(samples):
         if getattr(one, "remove_sample", False):  # slime: in the group's statistics, not in the loss
             one.loss_mask = [0] * len(one.loss_mask)

@@ -10,8 +10,8 @@ function.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from slime_compat.megatron_hooks import megatron_problems, post_write_problems
 
@@ -38,73 +38,159 @@ def custom_loss_problems(config, hook) -> list[str]:
     ``--loss-type custom_loss``, and reduces it per sample or per token, never by a constant."""
     problems = []
     if config.get("loss_type") != "custom_loss":
-        problems.append(f"{hook.flag}: slime calls it only with --loss-type custom_loss, and --loss-type is "
-                        f"{config.get('loss_type')}; add --loss-type custom_loss, or drop the flag")
+        problems.append(
+            f"{hook.flag}: slime calls it only with --loss-type custom_loss, and --loss-type is "
+            f"{config.get('loss_type')}; add --loss-type custom_loss, or drop the flag"
+        )
     if config.get("use_constant_denominator"):
-        problems.append(f"{hook.flag}: slime's sum_of_sample_mean reduces per sample (per token with "
-                        "--calculate-per-token-loss), never by a constant; drop --use-constant-denominator")
+        problems.append(
+            f"{hook.flag}: slime's sum_of_sample_mean reduces per sample (per token with "
+            "--calculate-per-token-loss), never by a constant; drop --use-constant-denominator"
+        )
     return problems
 
 
 _ADAPTER = "slime_compat.megatron_hooks:"  # the Megatron flags select an import path: slime-megatron's options take one
 
 HOOKS: tuple[PathHook, ...] = (
-    PathHook("custom_rm_path", "async fn(args, sample) -> reward (with --group-rm: fn(args, samples) -> rewards)",
-             selects=("rm_type", "slime.custom_rm")),
-    PathHook("custom_generate_function_path", "async fn(args, sample, sampling_params[, evaluation]) -> Sample",
-             selects=("generate_function", "slime.custom_generate")),
-    PathHook("rollout_function_path", "fn(args, rollout_id, data_source, evaluation=False) -> RolloutFnTrainOutput or list[list[Sample]]",
-             selects=("rollout_function", "slime.rollout_function")),
-    PathHook("eval_function_path", "fn(args, rollout_id, data_source, evaluation=True) -> RolloutFnEvalOutput or dict",
-             selects=("eval_function", "slime.eval_function")),
-    PathHook("dynamic_sampling_filter_path", "fn(args, samples) -> DynamicFilterOutput (or bool)",
-             selects=("dynamic_sampling_filter", "slime.dynamic_sampling_filter")),
-    PathHook("buffer_filter_path", "fn(args, rollout_id, buffer, num_samples) -> list[list[Sample]]",
-             selects=("buffer_filter", "slime.buffer_filter")),
-    PathHook("data_source_path", "a class DataSource(args) with get_samples(n) / add_samples(groups); save(rollout_id) "
-             "when a checkpoint is written, load(rollout_id) when the run resumes from it",
-             selects=("data_source", "slime.data_source")),
-    PathHook("custom_rollout_log_function_path", "fn(rollout_id, args, samples, metrics, rollout_time) -> bool (True: skip the default rollout metrics)"),
-    PathHook("custom_eval_rollout_log_function_path", "fn(rollout_id, args, data, metrics) -> bool, data: "
-             "{dataset: {rewards, truncated, samples}} (True: skip the default eval metrics)"),
-    PathHook("rollout_sample_hook_path", "hook(args, sample, *, rollout_id, evaluation) -> Sample | None, after each "
-             "generation of a training rollout, before the reward (give several paths after one flag)",
-             selects=("sample_hook", "slime.rollout_sample_hooks"), nargs="+", adds=True),
-    PathHook("rollout_sample_filter_path", "fn(args, groups) setting sample.remove_sample on the accepted groups",
-             selects=("sample_filter", "slime.rollout_sample_filter"), adds=True),
-    PathHook("rollout_all_samples_process_path", "fn(args, all_groups, data_source) with every group generated, "
-             "filtered-out ones included", selects=("all_groups_hook", "slime.rollout_all_samples_process"), adds=True),
-    PathHook("custom_reward_post_process_path", "fn(args, samples) -> (raw_rewards, rewards), instead of the group normalisation",
-             selects=("reward_post_process", "slime.reward_post_process")),
-    PathHook("custom_convert_samples_to_train_data_path", "fn(args, samples) -> train data dict",
-             selects=("train_data_converter", "slime.convert_samples_to_train_data")),
-    PathHook("rollout_data_postprocess_path", "fn(args, rollout_id, rollout_data) on each train rank after the advantages "
-             "(Megatron backend)", selects=("megatron_train_data_hook", _ADAPTER + "rollout_data_postprocess"),
-             check=megatron_problems),
-    PathHook("custom_advantage_function_path", "fn(args, rollout_data) setting rollout_data['advantages'] and ['returns']",
-             selects=("advantage_estimator", "slime.custom_advantage")),
-    PathHook("custom_loss_function_path", "fn(args, batch, logits, sum_of_sample_mean) -> (loss, metrics), with "
-             "--loss-type custom_loss", selects=("loss_type", "slime.custom_loss"), check=custom_loss_problems),
-    PathHook("custom_tis_function_path", "fn(args, *, pg_loss, train_log_probs, rollout_log_probs, loss_masks, "
-             "total_lengths, response_lengths) -> (pg_loss, loss_masks, metrics), with --use-tis",
-             selects=("tis_mode", "slime.custom_tis")),
-    PathHook("custom_pg_loss_reducer_function_path", "fn(total_lengths, response_lengths, loss_masks, "
-             "calculate_per_token_loss) -> reducer of the per-token pg loss",
-             selects=("pg_loss_reducer", "slime.custom_pg_loss_reducer")),
-    PathHook("custom_megatron_init_path", "fn(args) on each train rank once Megatron's parallel groups exist "
-             "(Megatron backend)", selects=("megatron_init_hook", _ADAPTER + "megatron_init"), check=megatron_problems),
-    PathHook("custom_megatron_before_log_prob_hook_path", "fn(args, model, store_prefix) before each log-prob pass "
-             "(Megatron backend)", selects=("megatron_before_log_probs_hook", _ADAPTER + "before_log_probs"),
-             check=megatron_problems),
-    PathHook("custom_megatron_before_train_step_hook_path", "fn(args, rollout_id, step_id, model, optimizer, "
-             "opt_param_scheduler=None) before each optimizer step (Megatron backend)",
-             selects=("megatron_before_train_step_hook", _ADAPTER + "before_train_step"), check=megatron_problems),
-    PathHook("custom_model_provider_path", "fn(pre_process, post_process[, vp_stage]) -> GPTModel (Megatron backend)",
-             selects=("megatron_model_provider", _ADAPTER + "model_provider"), check=megatron_problems),
-    PathHook("custom_update_weight_post_write_path", "fn(args, version_dir, rollout_engines) after a disk weight update "
-             "is written (Megatron backend, --update-weight-transport disk)",
-             selects=("megatron_weights_written_hook", _ADAPTER + "weights_written"), check=post_write_problems),
-    PathHook("custom_config_path", "a YAML of extra settings set on args for the custom functions (not options of this run)"),
+    PathHook(
+        "custom_rm_path",
+        "async fn(args, sample) -> reward (with --group-rm: fn(args, samples) -> rewards)",
+        selects=("rm_type", "slime.custom_rm"),
+    ),
+    PathHook(
+        "custom_generate_function_path",
+        "async fn(args, sample, sampling_params[, evaluation]) -> Sample",
+        selects=("generate_function", "slime.custom_generate"),
+    ),
+    PathHook(
+        "rollout_function_path",
+        "fn(args, rollout_id, data_source, evaluation=False) -> RolloutFnTrainOutput or list[list[Sample]]",
+        selects=("rollout_function", "slime.rollout_function"),
+    ),
+    PathHook(
+        "eval_function_path",
+        "fn(args, rollout_id, data_source, evaluation=True) -> RolloutFnEvalOutput or dict",
+        selects=("eval_function", "slime.eval_function"),
+    ),
+    PathHook(
+        "dynamic_sampling_filter_path",
+        "fn(args, samples) -> DynamicFilterOutput (or bool)",
+        selects=("dynamic_sampling_filter", "slime.dynamic_sampling_filter"),
+    ),
+    PathHook(
+        "buffer_filter_path",
+        "fn(args, rollout_id, buffer, num_samples) -> list[list[Sample]]",
+        selects=("buffer_filter", "slime.buffer_filter"),
+    ),
+    PathHook(
+        "data_source_path",
+        "a class DataSource(args) with get_samples(n) / add_samples(groups); save(rollout_id) "
+        "when a checkpoint is written, load(rollout_id) when the run resumes from it",
+        selects=("data_source", "slime.data_source"),
+    ),
+    PathHook(
+        "custom_rollout_log_function_path",
+        "fn(rollout_id, args, samples, metrics, rollout_time) -> bool (True: skip the default rollout metrics)",
+    ),
+    PathHook(
+        "custom_eval_rollout_log_function_path",
+        "fn(rollout_id, args, data, metrics) -> bool, data: "
+        "{dataset: {rewards, truncated, samples}} (True: skip the default eval metrics)",
+    ),
+    PathHook(
+        "rollout_sample_hook_path",
+        "hook(args, sample, *, rollout_id, evaluation) -> Sample | None, after each "
+        "generation of a training rollout, before the reward (give several paths after one flag)",
+        selects=("sample_hook", "slime.rollout_sample_hooks"),
+        nargs="+",
+        adds=True,
+    ),
+    PathHook(
+        "rollout_sample_filter_path",
+        "fn(args, groups) setting sample.remove_sample on the accepted groups",
+        selects=("sample_filter", "slime.rollout_sample_filter"),
+        adds=True,
+    ),
+    PathHook(
+        "rollout_all_samples_process_path",
+        "fn(args, all_groups, data_source) with every group generated, filtered-out ones included",
+        selects=("all_groups_hook", "slime.rollout_all_samples_process"),
+        adds=True,
+    ),
+    PathHook(
+        "custom_reward_post_process_path",
+        "fn(args, samples) -> (raw_rewards, rewards), instead of the group normalisation",
+        selects=("reward_post_process", "slime.reward_post_process"),
+    ),
+    PathHook(
+        "custom_convert_samples_to_train_data_path",
+        "fn(args, samples) -> train data dict",
+        selects=("train_data_converter", "slime.convert_samples_to_train_data"),
+    ),
+    PathHook(
+        "rollout_data_postprocess_path",
+        "fn(args, rollout_id, rollout_data) on each train rank after the advantages (Megatron backend)",
+        selects=("megatron_train_data_hook", _ADAPTER + "rollout_data_postprocess"),
+        check=megatron_problems,
+    ),
+    PathHook(
+        "custom_advantage_function_path",
+        "fn(args, rollout_data) setting rollout_data['advantages'] and ['returns']",
+        selects=("advantage_estimator", "slime.custom_advantage"),
+    ),
+    PathHook(
+        "custom_loss_function_path",
+        "fn(args, batch, logits, sum_of_sample_mean) -> (loss, metrics), with --loss-type custom_loss",
+        selects=("loss_type", "slime.custom_loss"),
+        check=custom_loss_problems,
+    ),
+    PathHook(
+        "custom_tis_function_path",
+        "fn(args, *, pg_loss, train_log_probs, rollout_log_probs, loss_masks, "
+        "total_lengths, response_lengths) -> (pg_loss, loss_masks, metrics), with --use-tis",
+        selects=("tis_mode", "slime.custom_tis"),
+    ),
+    PathHook(
+        "custom_pg_loss_reducer_function_path",
+        "fn(total_lengths, response_lengths, loss_masks, calculate_per_token_loss) -> reducer of the per-token pg loss",
+        selects=("pg_loss_reducer", "slime.custom_pg_loss_reducer"),
+    ),
+    PathHook(
+        "custom_megatron_init_path",
+        "fn(args) on each train rank once Megatron's parallel groups exist (Megatron backend)",
+        selects=("megatron_init_hook", _ADAPTER + "megatron_init"),
+        check=megatron_problems,
+    ),
+    PathHook(
+        "custom_megatron_before_log_prob_hook_path",
+        "fn(args, model, store_prefix) before each log-prob pass (Megatron backend)",
+        selects=("megatron_before_log_probs_hook", _ADAPTER + "before_log_probs"),
+        check=megatron_problems,
+    ),
+    PathHook(
+        "custom_megatron_before_train_step_hook_path",
+        "fn(args, rollout_id, step_id, model, optimizer, "
+        "opt_param_scheduler=None) before each optimizer step (Megatron backend)",
+        selects=("megatron_before_train_step_hook", _ADAPTER + "before_train_step"),
+        check=megatron_problems,
+    ),
+    PathHook(
+        "custom_model_provider_path",
+        "fn(pre_process, post_process[, vp_stage]) -> GPTModel (Megatron backend)",
+        selects=("megatron_model_provider", _ADAPTER + "model_provider"),
+        check=megatron_problems,
+    ),
+    PathHook(
+        "custom_update_weight_post_write_path",
+        "fn(args, version_dir, rollout_engines) after a disk weight update "
+        "is written (Megatron backend, --update-weight-transport disk)",
+        selects=("megatron_weights_written_hook", _ADAPTER + "weights_written"),
+        check=post_write_problems,
+    ),
+    PathHook(
+        "custom_config_path", "a YAML of extra settings set on args for the custom functions (not options of this run)"
+    ),
 )
 
 #: slime's own functions, named in many launch scripts: (flag key, path) -> our equivalent,
@@ -126,16 +212,29 @@ NATIVE_EQUIVALENTS: dict[tuple[str, str], str] = {
 
 #: slime's own functions that our loop provides another way: (flag key, path) -> what to use instead.
 NATIVE_INSTEAD: dict[tuple[str, str], str] = {
-    ("custom_rm_path", "slime.rollout.on_policy_distillation.reward_func"):
-        "on-policy distillation is native: --opd-teacher-load TEACHER_DIR --opd-kl-coef C",
-    ("custom_reward_post_process_path", "slime.rollout.on_policy_distillation.post_process_rewards"):
-        "on-policy distillation is native: --opd-teacher-load TEACHER_DIR --opd-kl-coef C",
-    ("rollout_function_path", "slime.rollout.fully_async_rollout.generate_rollout_fully_async"):
-        "asynchronous training is native: --train-mode async (generation overlaps training, bounded staleness)",
-    **{(key, f"{_DEEPGEMM}.{name}"): "it switches slime's Megatron layers to DeepGEMM kernels; the backends here choose "
-       "their own kernels: drop the flag"
-       for key, name in (("custom_megatron_before_log_prob_hook_path", "enable_deepgemm_all_forward"),
-                         ("custom_megatron_before_train_step_hook_path", "enable_deepgemm_all_forward_before_train_step"))},
+    (
+        "custom_rm_path",
+        "slime.rollout.on_policy_distillation.reward_func",
+    ): "on-policy distillation is native: --opd-teacher-load TEACHER_DIR --opd-kl-coef C",
+    (
+        "custom_reward_post_process_path",
+        "slime.rollout.on_policy_distillation.post_process_rewards",
+    ): "on-policy distillation is native: --opd-teacher-load TEACHER_DIR --opd-kl-coef C",
+    (
+        "rollout_function_path",
+        "slime.rollout.fully_async_rollout.generate_rollout_fully_async",
+    ): "asynchronous training is native: --train-mode async (generation overlaps training, bounded staleness)",
+    **{
+        (
+            key,
+            f"{_DEEPGEMM}.{name}",
+        ): "it switches slime's Megatron layers to DeepGEMM kernels; the backends here choose "
+        "their own kernels: drop the flag"
+        for key, name in (
+            ("custom_megatron_before_log_prob_hook_path", "enable_deepgemm_all_forward"),
+            ("custom_megatron_before_train_step_hook_path", "enable_deepgemm_all_forward_before_train_step"),
+        )
+    },
 }
 
 
@@ -157,8 +256,10 @@ def apply_hooks(config) -> list[str]:
         if isinstance(path, list):  # a flag of several paths (nargs): slime's own functions are single paths
             path = " ".join(path)
         if (hook.key, path) in NATIVE_INSTEAD:
-            errors.append(f"{hook.flag} {path}: slime-compat does not run slime's own function here; "
-                          f"{NATIVE_INSTEAD[hook.key, path]}")
+            errors.append(
+                f"{hook.flag} {path}: slime-compat does not run slime's own function here; "
+                f"{NATIVE_INSTEAD[hook.key, path]}"
+            )
         elif hook.check and (problems := hook.check(config, hook)):
             errors += problems
         elif (hook.key, path) in NATIVE_EQUIVALENTS:

@@ -55,7 +55,7 @@ async def _request(method: str, url: str, max_retries: int, **kwargs):
         except httpx.TransportError:
             if attempt + 1 == max_retries:
                 raise
-        await asyncio.sleep(min(2 ** attempt * 0.1, 5.0))
+        await asyncio.sleep(min(2**attempt * 0.1, 5.0))
 
 
 async def post(url: str, payload: dict, max_retries: int = 60, headers: dict | None = None):

@@ -36,11 +36,16 @@ class MultiTurnLossMaskGenerator:
     def get_loss_mask(self, messages: list[dict], tools: list[dict] | None = None) -> tuple[list[int], list[int]]:
         """``(token_ids, loss_mask)`` of the conversation, one mask entry per token."""
         text = self._render(messages, tools, generation_prompt=False)
-        spans = [self._trained_span(messages, i, tools, text) for i, message in enumerate(messages)
-                 if message["role"] == "assistant" and message.get("step_loss_mask", 1) == 1]
+        spans = [
+            self._trained_span(messages, i, tools, text)
+            for i, message in enumerate(messages)
+            if message["role"] == "assistant" and message.get("step_loss_mask", 1) == 1
+        ]
         encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        mask = [int(any(start < stop and begin < end for begin, stop in spans))  # the token overlaps a trained span
-                for start, end in encoded["offset_mapping"]]
+        mask = [
+            int(any(start < stop and begin < end for begin, stop in spans))  # the token overlaps a trained span
+            for start, end in encoded["offset_mapping"]
+        ]
         return list(encoded["input_ids"]), mask
 
     def get_response_lengths(self, loss_masks: list[list[int]]) -> list[int]:
@@ -56,13 +61,16 @@ class MultiTurnLossMaskGenerator:
         header = self._render(messages[:i], tools, generation_prompt=True)
         turn = self._render(messages[: i + 1], tools, generation_prompt=False)
         if not (turn.startswith(header) and text.startswith(turn)):
-            raise ValueError(f"message {i}: the chat template renders this turn differently once later messages follow "
-                             "(it rewrites earlier turns, as Qwen3's drops earlier reasoning), so its tokens cannot be "
-                             "located; build tokens and loss mask turn by turn, or use a template that only appends")
+            raise ValueError(
+                f"message {i}: the chat template renders this turn differently once later messages follow "
+                "(it rewrites earlier turns, as Qwen3's drops earlier reasoning), so its tokens cannot be "
+                "located; build tokens and loss mask turn by turn, or use a template that only appends"
+            )
         return len(header), len(turn)
 
     def _render(self, messages: list[dict], tools, generation_prompt: bool) -> str:
         if not messages:  # before an assistant message that opens the conversation: nothing
             return ""
-        return self.tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
-                                                  add_generation_prompt=generation_prompt)
+        return self.tokenizer.apply_chat_template(
+            messages, tools=tools or None, tokenize=False, add_generation_prompt=generation_prompt
+        )

@@ -34,8 +34,13 @@ from slime_compat.functions import accepts, load_function
 STORE_PREFIX = {"actor": "", "ref": "ref_", "teacher": "teacher_"}
 
 #: rollout_data keys a function may change -> the `StepTensors` field they go back to
-PER_TOKEN_KEYS = {"loss_masks": "mask", "advantages": "advantages", "log_probs": "old", "ref_log_probs": "ref",
-                  "rollout_log_probs": "rollout"}
+PER_TOKEN_KEYS = {
+    "loss_masks": "mask",
+    "advantages": "advantages",
+    "log_probs": "old",
+    "ref_log_probs": "ref",
+    "rollout_log_probs": "rollout",
+}
 
 
 def pick_megatron(config, hooks) -> None:
@@ -54,12 +59,16 @@ def megatron_problems(config, hook) -> list[str]:
     option = hook.selects[0]
     native = "--" + option.replace("_", "-")
     if option not in config:
-        return [f"{hook.flag}: slime calls it in its Megatron actor, and here the Megatron backend does, which is not "
-                "installed; pip install slime-megatron and run with --train-backend megatron"]
+        return [
+            f"{hook.flag}: slime calls it in its Megatron actor, and here the Megatron backend does, which is not "
+            "installed; pip install slime-megatron and run with --train-backend megatron"
+        ]
     backend = config.get("train_backend")
     if backend != "megatron":
-        return [f"{hook.flag}: slime calls it in its Megatron actor, and only the Megatron backend calls it here; "
-                f"--train-backend {backend} would never run it: use --train-backend megatron, or drop the flag"]
+        return [
+            f"{hook.flag}: slime calls it in its Megatron actor, and only the Megatron backend calls it here; "
+            f"--train-backend {backend} would never run it: use --train-backend megatron, or drop the flag"
+        ]
     if config.sources.get(option, "default") != "default":
         return [f"{hook.flag} and {native} both name the function for the same place; give one of them"]
     return []
@@ -71,8 +80,10 @@ def post_write_problems(config, hook) -> list[str]:
     if problems or config.get("update_weight_transport") == "disk":
         return problems
     transport = config.get("update_weight_transport") or "the default transport (tensor or broadcast)"
-    return [f"{hook.flag}: slime calls it after a disk weight update, and this run's weights reach the engines by "
-            f"{transport}, which writes no files; add --update-weight-transport disk, or drop the flag"]
+    return [
+        f"{hook.flag}: slime calls it after a disk weight update, and this run's weights reach the engines by "
+        f"{transport}, which writes no files; add --update-weight-transport disk, or drop the flag"
+    ]
 
 
 def megatron_init(config) -> None:
@@ -106,7 +117,8 @@ def model_provider(hf_config, config, pre_process: bool, post_process: bool):
         raise ModuleNotFoundError(
             f"--custom-model-provider-path {config.custom_model_provider_path} imports {exc.name}, Megatron-LM's "
             "training package, which slime-megatron does not use (only megatron-core); build the TransformerConfig "
-            "in the provider, e.g. from values a --custom-megatron-init-path function kept from args", name=exc.name,
+            "in the provider, e.g. from values a --custom-megatron-init-path function kept from args",
+            name=exc.name,
         ) from exc
 
 
@@ -132,8 +144,12 @@ def as_rollout_data(batch, data) -> dict:
     import torch
 
     lengths = batch.response_lengths
-    out = {"tokens": [torch.tensor(t) for t in batch.tokens], "response_lengths": list(lengths),
-           "total_lengths": [len(t) for t in batch.tokens], "rewards": list(batch.rewards)}
+    out = {
+        "tokens": [torch.tensor(t) for t in batch.tokens],
+        "response_lengths": list(lengths),
+        "total_lengths": [len(t) for t in batch.tokens],
+        "rewards": list(batch.rewards),
+    }
     for key, field in PER_TOKEN_KEYS.items():
         tensor = getattr(data, field)
         if tensor is not None and not (key == "log_probs" and data.old_from_forward):
@@ -147,14 +163,18 @@ def take_back(rollout_data: dict, batch, data) -> None:
     from which the micro-batches are planned, must be as they were."""
     lengths = batch.response_lengths
     if rollout_data["response_lengths"] != lengths or [t.tolist() for t in rollout_data["tokens"]] != batch.tokens:
-        raise ValueError("--rollout-data-postprocess-path changed rollout_data's tokens or response_lengths, which "
-                         "training here reads from the rollout itself; change loss_masks or advantages instead")
+        raise ValueError(
+            "--rollout-data-postprocess-path changed rollout_data's tokens or response_lengths, which "
+            "training here reads from the rollout itself; change loss_masks or advantages instead"
+        )
     for key, field in PER_TOKEN_KEYS.items():
         target = getattr(data, field)
         if key not in rollout_data or target is None:
             continue
         for i, (row, n) in enumerate(zip(rollout_data[key], lengths)):
             if len(row) != n:
-                raise ValueError(f"--rollout-data-postprocess-path left rollout_data['{key}'][{i}] with {len(row)} "
-                                 f"values for a response of {n} tokens; keep one value per response token")
+                raise ValueError(
+                    f"--rollout-data-postprocess-path left rollout_data['{key}'][{i}] with {len(row)} "
+                    f"values for a response of {n} tokens; keep one value per response token"
+                )
             target[i, :n] = row.to(target.dtype) if hasattr(row, "to") else target.new_tensor(row)

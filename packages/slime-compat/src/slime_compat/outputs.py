@@ -31,8 +31,9 @@ class DynamicFilterOutput:
     keep_when_insufficient: bool = False  # keep a rejected group when too few candidates are left
 
 
-def should_drop_dynamic_filter_output(output: DynamicFilterOutput, *, remaining_batch_size: int,
-                                      target_data_size: int) -> bool:
+def should_drop_dynamic_filter_output(
+    output: DynamicFilterOutput, *, remaining_batch_size: int, target_data_size: int
+) -> bool:
     """slime's rule for a verdict: drop a rejected group, unless it asks to be kept when the
     groups still counted (``remaining_batch_size``) no longer exceed the ``target_data_size``."""
     if output.keep:

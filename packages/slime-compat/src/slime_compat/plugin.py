@@ -5,9 +5,8 @@ Declares slime's ``--*-path`` flags, selects the adapter of each given one at co
 ``"module:attribute"`` strings, so importing this module imports nothing heavy.
 """
 
-from slime_core import hookimpl
-
 from slime_compat.hooks import HOOKS, apply_hooks
+from slime_core import hookimpl
 
 GROUP = "slime functions (slime-compat): module.function, called as THUDM slime calls it"
 
@@ -34,7 +33,9 @@ def slime_validate_config(config):
     from slime_compat.train_options import prepare_train_math
 
     # prepare_train_math reads --advantage-estimator before apply_hooks replaces it
-    return prepare_train_math(config) + apply_hooks(config) + custom_config_problems(config) + train_data_problems(config)
+    return (
+        prepare_train_math(config) + apply_hooks(config) + custom_config_problems(config) + train_data_problems(config)
+    )
 
 
 @hookimpl

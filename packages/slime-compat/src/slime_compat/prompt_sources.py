@@ -16,11 +16,10 @@ import abc
 import logging
 from pathlib import Path
 
-from slime_core.data.source import PromptDataSource
-
 from slime_compat.args import config_of
 from slime_compat.functions import load_function
 from slime_compat.sample import Sample, promote_all
+from slime_core.data.source import PromptDataSource
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +59,10 @@ class RolloutDataSource(DataSource):
         return promote_all(self.prompts.get_samples(num_samples))
 
     def add_samples(self, samples) -> None:
-        raise RuntimeError(f"{type(self).__name__} is read-only and takes no samples back; use "
-                           "RolloutDataSourceWithBuffer for partial rollout")
+        raise RuntimeError(
+            f"{type(self).__name__} is read-only and takes no samples back; use "
+            "RolloutDataSourceWithBuffer for partial rollout"
+        )
 
     def save(self, rollout_id) -> None:
         path = _state_file(self.args.save, rollout_id)
@@ -114,8 +115,10 @@ def _prompt_source(args) -> PromptDataSource:
     from slime.rollout.sglang_rollout import GenerateState
 
     if not getattr(args, "prompt_data", None):
-        raise ValueError("slime's RolloutDataSource serves the prompts of --prompt-data, and this run has none; "
-                         "give --prompt-data FILE")
+        raise ValueError(
+            "slime's RolloutDataSource serves the prompts of --prompt-data, and this run has none; "
+            "give --prompt-data FILE"
+        )
     return PromptDataSource.from_config(config_of(args), GenerateState(args).tokenizer)
 
 

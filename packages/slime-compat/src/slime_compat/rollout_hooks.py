@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import inspect
 
-from slime_core.loop.sample_filters import over_rollout
-
 from slime_compat.args import slime_args
 from slime_compat.functions import call, load_function
 from slime_compat.rollout import DataSourceView
 from slime_compat.sample import Sample, promote, promote_all
+from slime_core.loop.sample_filters import over_rollout
 
 
 async def rollout_sample_hooks(sample, config, rollout_id):
@@ -31,8 +30,10 @@ async def rollout_sample_hooks(sample, config, rollout_id):
         hook = load_function(path)
         result = await call(hook, args, sample, **_accepted(hook, rollout_id=rollout_id, evaluation=False))
         if result is not None and not isinstance(result, Sample):
-            raise TypeError(f"--rollout-sample-hook-path {path} returned {type(result).__name__}; "
-                            "return the Sample, or None after changing it in place")
+            raise TypeError(
+                f"--rollout-sample-hook-path {path} returned {type(result).__name__}; "
+                "return the Sample, or None after changing it in place"
+            )
         sample = sample if result is None else result
     return sample
 

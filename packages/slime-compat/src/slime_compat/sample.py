@@ -68,9 +68,17 @@ class Sample(CoreSample):
         """Response tokens that are trained on (loss mask 1)."""
         return sum(self.loss_mask) if self.loss_mask else self.response_length
 
-    def append_response_tokens(self, args=None, *, tokens=None, log_probs=None, trainable: bool = True,
-                               meta_info: dict | None = None, text: str | None = None,
-                               update_terminal_info: bool = True) -> None:
+    def append_response_tokens(
+        self,
+        args=None,
+        *,
+        tokens=None,
+        log_probs=None,
+        trainable: bool = True,
+        meta_info: dict | None = None,
+        text: str | None = None,
+        update_terminal_info: bool = True,
+    ) -> None:
         """slime's way to grow a response, on our `append_response`: model tokens with their
         log-probs (and SGLang's ``meta_info``: weight version, finish reason), or tool tokens
         with ``trainable=False``."""
@@ -80,12 +88,18 @@ class Sample(CoreSample):
             self.rollout_log_probs = [0.0] * self.response_length
         meta_info = meta_info or {}
         version = meta_info.get("weight_version")
-        self.append_response([int(t) for t in (tokens or [])], log_probs=None if log_probs is None else list(log_probs),
-                             trainable=trainable, text=text or "",
-                             weight_version=None if version is None else version_number(str(version)))
+        self.append_response(
+            [int(t) for t in (tokens or [])],
+            log_probs=None if log_probs is None else list(log_probs),
+            trainable=trainable,
+            text=text or "",
+            weight_version=None if version is None else version_number(str(version)),
+        )
         finish = (meta_info.get("finish_reason") or {}).get("type")
         if update_terminal_info and finish:
-            self.status = {"length": SampleStatus.TRUNCATED, "abort": SampleStatus.ABORTED}.get(finish, SampleStatus.COMPLETED)
+            self.status = {"length": SampleStatus.TRUNCATED, "abort": SampleStatus.ABORTED}.get(
+                finish, SampleStatus.COMPLETED
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """The core's dict, slime's non-default extras under ``metadata["slime"]``."""

@@ -11,11 +11,10 @@ are (never normalised again) and its ``raw_reward`` is what is logged as the rew
 
 from __future__ import annotations
 
-from slime_core.rollout_batch import RolloutBatch
-
 from slime_compat.args import slime_args
 from slime_compat.functions import load_function
 from slime_compat.sample import promote_all
+from slime_core.rollout_batch import RolloutBatch
 
 #: slime's train-data keys that our RolloutBatch holds -> what each entry must hold
 REQUIRED = {
@@ -35,18 +34,29 @@ UNSUPPORTED = {
     "metadata": "per-sample train metadata reaches only slime's Megatron loss functions, which run nowhere here",
 }
 #: the optional keys we map, beyond REQUIRED (``group_indices`` is ours, not slime's)
-OPTIONAL = ("raw_reward", "rollout_log_probs", "rollout_ids", "rollout_top_p_token_ids", "rollout_top_p_token_offsets",
-            "group_indices")
+OPTIONAL = (
+    "raw_reward",
+    "rollout_log_probs",
+    "rollout_ids",
+    "rollout_top_p_token_ids",
+    "rollout_top_p_token_offsets",
+    "group_indices",
+)
 
 
 def train_data_problems(config) -> list[str]:
     """Both flags given: slime calls the post-process function only from the conversion that
     the converter replaces, so it would never run there."""
-    post, convert = config.get("custom_reward_post_process_path"), config.get("custom_convert_samples_to_train_data_path")
+    post, convert = (
+        config.get("custom_reward_post_process_path"),
+        config.get("custom_convert_samples_to_train_data_path"),
+    )
     if not (post and convert):
         return []
-    return [f"--custom-reward-post-process-path {post} has no effect with --custom-convert-samples-to-train-data-path "
-            "(slime calls it only from the conversion the converter replaces); drop it, or call it from the converter"]
+    return [
+        f"--custom-reward-post-process-path {post} has no effect with --custom-convert-samples-to-train-data-path "
+        "(slime calls it only from the conversion the converter replaces); drop it, or call it from the converter"
+    ]
 
 
 def reward_post_process(samples, config) -> tuple[list, list]:
@@ -73,12 +83,19 @@ def batch_from_train_data(data, samples, config, source: str) -> RolloutBatch:
     tokens = [_as_list(t) for t in data["tokens"]]
     count = len(tokens)
     column = _Columns(data, count, samples if _in_order(samples, tokens) else None, source)
-    group_ids = column.get("group_indices", "group_index", "the Sample.group_index it comes from (a group trains on one rank)")
+    group_ids = column.get(
+        "group_indices", "group_index", "the Sample.group_index it comes from (a group trains on one rank)"
+    )
     rewards = column.get("rewards")
     batch = RolloutBatch(
-        tokens=tokens, response_lengths=column.get("response_lengths"), loss_masks=column.get("loss_masks"),
-        rewards=rewards, group_ids=group_ids,
-        rollout_log_probs=column.get("rollout_log_probs", "rollout_log_probs", "the engine's log-prob of each response token"),
+        tokens=tokens,
+        response_lengths=column.get("response_lengths"),
+        loss_masks=column.get("loss_masks"),
+        rewards=rewards,
+        group_ids=group_ids,
+        rollout_log_probs=column.get(
+            "rollout_log_probs", "rollout_log_probs", "the engine's log-prob of each response token"
+        ),
         raw_rewards=column.get("raw_reward") if "raw_reward" in data else rewards,
     )
     if config.rollout_top_p < 1:
@@ -102,20 +119,26 @@ class _Columns:
         if key in self.data:
             values = [_as_list(v) for v in self.data[key]]
             if len(values) != self.count:
-                raise ValueError(f"{self.source}: '{key}' has {len(values)} entries and 'tokens' {self.count}; "
-                                 "every list of the train data needs one entry per training sample")
+                raise ValueError(
+                    f"{self.source}: '{key}' has {len(values)} entries and 'tokens' {self.count}; "
+                    "every list of the train data needs one entry per training sample"
+                )
             return values
         if sample_field is None or self.samples is None:
-            raise ValueError(f"{self.source}: the train data has no '{key}' and its entries are not the samples it got, "
-                             f"in order; add '{key}': one per entry, {what}")
+            raise ValueError(
+                f"{self.source}: the train data has no '{key}' and its entries are not the samples it got, "
+                f"in order; add '{key}': one per entry, {what}"
+            )
         return [_as_list(getattr(sample, sample_field)) for sample in self.samples]
 
 
 def _check_keys(data: dict, source: str) -> None:
     missing = [key for key in REQUIRED if key not in data]
     if missing:
-        raise ValueError(f"{source}: the train data lacks {', '.join(missing)}; add, one per entry: "
-                         + "; ".join(f"'{key}': {REQUIRED[key]}" for key in missing))
+        raise ValueError(
+            f"{source}: the train data lacks {', '.join(missing)}; add, one per entry: "
+            + "; ".join(f"'{key}': {REQUIRED[key]}" for key in missing)
+        )
     for key in data:
         if key in UNSUPPORTED:
             raise ValueError(f"{source}: slime-compat cannot train on the train data's '{key}': {UNSUPPORTED[key]}")
@@ -127,8 +150,10 @@ def _check_keys(data: dict, source: str) -> None:
 def _check_masks(batch: RolloutBatch, source: str) -> None:
     for i, (mask, length) in enumerate(zip(batch.loss_masks, batch.response_lengths)):
         if len(mask) != length:
-            raise ValueError(f"{source}: entry {i} has a loss mask of {len(mask)} values for a response of {length} "
-                             "tokens; give one 0/1 per response token")
+            raise ValueError(
+                f"{source}: entry {i} has a loss mask of {len(mask)} values for a response of {length} "
+                "tokens; give one 0/1 per response token"
+            )
 
 
 def _in_order(samples, tokens: list[list[int]]) -> bool:

@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import torch
 
-from slime_core.algorithms import approx_kl, group_normalize_rewards
-
 from slime_compat.args import slime_args
 from slime_compat.functions import load_function
+from slime_core.algorithms import approx_kl, group_normalize_rewards
 
 
 def custom_advantage(inputs):
@@ -35,8 +34,10 @@ def custom_advantage(inputs):
     rollout_data = _rollout_data(inputs, args)
     load_function(args.custom_advantage_function_path)(args, rollout_data)
     rows, mask = _Rows(rollout_data["response_lengths"], inputs.loss_mask.float()), inputs.loss_mask
-    advantages, returns = (rows.pad(_per_sample(rollout_data, key, len(mask), args.custom_advantage_function_path))
-                           for key in ("advantages", "returns"))
+    advantages, returns = (
+        rows.pad(_per_sample(rollout_data, key, len(mask), args.custom_advantage_function_path))
+        for key in ("advantages", "returns")
+    )
     return advantages * mask, returns * mask
 
 
@@ -49,9 +50,13 @@ def custom_tis(pg_loss, inputs, config):
     lengths = inputs.response_lengths.tolist()
     rows = _Rows(lengths, inputs.loss_mask)
     pg_loss, masks, metrics = load_function(args.custom_tis_function_path)(
-        args=args, pg_loss=rows.flat(pg_loss), train_log_probs=rows.split(inputs.old_log_probs),
-        rollout_log_probs=rows.split(inputs.rollout_log_probs), loss_masks=rows.split(inputs.loss_mask.int()),
-        total_lengths=inputs.total_lengths.tolist(), response_lengths=lengths,
+        args=args,
+        pg_loss=rows.flat(pg_loss),
+        train_log_probs=rows.split(inputs.old_log_probs),
+        rollout_log_probs=rows.split(inputs.rollout_log_probs),
+        loss_masks=rows.split(inputs.loss_mask.int()),
+        total_lengths=inputs.total_lengths.tolist(),
+        response_lengths=lengths,
     )
     return rows.unflat(pg_loss), rows.pad(masks), {name: rows.unflat(value) for name, value in metrics.items()}
 
@@ -62,7 +67,8 @@ def custom_pg_loss_reducer(pg_loss, loss_mask, inputs, denominators, config):
     lengths = inputs.response_lengths.tolist()
     rows = _Rows(lengths, loss_mask)
     reduce = load_function(run.custom_pg_loss_reducer_function_path)(
-        inputs.total_lengths.tolist(), lengths, rows.split(loss_mask.int()), config.calculate_per_token_loss)
+        inputs.total_lengths.tolist(), lengths, rows.split(loss_mask.int()), config.calculate_per_token_loss
+    )
     total = reduce(rows.flat(pg_loss))
     return total / max(denominators.num_tokens if config.calculate_per_token_loss else denominators.num_samples, 1)
 
@@ -89,7 +95,7 @@ class _Rows:
         """(B, W) rows of per-sample 1-D tensors, in the dtype of ``like``."""
         out = torch.zeros_like(self.like)
         for i, row in enumerate(per_sample):
-            out[i, :len(row)] = torch.as_tensor(row).to(device=out.device, dtype=out.dtype)
+            out[i, : len(row)] = torch.as_tensor(row).to(device=out.device, dtype=out.dtype)
         return out
 
 
@@ -107,7 +113,9 @@ def _rollout_data(inputs, args) -> dict:
         "response_lengths": lengths,
         "loss_masks": split(inputs.loss_mask.int()),
         "rewards": _post_processed_rewards(inputs).tolist(),
-        "raw_reward": batch.raw_rewards if batch is not None and batch.raw_rewards is not None else inputs.rewards.tolist(),
+        "raw_reward": batch.raw_rewards
+        if batch is not None and batch.raw_rewards is not None
+        else inputs.rewards.tolist(),
         "log_probs": log_probs,
         "ref_log_probs": ref,
         "rollout_log_probs": rollout if rollout and all(len(r) for r in rollout) else None,
@@ -138,6 +146,8 @@ def _per_sample(rollout_data: dict, key: str, count: int, path: str) -> list:
     values = rollout_data.get(key)
     if values is None or len(values) != count:
         got = "nothing" if values is None else f"{len(values)} values"
-        raise ValueError(f"--custom-advantage-function-path {path} must set rollout_data['{key}'] to one tensor per "
-                         f"sample ({count} here), as slime requires; it set {got}")
+        raise ValueError(
+            f"--custom-advantage-function-path {path} must set rollout_data['{key}'] to one tensor per "
+            f"sample ({count} here), as slime requires; it set {got}"
+        )
     return [torch.as_tensor(value).detach() for value in values]

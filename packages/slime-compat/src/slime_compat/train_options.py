@@ -29,15 +29,20 @@ def prepare_train_math(config) -> list[str]:
     """Keep what the advantage estimator's name means in slime before its adapter replaces
     it; warn about a TIS function that would not be called. Returns the config errors."""
     if config.get("custom_tis_function_path") and not (config.use_tis or config.get_mismatch_metrics):
-        print(f"slime run: warning: --custom-tis-function-path {config.custom_tis_function_path} has no effect "
-              "here: slime calls it with --use-tis (or --get-mismatch-metrics); add --use-tis", file=sys.stderr)
+        print(
+            f"slime run: warning: --custom-tis-function-path {config.custom_tis_function_path} has no effect "
+            "here: slime calls it with --use-tis (or --get-mismatch-metrics); add --use-tis",
+            file=sys.stderr,
+        )
     estimator = config.advantage_estimator
     if not config.get("custom_advantage_function_path") or estimator == ADAPTER:
         return []
     if estimator == "ppo":
-        return [f"--custom-advantage-function-path {config.custom_advantage_function_path} with --advantage-estimator "
-                "ppo: slime hands the function its critic's values, and our critic trains only under the built-in ppo "
-                "estimator; use another --advantage-estimator, or register a native estimator (--advantage-estimator NAME)"]
+        return [
+            f"--custom-advantage-function-path {config.custom_advantage_function_path} with --advantage-estimator "
+            "ppo: slime hands the function its critic's values, and our critic trains only under the built-in ppo "
+            "estimator; use another --advantage-estimator, or register a native estimator (--advantage-estimator NAME)"
+        ]
     if estimator not in _CENTRED:
         config.disable_rewards_normalization = True
     elif estimator not in _STD:

@@ -32,9 +32,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 LATEST = "latest_checkpointed_iteration.txt"
 #: where each role's checkpoints live under the ``--save`` directory ("" = the top level)
@@ -88,8 +89,9 @@ def confirm_written(tmp: Path, failure: Exception | None) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     if failure is not None:
         raise failure
-    raise CheckpointError(f"writing {tmp} failed on rank(s) {ranks} (each rank's log says why); the partial "
-                          "checkpoint was deleted")
+    raise CheckpointError(
+        f"writing {tmp} failed on rank(s) {ranks} (each rank's log says why); the partial checkpoint was deleted"
+    )
 
 
 def publish(tmp: Path, final: Path, rollout_id: int) -> None:
@@ -142,14 +144,18 @@ def latest_checkpoint(root: str | Path, written_by: str = "an earlier run") -> P
     that does not exist is an error (a typo must not silently start a fresh run)."""
     directory = Path(root)
     if not directory.is_dir():
-        raise FileNotFoundError(f"--load {root}: the directory does not exist; give the --save directory of "
-                                f"{written_by}, or drop --load to start from --hf-checkpoint")
+        raise FileNotFoundError(
+            f"--load {root}: the directory does not exist; give the --save directory of "
+            f"{written_by}, or drop --load to start from --hf-checkpoint"
+        )
     latest = directory / LATEST
     if not latest.is_file():
         return None
     path = directory / f"iter_{int(latest.read_text().strip()):07d}"
     if not path.is_dir():
-        raise FileNotFoundError(f"{latest} names {path.name}, which is missing; the checkpoint directory was changed by hand")
+        raise FileNotFoundError(
+            f"{latest} names {path.name}, which is missing; the checkpoint directory was changed by hand"
+        )
     return path
 
 
@@ -203,9 +209,11 @@ def resume_checkpoint(config, written_by: str = "an earlier run") -> Path | None
     path = Path(config.load) / f"iter_{step:07d}"
     if not path.is_dir():
         held = sorted(p.name for p in Path(config.load).glob("iter_*") if p.is_dir() and not p.name.endswith(".tmp"))
-        raise FileNotFoundError(f"--ckpt-step {step}: {config.load} holds no {path.name} (it holds "
-                                f"{', '.join(held) or 'no checkpoint'}); give the rollout of one of those, or leave "
-                                "out --ckpt-step to resume from the latest")
+        raise FileNotFoundError(
+            f"--ckpt-step {step}: {config.load} holds no {path.name} (it holds "
+            f"{', '.join(held) or 'no checkpoint'}); give the rollout of one of those, or leave "
+            "out --ckpt-step to resume from the latest"
+        )
     return path
 
 
@@ -233,9 +241,13 @@ def missing_critic(config) -> str | None:
     path = resume_checkpoint(config)
     if path is None or (role_dir(config.load, "critic") / path.name).is_dir():
         return None
-    return (f"--load {config.load}: the checkpoint {path.name} has no critic ({role_dir(config.load, 'critic') / path.name});\n"
-            "  a run without --advantage-estimator ppo wrote it (start PPO from --hf-checkpoint instead), or a PPO run of an\n"
-            "  earlier slime, whose critic overwrote the policy in the same directory: that one cannot be resumed")
+    return (
+        f"--load {config.load}: the checkpoint {path.name} has no critic "
+        f"({role_dir(config.load, 'critic') / path.name});\n"
+        "  a run without --advantage-estimator ppo wrote it (start PPO from --hf-checkpoint instead), or a PPO run of "
+        "an\n"
+        "  earlier slime, whose critic overwrote the policy in the same directory: that one cannot be resumed"
+    )
 
 
 def is_megatron_checkpoint(path) -> bool:
@@ -264,10 +276,14 @@ def megatron_checkpoint(root) -> Path:
         raise FileNotFoundError(f"{root} has no {LATEST}: not a Megatron checkpoint directory")
     pointer = (root / LATEST).read_text().strip()
     if pointer != "release" and not pointer.isdigit():
-        raise ValueError(f"{root / LATEST} holds {pointer!r}, neither an iteration number nor 'release'; "
-                         "write the iteration of the checkpoint to load into it")
+        raise ValueError(
+            f"{root / LATEST} holds {pointer!r}, neither an iteration number nor 'release'; "
+            "write the iteration of the checkpoint to load into it"
+        )
     path = root / ("release" if pointer == "release" else f"iter_{int(pointer):07d}")
     if not (path / ".metadata").is_file():
-        raise FileNotFoundError(f"{root / LATEST} names {path.name}, which holds no torch_dist checkpoint "
-                                "(.metadata); the checkpoint was not written completely, or was moved")
+        raise FileNotFoundError(
+            f"{root / LATEST} names {path.name}, which holds no torch_dist checkpoint "
+            "(.metadata); the checkpoint was not written completely, or was moved"
+        )
     return path

@@ -26,19 +26,33 @@ import dataclasses
 import enum
 import io
 import pickle
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 from slime_core.checkpoint_dir import CheckpointError
 
 #: modules of DCP whose dataclasses and enums a ``.metadata`` file is made of
-_DCP_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.planner",
-                "torch.distributed.checkpoint.filesystem")
+_DCP_MODULES = (
+    "torch.distributed.checkpoint.metadata",
+    "torch.distributed.checkpoint.planner",
+    "torch.distributed.checkpoint.filesystem",
+)
 #: plain classes a ``.metadata`` file may name besides those (paths: ``StorageMeta.checkpoint_id``)
-_PLAIN = {("collections", "OrderedDict"), ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "complex"),
-          ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("pathlib", "WindowsPath"),
-          ("pathlib", "PureWindowsPath"), ("pathlib", "Path"), ("torch", "Size"), ("torch.serialization", "_get_layout")}
+_PLAIN = {
+    ("collections", "OrderedDict"),
+    ("builtins", "set"),
+    ("builtins", "frozenset"),
+    ("builtins", "complex"),
+    ("pathlib", "PosixPath"),
+    ("pathlib", "PurePosixPath"),
+    ("pathlib", "WindowsPath"),
+    ("pathlib", "PureWindowsPath"),
+    ("pathlib", "Path"),
+    ("torch", "Size"),
+    ("torch.serialization", "_get_layout"),
+}
 
 
 class UnsafeCheckpointError(CheckpointError):
@@ -48,9 +62,11 @@ class UnsafeCheckpointError(CheckpointError):
     def naming(cls, where: str | Path, names: str) -> UnsafeCheckpointError:
         """The refusal of the file at ``where``, which names ``names`` (one message argument, so
         that Ray can carry it from a train rank to the driver)."""
-        return cls(f"{where}: refused to load it: it names {names}, outside the allow-list of what a checkpoint "
-                   "holds, which loading would call (any code could run);\n  use checkpoints only from sources you "
-                   "trust: delete this one, or write it again with slime (--save)")
+        return cls(
+            f"{where}: refused to load it: it names {names}, outside the allow-list of what a checkpoint "
+            "holds, which loading would call (any code could run);\n  use checkpoints only from sources you "
+            "trust: delete this one, or write it again with slime (--save)"
+        )
 
 
 def load_torch_file(source: str | Path | IO[bytes], where: str | Path | None = None) -> Any:

@@ -36,8 +36,16 @@ COMPONENTS: dict[str, str] = {
     "train_data_converter": "train_data_converters",
 }
 #: Options that name parts only a run that generates (with engines) uses.
-ENGINE_SIDE = {"rollout_backend", "router", "generate_function", "eval_function", "router_middleware",
-               "dynamic_sampling_filter", "sample_hook", "all_groups_hook"}
+ENGINE_SIDE = {
+    "rollout_backend",
+    "router",
+    "generate_function",
+    "eval_function",
+    "router_middleware",
+    "dynamic_sampling_filter",
+    "sample_hook",
+    "all_groups_hook",
+}
 
 
 def selected_components(config, generates: bool = True) -> list[tuple[str, str, str]]:

@@ -123,9 +123,14 @@ def append_result(sample: Sample, result: GenerateResult, text: str | None = Non
     finish_status = {"stop": SampleStatus.COMPLETED, "length": SampleStatus.TRUNCATED, "abort": SampleStatus.ABORTED}
     version = None if result.weight_version is None else version_number(result.weight_version)
     if result.output_ids:
-        sample.append_response(result.output_ids, log_probs=result.log_probs, text=result.text if text is None else text,
-                               weight_version=version, top_p_token_ids=result.top_p_token_ids,
-                               top_p_token_offsets=result.top_p_token_offsets)
+        sample.append_response(
+            result.output_ids,
+            log_probs=result.log_probs,
+            text=result.text if text is None else text,
+            weight_version=version,
+            top_p_token_ids=result.top_p_token_ids,
+            top_p_token_offsets=result.top_p_token_offsets,
+        )
     sample.status = finish_status[result.finish_reason]
 
 

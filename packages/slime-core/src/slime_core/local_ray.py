@@ -37,8 +37,8 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Callable
 
 #: How often `start_local_ray` asks GCS whether the new raylet has registered.
 POLL_S = 0.02
@@ -53,8 +53,11 @@ def start_local_ray(**init_kwargs) -> None:
     import ray
     from ray._private import services, utils
 
-    with _replaced(utils, "get_dashboard_dependency_error", _dashboard_dependencies_missing), \
-            _replaced(services, "get_node", _once_registered), _replaced(services, "ConsolePopen", _in_own_session):
+    with (
+        _replaced(utils, "get_dashboard_dependency_error", _dashboard_dependencies_missing),
+        _replaced(services, "get_node", _once_registered),
+        _replaced(services, "ConsolePopen", _in_own_session),
+    ):
         ray.init(include_dashboard=False, **init_kwargs)
 
 

@@ -37,8 +37,9 @@ def fixed_micro_batches(indices: list[int], micro_batch_size: int) -> list[list[
     return [indices[i : i + micro_batch_size] for i in range(0, len(indices), micro_batch_size)]
 
 
-def token_budget_micro_batches(indices: list[int], lengths: list[int], max_tokens: int,
-                               padded_rows: bool = False) -> list[list[int]]:
+def token_budget_micro_batches(
+    indices: list[int], lengths: list[int], max_tokens: int, padded_rows: bool = False
+) -> list[list[int]]:
     """Pack samples into as few micro-batches of at most ``max_tokens`` tokens as first-fit
     decreasing finds; ``lengths[i]`` is sample ``i``'s token count. Each micro-batch keeps
     its samples in index order. ``padded_rows``: a micro-batch costs its sample count times
@@ -54,7 +55,7 @@ def token_budget_micro_batches(indices: list[int], lengths: list[int], max_token
     loads: list[int] = []
     for i in sorted(indices, key=lambda i: -lengths[i]):
         # decreasing order: a bin's first sample is its longest, the width of its rows
-        cost = (lambda b: lengths[bins[b][0]]) if padded_rows else (lambda b: lengths[i])
+        cost = (lambda b: lengths[bins[b][0]]) if padded_rows else (lambda b, i=i: lengths[i])
         target = next((b for b, load in enumerate(loads) if load + cost(b) <= max_tokens), None)
         if target is None:
             bins.append([])

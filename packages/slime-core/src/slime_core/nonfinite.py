@@ -49,7 +49,8 @@ class SkippedSteps:
                 f"rollout {rollout_id}, step {step}: {self.in_a_row} optimizer steps in a row had a non-finite loss or "
                 f"gradient norm (loss {metrics.get('loss')}, grad_norm {metrics.get('grad_norm')}) and were skipped; "
                 "the weights are those of the last good step. Check the rewards, the loss and --lr; "
-                "--max-consecutive-skipped-steps sets the limit, --no-check-for-nan-in-loss-and-grad lifts it")
+                "--max-consecutive-skipped-steps sets the limit, --no-check-for-nan-in-loss-and-grad lifts it"
+            )
 
     def metrics(self) -> dict[str, float]:
         return {"train/skipped_steps_total": float(self.total), "train/skipped_steps_in_a_row": float(self.in_a_row)}

@@ -71,14 +71,25 @@ class Placement:
         gpu = cluster_has_gpus() if gpu is None else gpu
         ranks, critic = train_ranks(config)
         if config.colocate and any(bundle.get("GPU", 0) > 1 for bundle in engine_bundles):
-            raise ValueError("--colocate with --rollout-num-gpus-per-engine > 1 is not supported yet: an engine "
-                             "would span several training ranks' GPUs; use 1, or run disaggregated")
+            raise ValueError(
+                "--colocate with --rollout-num-gpus-per-engine > 1 is not supported yet: an engine "
+                "would span several training ranks' GPUs; use 1, or run disaggregated"
+            )
         colocated = config.colocate and ranks > 0  # engines alone (--debug-rollout-only) need bundles of their own
         groups = _reserved(group_layout(config, engine_bundles, gpu, colocated), config)
         threads = 0 if gpu else rank_threads(config, ranks, cpu_engines(engine_bundles))
         nodes = [node for group in groups for node in bundle_nodes(group)]
-        return cls(groups, ranks, critic, colocated, gpu, list(engine_bundles), threads, nodes,
-                   Network.for_nodes(len({node for node, _ in nodes})))
+        return cls(
+            groups,
+            ranks,
+            critic,
+            colocated,
+            gpu,
+            list(engine_bundles),
+            threads,
+            nodes,
+            Network.for_nodes(len({node for node, _ in nodes})),
+        )
 
     @classmethod
     def in_process(cls, config, engine_bundles: list[dict[str, float]]) -> Placement:
@@ -124,8 +135,10 @@ class Placement:
         bundles = {f"train_rank_{rank}": self.rank_bundle(rank) for rank in range(self.num_ranks)}
         bundles |= {f"critic_rank_{rank}": self.rank_bundle(rank, critic=True) for rank in range(self.critic_ranks)}
         bundles |= {f"engine_{index}": self.engine_bundle(index) for index in range(len(self.engine_bundles))}
-        parts = {part: {"bundle": bundle, "node_id": nodes[bundle][0], "node_ip": nodes[bundle][1]}
-                 for part, bundle in bundles.items()}
+        parts = {
+            part: {"bundle": bundle, "node_id": nodes[bundle][0], "node_ip": nodes[bundle][1]}
+            for part, bundle in bundles.items()
+        }
         driver = ray.get_runtime_context().get_node_id()
         parts["driver"] = {"node_id": driver, "node_ip": _node_ips().get(driver, "")}
         return {"spans_nodes": self.network.spans_nodes, "parts": parts}
@@ -147,8 +160,9 @@ class Placement:
         threads = {} if self.gpu else cpu_thread_options(self.rank_threads)
         node, ip = self.nodes[bundle]
         interface = _on_node(node, gloo_interface, ip) if self.network.spans_nodes else None
-        return self.network.actor_options({"num_cpus": 0, "num_gpus": gpus, "scheduling_strategy": self._bundle(bundle),
-                                           **threads}, interface)
+        return self.network.actor_options(
+            {"num_cpus": 0, "num_gpus": gpus, "scheduling_strategy": self._bundle(bundle), **threads}, interface
+        )
 
     def engine_options(self, index: int) -> dict:
         """Ray actor options of engine ``index``: in its own bundle, or colocated in a training
@@ -167,10 +181,14 @@ class Placement:
 
         if not self.groups or ray_watch.lost():
             return
-        if not ray_watch.bounded(lambda: [ray.util.remove_placement_group(group) for group in self.groups],
-                                 RELEASE_TIMEOUT_S):
-            print(f"slime: Ray did not release the run's placement groups within {RELEASE_TIMEOUT_S:.0f} s (is its "
-                  f"GCS at {ray.get_runtime_context().gcs_address} alive?); going on", flush=True)
+        if not ray_watch.bounded(
+            lambda: [ray.util.remove_placement_group(group) for group in self.groups], RELEASE_TIMEOUT_S
+        ):
+            print(
+                f"slime: Ray did not release the run's placement groups within {RELEASE_TIMEOUT_S:.0f} s (is its "
+                f"GCS at {ray.get_runtime_context().gcs_address} alive?); going on",
+                flush=True,
+            )
 
     def _bundle(self, index: int):
         """The scheduling strategy that puts an actor in the run's bundle ``index``."""
@@ -192,8 +210,9 @@ def cluster_has_gpus() -> bool:
     return ray.cluster_resources().get("GPU", 0) > 0
 
 
-def group_layout(config, engine_bundles: list[dict[str, float]], gpu: bool,
-                 colocated: bool) -> list[tuple[str, list[dict[str, float]]]]:
+def group_layout(
+    config, engine_bundles: list[dict[str, float]], gpu: bool, colocated: bool
+) -> list[tuple[str, list[dict[str, float]]]]:
     """(Ray strategy, bundles) of each placement group the run reserves: a ``STRICT_PACK``
     group per train node (the policy's, then a PPO critic's), each holding that node's GPUs
     (CPU slots on a CPU cluster), and one ``PACK`` group of the engines' bundles unless they
@@ -221,11 +240,16 @@ def _reserved(layout: list[tuple[str, list[dict[str, float]]]], config) -> list[
     for group in groups:
         ray.util.remove_placement_group(group)
     asked = "; ".join(f"{strategy} {bundles}" for strategy, bundles in layout)
-    steered = " (bundles naming a custom resource need nodes started with it: ray start --resources)" \
-        if config.get("train_node_resource") or config.get("rollout_node_resource") else ""
-    raise RuntimeError(f"Ray could not reserve the run's placement groups [{asked}] in {RESERVE_TIMEOUT_S:.0f} s "
-                       f"(cluster: {ray.cluster_resources()}; STRICT_PACK: all on one node){steered}; lower "
-                       "--actor-num-gpus-per-node or --rollout-num-gpus, or add nodes")
+    steered = (
+        " (bundles naming a custom resource need nodes started with it: ray start --resources)"
+        if config.get("train_node_resource") or config.get("rollout_node_resource")
+        else ""
+    )
+    raise RuntimeError(
+        f"Ray could not reserve the run's placement groups [{asked}] in {RESERVE_TIMEOUT_S:.0f} s "
+        f"(cluster: {ray.cluster_resources()}; STRICT_PACK: all on one node){steered}; lower "
+        "--actor-num-gpus-per-node or --rollout-num-gpus, or add nodes"
+    )
 
 
 def _on_nodes_with(bundle: dict[str, float], resource: str | None) -> dict[str, float]:

@@ -31,7 +31,8 @@ class PolicyLossConfig:
     kl_loss_type: str = "low_var_kl"  # approx_kl kind
     use_unbiased_kl: bool = False  # weight the KL loss by ρ = π/π_old (off-policy samples)
     use_tis: bool = False  # reweight the pg loss by π_old/π_rollout (rollout/train mismatch)
-    tis_mode: str = "truncate"  # TIS function: "truncate" clamps w to [tis_clip_low, tis_clip], "icepop" zeroes it outside, or a plugin's
+    # TIS function: "truncate" clamps w to [tis_clip_low, tis_clip], "icepop" zeroes it outside, or a plugin's
+    tis_mode: str = "truncate"
     tis_clip: float = 2.0  # upper bound of the TIS weight / ICEPOP band
     tis_clip_low: float = 0.0  # lower bound (for ICEPOP set it, e.g. 0.5)
     get_mismatch_metrics: bool = False  # report the tis_*/icepop_* metrics without reweighting
@@ -48,7 +49,7 @@ class PolicyLossConfig:
             raise ValueError("invalid policy loss options:\n  " + "\n  ".join(errors))
 
     @classmethod
-    def from_config(cls, config) -> "PolicyLossConfig":
+    def from_config(cls, config) -> PolicyLossConfig:
         """Take every field that ``config`` (any object with attributes) has, by name.
 
         As in slime, ``--advantage-estimator gspo`` (or ``cispo``) with the default
@@ -83,9 +84,11 @@ def _config_errors(config: PolicyLossConfig) -> list[str]:
     if config.tis_clip_low > config.tis_clip:
         errors.append(f"tis_clip_low ({config.tis_clip_low}) must not exceed tis_clip ({config.tis_clip})")
     if config.use_rollout_logprobs and config.use_tis:
-        errors.append("use_rollout_logprobs and use_tis exclude each other (as in slime): with ρ = π/π_rollout "
-                      "there is no rollout/train gap left to reweight; drop one "
-                      "(get_mismatch_metrics still reports the gap)")
+        errors.append(
+            "use_rollout_logprobs and use_tis exclude each other (as in slime): with ρ = π/π_rollout "
+            "there is no rollout/train gap left to reweight; drop one "
+            "(get_mismatch_metrics still reports the gap)"
+        )
     if config.calculate_per_token_loss and config.use_constant_denominator:
         errors.append("calculate_per_token_loss and use_constant_denominator exclude each other; pick one")
     return errors

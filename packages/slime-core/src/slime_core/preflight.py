@@ -42,8 +42,10 @@ def model_dir_problems(config) -> list[str]:
 def _reference_problem(path: Path) -> str | None:
     """``--ref-load``: a Hugging Face model directory, or a Megatron checkpoint (slime's launch
     scripts give the latter: its weights, from tools/convert_hf_to_torch_dist.py)."""
-    layouts = ("a Hugging Face model directory (config.json, weights) or a Megatron checkpoint directory "
-               "(latest_checkpointed_iteration.txt naming its iter_XXXXXXX or release directory)")
+    layouts = (
+        "a Hugging Face model directory (config.json, weights) or a Megatron checkpoint directory "
+        "(latest_checkpointed_iteration.txt naming its iter_XXXXXXX or release directory)"
+    )
     if not path.is_dir():
         return f"no such directory; give {layouts}"
     if is_megatron_checkpoint(path):
@@ -110,8 +112,10 @@ def kl_coef_problems(config) -> list[str]:
     """``--kl-coef`` puts a KL penalty into the per-token reward; the group-relative estimators
     have none to put it in, so there it would be silently ignored."""
     if config.get("kl_coef") and config.advantage_estimator in REWARD_KL_FREE:
-        return [f"--kl-coef {config.kl_coef} penalises the per-token reward, which --advantage-estimator "
-                f"{config.advantage_estimator} does not use (its advantages are group-relative): it would have no "
-                "effect. Keep the policy near the reference with --use-kl-loss --kl-loss-coef C instead, or use "
-                "reinforce_plus_plus / reinforce_plus_plus_baseline"]
+        return [
+            f"--kl-coef {config.kl_coef} penalises the per-token reward, which --advantage-estimator "
+            f"{config.advantage_estimator} does not use (its advantages are group-relative): it would have no "
+            "effect. Keep the policy near the reference with --use-kl-loss --kl-loss-coef C instead, or use "
+            "reinforce_plus_plus / reinforce_plus_plus_baseline"
+        ]
     return []

@@ -24,8 +24,9 @@ def serve_store(host: str):
     return store, store.port
 
 
-def init_default_group(backend: str, master_addr: str, master_port: int, rank: int, world_size: int,
-                       timeout_minutes: float | None = None) -> None:
+def init_default_group(
+    backend: str, master_addr: str, master_port: int, rank: int, world_size: int, timeout_minutes: float | None = None
+) -> None:
     """A TCP rendezvous at ``master_addr:master_port`` for several ranks: a store the driver
     serves (with `SERVED_STORE_ENV` set), else one that rank 0 serves. A single rank needs
     none and gets an in-memory store: binding the chosen port raced with every other process
@@ -44,5 +45,6 @@ def init_default_group(backend: str, master_addr: str, master_port: int, rank: i
         store = dist.TCPStore(master_addr, master_port, is_master=False, timeout=timeout)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     else:
-        dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=rank,
-                                world_size=world_size, timeout=timeout)
+        dist.init_process_group(
+            backend, init_method=f"tcp://{master_addr}:{master_port}", rank=rank, world_size=world_size, timeout=timeout
+        )

@@ -1,7 +1,8 @@
 """Running one function as a group of ranks in fresh processes (multi-rank tests, ``slime
 convert``): ``spawn_ranks(target, world_size, *args)`` calls ``target(rank, world_size,
 port, *args)`` on every rank and returns their results in rank order. ``port`` is a free
-TCP port on the loopback for the ranks' process group (they all run on this machine), which the target joins itself (gloo,
+TCP port on the loopback for the ranks' process group (they all run on this machine), which the target joins itself
+(gloo,
 or Megatron's groups in ``slime_megatron.processes``).
 
 The processes are spawned, never forked: a fork copies the caller's threads' locks but not
@@ -16,8 +17,9 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from slime_core.ports import free_port
 
@@ -33,8 +35,13 @@ def spawn_ranks(target: Target, world_size: int, *args) -> list[Any]:
 
     with mp.get_context("spawn").Manager() as manager:
         results = manager.dict()
-        mp.start_processes(_rank_main, args=(target, world_size, port, args, results), nprocs=world_size,
-                           join=True, start_method="spawn")
+        mp.start_processes(
+            _rank_main,
+            args=(target, world_size, port, args, results),
+            nprocs=world_size,
+            join=True,
+            start_method="spawn",
+        )
         return [results[rank] for rank in range(world_size)]
 
 
@@ -99,8 +106,11 @@ class RankPool:
                         ok, value = False, None
                     if not ok:
                         process.join(timeout=1)
-                        raise RuntimeError(f"rank {rank} failed:\n{value}" if value else
-                                           f"rank {rank} died (exit code {process.exitcode}) before it answered")
+                        raise RuntimeError(
+                            f"rank {rank} failed:\n{value}"
+                            if value
+                            else f"rank {rank} died (exit code {process.exitcode}) before it answered"
+                        )
                     answers[rank] = value
                 elif not process.is_alive():
                     raise RuntimeError(f"rank {rank} died (exit code {process.exitcode}) before it answered")

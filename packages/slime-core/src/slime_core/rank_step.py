@@ -8,7 +8,8 @@ numbers for the same data:
    log-probs, and advantages from the ``--advantage-estimator`` plugin (plus on-policy
    distillation and ``--normalize-advantages`` whitening over the data-parallel group).
    With one optimizer step per rollout (and no teacher, KL penalty in the reward or estimator
-   marked ``needs_old_log_probs``, which need π_old up front) π_old is the policy being trained, so the old log-probs are not
+   marked ``needs_old_log_probs``, which need π_old up front) π_old is the policy being trained, so the old log-probs
+   are not
    recomputed by a forward of their own: each micro-batch's forward supplies them, detached
    (`StepTensors.old_from_forward`), as TRL does with one iteration per generation;
 2. per optimizer step, `RankStep.denominators` (samples and tokens of the global batch,
@@ -35,14 +36,22 @@ Only rank processes import this module (it imports torch and torch.distributed).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.distributed as dist
 
-from slime_core.algorithms import AdvantageInputs, LossDenominators, PolicyLossConfig, PolicyLossInputs
-from slime_core.algorithms import compute_policy_loss, loss_denominators, opd_advantages, whiten
+from slime_core.algorithms import (
+    AdvantageInputs,
+    LossDenominators,
+    PolicyLossConfig,
+    PolicyLossInputs,
+    compute_policy_loss,
+    loss_denominators,
+    opd_advantages,
+    whiten,
+)
 from slime_core.algorithms.reduce import rollout_token_totals
 from slime_core.micro_batches import fixed_micro_batches, step_slices, token_budget_micro_batches
 from slime_core.plugins import Plugins
@@ -77,7 +86,9 @@ class StepTensors:
     response_lengths: torch.Tensor | None = None  # (N,) int, response tokens of each sample
     total_lengths: torch.Tensor | None = None  # (N,) int, prompt + response tokens of each sample
 
-    def loss_inputs(self, indices: list[int], log_probs: torch.Tensor, entropy: torch.Tensor | None) -> PolicyLossInputs:
+    def loss_inputs(
+        self, indices: list[int], log_probs: torch.Tensor, entropy: torch.Tensor | None
+    ) -> PolicyLossInputs:
         """The loss inputs of the micro-batch ``indices``, given its (B, W) log-probs (with
         gradient) and entropy; the stored rows are cut to width W and moved to its device
         without waiting for the device's queued work (a GPU keeps computing the forward while
@@ -86,9 +97,18 @@ class StepTensors:
         rows = lambda t: None if t is None else t[indices, :width].to(device, non_blocking=True)  # noqa: E731
         per_sample = lambda t: None if t is None else t[indices].to(device, non_blocking=True)  # noqa: E731
         old = log_probs.detach() if self.old_from_forward else rows(self.old)
-        return PolicyLossInputs(log_probs, old, rows(self.advantages), rows(self.mask), entropy,
-                                rows(self.ref), rows(self.rollout), per_sample(self.sample_tokens),
-                                per_sample(self.response_lengths), per_sample(self.total_lengths))
+        return PolicyLossInputs(
+            log_probs,
+            old,
+            rows(self.advantages),
+            rows(self.mask),
+            entropy,
+            rows(self.ref),
+            rows(self.rollout),
+            per_sample(self.sample_tokens),
+            per_sample(self.response_lengths),
+            per_sample(self.total_lengths),
+        )
 
     def share_rollout_denominators(self, slices: list[list[int]]) -> None:
         """With ``rollout_ids``, set each sample's sample-mean denominator to the trained tokens
@@ -120,7 +140,9 @@ class RolloutSteps:
         data.share_rollout_denominators(slices)
         return cls(batch, data, slices, [])
 
-    def run(self, step: int, optimizer_step: Callable[[RolloutBatch, list[int], StepTensors], dict[str, float]]) -> dict[str, float]:
+    def run(
+        self, step: int, optimizer_step: Callable[[RolloutBatch, list[int], StepTensors], dict[str, float]]
+    ) -> dict[str, float]:
         """Optimizer step ``step`` by the backend's ``optimizer_step(batch, indices, data)``; its metrics."""
         metrics = optimizer_step(self.batch, self.slices[step], self.data)
         self.history.append(metrics)
@@ -163,11 +185,21 @@ class RankStep:
         old = torch.zeros_like(mask) if self.sft or old_from_forward else pad_rows(log_probs("actor"))
         ref = pad_rows(log_probs("ref")) if reference else None
         advantage_inputs = AdvantageInputs(
-            torch.tensor(batch.rewards, dtype=torch.float32), torch.tensor(batch.group_ids), mask,
-            log_probs=None if old_from_forward else old, ref_log_probs=ref, kl_coef=cfg.kl_coef, kl_type=cfg.kl_loss_type,
-            values=None if batch.values is None else pad_rows(batch.values), gamma=cfg.gamma, lambd=cfg.lambd,
-            response_lengths=torch.tensor(batch.response_lengths), normalize_rewards=batch.raw_rewards is None and not cfg.disable_rewards_normalization,
-            std_normalize=not cfg.disable_grpo_std_normalization, run_config=cfg, batch=batch,
+            torch.tensor(batch.rewards, dtype=torch.float32),
+            torch.tensor(batch.group_ids),
+            mask,
+            log_probs=None if old_from_forward else old,
+            ref_log_probs=ref,
+            kl_coef=cfg.kl_coef,
+            kl_type=cfg.kl_loss_type,
+            values=None if batch.values is None else pad_rows(batch.values),
+            gamma=cfg.gamma,
+            lambd=cfg.lambd,
+            response_lengths=torch.tensor(batch.response_lengths),
+            normalize_rewards=batch.raw_rewards is None and not cfg.disable_rewards_normalization,
+            std_normalize=not cfg.disable_grpo_std_normalization,
+            run_config=cfg,
+            batch=batch,
         )
         advantages, _ = self.estimator(advantage_inputs)
         if teacher:
@@ -195,8 +227,9 @@ class RankStep:
         the same number."""
         cfg = self.config
         if cfg.use_dynamic_batch_size:
-            plan = token_budget_micro_batches(indices, [len(t) for t in batch.tokens], cfg.max_tokens_per_gpu,
-                                              self.padded_rows)
+            plan = token_budget_micro_batches(
+                indices, [len(t) for t in batch.tokens], cfg.max_tokens_per_gpu, self.padded_rows
+            )
         else:
             plan = fixed_micro_batches(indices, cfg.micro_batch_size)
         count = torch.tensor(len(plan))
@@ -208,8 +241,12 @@ class RankStep:
         global batch (every data-parallel rank's ``indices``), the denominators of the loss
         reduction."""
         rollout_ids = None if data.rollout_ids is None else [data.rollout_ids[i] for i in indices]
-        return loss_denominators(data.mask[indices], max_tokens_per_sample=self.config.rollout_max_response_len,
-                                 group=self.group, rollout_ids=rollout_ids)
+        return loss_denominators(
+            data.mask[indices],
+            max_tokens_per_sample=self.config.rollout_max_response_len,
+            group=self.group,
+            rollout_ids=rollout_ids,
+        )
 
     @property
     def needs_logits(self) -> bool:
@@ -217,15 +254,18 @@ class RankStep:
         marked ``needs_logits``): only then does the backend hand them to `loss`."""
         return getattr(self.loss_fn, "needs_logits", False)
 
-    def loss(self, inputs: PolicyLossInputs, denominators: LossDenominators,
-             logits: SampleLogits | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(
+        self, inputs: PolicyLossInputs, denominators: LossDenominators, logits: SampleLogits | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         """The micro-batch's contribution to the global-batch loss, and its metrics: a
         ``needs_logits`` loss computes all of it from ``logits``, the others go through
         ``compute_policy_loss``."""
         if self.needs_logits:
             assert logits is not None, "the backend must pass the logits of a needs_logits loss"
             return self.loss_fn(logits, inputs, denominators, self.loss_config)
-        return compute_policy_loss(inputs, self.loss_config, denominators, self.loss_fn, self.tis_fn, self.pg_loss_reducer)
+        return compute_policy_loss(
+            inputs, self.loss_config, denominators, self.loss_fn, self.tis_fn, self.pg_loss_reducer
+        )
 
     def rollout_metrics(self, history: list[dict[str, float]]) -> dict[str, float]:
         """The applied steps' metrics averaged (``train_rollout_logprob_abs_diff`` among them:
@@ -248,7 +288,9 @@ class RankStep:
     def lr(self, step: int) -> float:
         """``--lr`` times `lr_factor` at optimizer step ``step`` (0 = the first update)."""
         cfg = self.config
-        return cfg.lr * lr_factor(step, cfg.lr_warmup_iters, cfg.lr_decay_style, cfg.lr_decay_iters, cfg.min_lr / cfg.lr)
+        return cfg.lr * lr_factor(
+            step, cfg.lr_warmup_iters, cfg.lr_decay_style, cfg.lr_decay_iters, cfg.min_lr / cfg.lr
+        )
 
 
 def sum_over_ranks(metrics: dict[str, float], group=None) -> dict[str, float]:
@@ -285,7 +327,10 @@ def memory_gib(device: torch.device) -> dict[str, float]:
     """Memory of this rank, in GiB: allocated and peak device memory on a GPU; resident and
     peak resident memory of the process on a CPU."""
     if device.type == "cuda":
-        return {"allocated_gib": torch.cuda.memory_allocated() / 2**30, "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
+        return {
+            "allocated_gib": torch.cuda.memory_allocated() / 2**30,
+            "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+        }
     status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
     return {"rss_gib": int(status["VmRSS"].split()[0]) / 2**20, "peak_rss_gib": int(status["VmHWM"].split()[0]) / 2**20}
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 from slime_core.run_fault import RunFault, stop_run, stopping_fault
 
@@ -58,10 +58,14 @@ def _watch(gcs_address: str, stop: threading.Event) -> None:
         if _answers(host, int(port)):
             last_answer = time.monotonic()
         elif time.monotonic() - last_answer >= LOST_AFTER_S:
-            stop_run(RayClusterLost(
-                f"lost the Ray cluster: its GCS at {gcs_address} has not accepted a connection for "
-                f"{LOST_AFTER_S:.0f} s; the run stopped (its checkpoints and run directory are kept). Check the Ray "
-                "head node (`ray status`), then resume with --load"))
+            stop_run(
+                RayClusterLost(
+                    f"lost the Ray cluster: its GCS at {gcs_address} has not accepted a connection for "
+                    f"{LOST_AFTER_S:.0f} s; the run stopped (its checkpoints and run directory are kept). Check the "
+                    "Ray "
+                    "head node (`ray status`), then resume with --load"
+                )
+            )
             return
 
 

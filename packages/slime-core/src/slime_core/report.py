@@ -51,8 +51,11 @@ def _load_records(run: Path) -> list[Record]:
     if not run.is_dir():
         raise ReportError(f"{run} is not a directory; pass the --output-dir of a `slime run`")
     if not (run / "metrics.jsonl").exists():
-        hint = "the run has not logged its first rollout yet" if (run / "config.yaml").exists() else \
-            "it is not a slime run directory"
+        hint = (
+            "the run has not logged its first rollout yet"
+            if (run / "config.yaml").exists()
+            else "it is not a slime run directory"
+        )
         raise ReportError(f"{run} has no metrics.jsonl: {hint}; pass the --output-dir of a `slime run`")
     return latest_attempt(read_metrics(run / "metrics.jsonl"))
 
@@ -65,10 +68,10 @@ def latest_attempt(records: list[Record]) -> list[Record]:
     starts = [i for i in range(1, len(records)) if records[i]["rollout_id"] <= records[i - 1]["rollout_id"]]
     if not starts:
         return records
-    last = records[starts[-1]:]
+    last = records[starts[-1] :]
     if last[0]["rollout_id"] <= 0:
         return last
-    return [r for r in latest_attempt(records[:starts[-1]]) if r["rollout_id"] < last[0]["rollout_id"]] + last
+    return [r for r in latest_attempt(records[: starts[-1]]) if r["rollout_id"] < last[0]["rollout_id"]] + last
 
 
 def _pyplot():
@@ -76,8 +79,10 @@ def _pyplot():
     try:
         import matplotlib
     except ImportError:
-        raise ReportError('slime report draws with matplotlib, which is not installed; '
-                          'install it with: pip install "slime-core[report]"') from None
+        raise ReportError(
+            "slime report draws with matplotlib, which is not installed; "
+            'install it with: pip install "slime-core[report]"'
+        ) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as pyplot
 
@@ -109,11 +114,20 @@ def _figures(records: list[Record]) -> list[tuple[str, list[tuple[str, Series]]]
     return [
         ("reward.png", [("rollout reward", series(train, "rollout/reward_mean", "rollout/raw_reward_mean"))]),
         ("eval.png", [("evaluation", series(records, *eval_keys(records)))]),
-        ("kl.png", [(key.split("/")[1], series(train, key))
-                    for key in ("train/ppo_kl", "train/kl_loss", "train/pg_clipfrac")]),
-        ("response_length.png", [("response length (tokens)",
-                                  series(train, "rollout/response_length_mean", "rollout/response_length_max")),
-                                 ("truncated fraction", series(train, "rollout/truncated_fraction"))]),
+        (
+            "kl.png",
+            [(key.split("/")[1], series(train, key)) for key in ("train/ppo_kl", "train/kl_loss", "train/pg_clipfrac")],
+        ),
+        (
+            "response_length.png",
+            [
+                (
+                    "response length (tokens)",
+                    series(train, "rollout/response_length_mean", "rollout/response_length_max"),
+                ),
+                ("truncated fraction", series(train, "rollout/truncated_fraction")),
+            ],
+        ),
     ]
 
 
@@ -220,8 +234,12 @@ def _reward_trend(train: list[Record]) -> list[str]:
     first, last = sum(values[:k]) / k, sum(values[-k:]) / k
     change = last - first
     trend = "rising" if change > 0.01 else "falling" if change < -0.01 else "flat"
-    return ["## Reward", "", f"- rollout reward: {first:.4g} (first {k}) → {last:.4g} (last {k}): "
-            f"{trend} ({change:+.4g})", ""]
+    return [
+        "## Reward",
+        "",
+        f"- rollout reward: {first:.4g} (first {k}) → {last:.4g} (last {k}): {trend} ({change:+.4g})",
+        "",
+    ]
 
 
 def _step_time(records: list[Record], train: list[Record]) -> list[str]:
@@ -233,8 +251,10 @@ def _step_time(records: list[Record], train: list[Record]) -> list[str]:
     lines += ["| phase | mean seconds | share |", "|---|---|---|"]
     lines += [f"| {phase} | {sec:.3g} | {sec / max(total, 1e-9):.0%} |" for phase, sec in phases.items()]
     lines += ["", "`other` is wall time between records that no phase timed (between phases, logging).", ""]
-    for key, label in (("perf/tokens_per_second", "tokens/s (trained tokens / step time)"),
-                       ("perf/train_tokens_per_second", "training tokens/s")):
+    for key, label in (
+        ("perf/tokens_per_second", "tokens/s (trained tokens / step time)"),
+        ("perf/train_tokens_per_second", "training tokens/s"),
+    ):
         values = [r[key] for r in train if key in r]
         if values:
             lines.append(f"- {label}: {sum(values) / len(values):,.0f} (mean)")

@@ -65,7 +65,9 @@ class RewardHub:
         try:
             rewards = await self._call(name, group)
             if not isinstance(rewards, (list, tuple)) or len(rewards) != len(group):
-                raise TypeError(f"a group reward function must return one reward per sample ({len(group)}), got {rewards!r:.80}")
+                raise TypeError(
+                    f"a group reward function must return one reward per sample ({len(group)}), got {rewards!r:.80}"
+                )
         except Exception as exc:
             self._record_failure(group, name, exc)
             return
@@ -95,8 +97,10 @@ class RewardHub:
                 continue
             error = f"reward function '{name}'{self._provider(name)} returned {value} for {sample.describe()}"
             if not self.config.drop_nonfinite_rewards:
-                raise NonFiniteError(f"{error}: a non-finite reward cannot be trained on. Fix the function, or pass "
-                                     "--drop-nonfinite-rewards to drop such samples (counted in reward/non_finite)")
+                raise NonFiniteError(
+                    f"{error}: a non-finite reward cannot be trained on. Fix the function, or pass "
+                    "--drop-nonfinite-rewards to drop such samples (counted in reward/non_finite)"
+                )
             self.counts["non_finite"] += 1
             logger.warning("%s; dropped (--drop-nonfinite-rewards)", error)
             sample.error, sample.status, sample.reward = error, SampleStatus.FAILED, None
@@ -107,8 +111,11 @@ class RewardHub:
         error = f"reward function '{name}'{self._provider(name)} {what}"
         self.counts["timed_out" if timed_out else "failed"] += len(samples)
         more = f" and {len(samples) - 1} more of its group" if len(samples) > 1 else ""
-        fallback = ("no reward: not trained on" if self.config.rm_failure_reward is None
-                    else f"reward {self.config.rm_failure_reward} (--rm-failure-reward)")
+        fallback = (
+            "no reward: not trained on"
+            if self.config.rm_failure_reward is None
+            else f"reward {self.config.rm_failure_reward} (--rm-failure-reward)"
+        )
         logger.warning("%s on %s%s; %s", error, samples[0].describe(), more, fallback)
         for sample in samples:
             sample.error = error
@@ -148,6 +155,8 @@ def scalar_reward(sample: Sample, reward_key: str | None) -> float:
         raise ValueError(f"{sample.describe()} has no reward (status {sample.status.value})")
     reward = float(reward)
     if not math.isfinite(reward):  # set outside the reward hub (a rollout function, a hook)
-        raise NonFiniteError(f"{sample.describe()} has the reward {reward}, which cannot be trained on: whatever set "
-                             "it (a rollout function, a hook) must give a finite number, or mark the sample failed")
+        raise NonFiniteError(
+            f"{sample.describe()} has the reward {reward}, which cannot be trained on: whatever set "
+            "it (a rollout function, a hook) must give a finite number, or mark the sample failed"
+        )
     return reward

@@ -30,7 +30,8 @@ A minimal backend (see ``examples/plugins/slime-example-engine``)::
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from slime_core.engine import RolloutEngine
 from slime_core.weight_bucket import WeightBucket

@@ -44,8 +44,14 @@ class RolloutBatch:
         return len(self.tokens)
 
     @classmethod
-    def from_samples(cls, samples: list[Sample], reward_key: str | None = None, top_p_replay: bool = False,
-                     rollout_id_key: str | None = None, rewards: list[float] | None = None) -> RolloutBatch:
+    def from_samples(
+        cls,
+        samples: list[Sample],
+        reward_key: str | None = None,
+        top_p_replay: bool = False,
+        rollout_id_key: str | None = None,
+        rewards: list[float] | None = None,
+    ) -> RolloutBatch:
         """The `trainable` samples of a rollout, in order; with ``top_p_replay``
         (``--rollout-top-p`` < 1) their nuclei too, which every trained token needs; with
         ``rollout_id_key`` (``--rollout-id-key``) the rollout each comes from (`rollout_id`);
@@ -102,12 +108,19 @@ def train_batch(samples: list[Sample], config, plugins) -> RolloutBatch:
     if converter:
         batch = _converted(samples, config, plugins, converter)
         if processed and len(batch) != len(samples):
-            raise ValueError(f"train-data converter '{converter}' made {len(batch)} entries of {len(samples)} samples, "
-                             f"so --reward-post-process's one reward per sample cannot be placed; drop "
-                             "--reward-post-process and post-process the rewards in the converter")
+            raise ValueError(
+                f"train-data converter '{converter}' made {len(batch)} entries of {len(samples)} samples, "
+                f"so --reward-post-process's one reward per sample cannot be placed; drop "
+                "--reward-post-process and post-process the rewards in the converter"
+            )
     else:  # post-processed rewards given: a dict reward without --reward-key is the post-processor's to read
-        batch = RolloutBatch.from_samples(samples, config.reward_key, top_p_replay=config.rollout_top_p < 1,
-                                          rollout_id_key=config.rollout_id_key, rewards=processed[1] if processed else None)
+        batch = RolloutBatch.from_samples(
+            samples,
+            config.reward_key,
+            top_p_replay=config.rollout_top_p < 1,
+            rollout_id_key=config.rollout_id_key,
+            rewards=processed[1] if processed else None,
+        )
     if processed:
         batch.raw_rewards, batch.rewards = processed
     return batch
@@ -125,13 +138,17 @@ def _post_processed(samples: list[Sample], config, plugins) -> tuple[list[float]
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{what} must return (raw_rewards, rewards), two lists of numbers ({exc})") from None
     if len(raw) != len(samples) or len(rewards) != len(samples):
-        raise ValueError(f"{what} returned {len(raw)} raw rewards and {len(rewards)} rewards for {len(samples)} "
-                         "samples; it must return one of each per sample, in the order it got them")
+        raise ValueError(
+            f"{what} returned {len(raw)} raw rewards and {len(rewards)} rewards for {len(samples)} "
+            "samples; it must return one of each per sample, in the order it got them"
+        )
     for kind, values in (("raw reward", raw), ("reward", rewards)):
         bad = next((i for i, value in enumerate(values) if not math.isfinite(value)), None)
         if bad is not None:
-            raise NonFiniteError(f"{what} returned the {kind} {values[bad]} for {samples[bad].describe()}, which cannot "
-                                 "be trained on (or logged); it must return finite numbers")
+            raise NonFiniteError(
+                f"{what} returned the {kind} {values[bad]} for {samples[bad].describe()}, which cannot "
+                "be trained on (or logged); it must return finite numbers"
+            )
     return raw, rewards
 
 
@@ -139,18 +156,23 @@ def _converted(samples: list[Sample], config, plugins, name: str) -> RolloutBatc
     """The batch of ``--train-data-converter NAME``."""
     batch = plugins.registry("train_data_converters").get(name)(samples, config)
     if not isinstance(batch, RolloutBatch):
-        raise TypeError(f"train-data converter '{name}' returned a {type(batch).__name__}; it must return a "
-                        "slime_core.rollout_batch.RolloutBatch")
+        raise TypeError(
+            f"train-data converter '{name}' returned a {type(batch).__name__}; it must return a "
+            "slime_core.rollout_batch.RolloutBatch"
+        )
     return batch
 
 
 def check_nuclei(sample: Sample) -> None:
     """ValueError unless every trained token of ``sample`` has its nucleus (top-p replay)."""
     offsets = sample.rollout_top_p_token_offsets
-    missing = [t for t, mask in enumerate(sample.loss_mask) if mask and (offsets is None or offsets[t] == offsets[t + 1])]
+    missing = [
+        t for t, mask in enumerate(sample.loss_mask) if mask and (offsets is None or offsets[t] == offsets[t + 1])
+    ]
     if missing:
         raise ValueError(
-            f"sample {sample.group_index}/{sample.index} has no top-p nucleus for {len(missing)} of its trained tokens, "
+            f"sample {sample.group_index}/{sample.index} has no top-p nucleus for {len(missing)} of its trained "
+            "tokens, "
             "which --rollout-top-p < 1 trains over: the engine did not return them (SGLang needs slime's top-p patch) "
             "or a router or generate function dropped them; fix that, or use --rollout-top-p 1"
         )

@@ -12,8 +12,9 @@ labels) is marked with `without_engines`, and a run of it starts no engine or ro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from slime_core.engine import RolloutEngine
 
@@ -38,7 +39,9 @@ class RolloutParts:
     ctx: GenerateContext
     engines: Any | None = None  # slime_core.rollout_backend.Engines: abort / pause every engine; None without engines
     sample_hooks: list = field(default_factory=list)  # fn(sample, config, rollout_id) -> Sample | None (--sample-hook)
-    all_groups_hooks: list = field(default_factory=list)  # fn(rollout_id, groups, config, data_source) (--all-groups-hook)
+    all_groups_hooks: list = field(
+        default_factory=list
+    )  # fn(rollout_id, groups, config, data_source) (--all-groups-hook)
 
 
 def without_engines(rollout_fn: Callable) -> Callable:

@@ -14,7 +14,8 @@ goes to them in turn (`EnginesInTurn`), one request (or one group) to the next e
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from slime_core.engine import GenerateResult, RolloutEngine, SamplingParams
 
@@ -90,12 +91,14 @@ class EnginesInTurn:
             self._clients[url] = self.client_for(url)
         return self._clients[url]
 
-    async def generate(self, input_ids: list[int], sampling: SamplingParams, return_logprob: bool = True,
-                       rid: str | None = None) -> GenerateResult:
+    async def generate(
+        self, input_ids: list[int], sampling: SamplingParams, return_logprob: bool = True, rid: str | None = None
+    ) -> GenerateResult:
         return await self._next().generate(input_ids, sampling, return_logprob=return_logprob, rid=rid)
 
-    async def generate_parallel(self, input_ids: list[int], sampling: SamplingParams, n: int,
-                                return_logprob: bool = True) -> list[GenerateResult]:
+    async def generate_parallel(
+        self, input_ids: list[int], sampling: SamplingParams, n: int, return_logprob: bool = True
+    ) -> list[GenerateResult]:
         return await self._next().generate_parallel(input_ids, sampling, n, return_logprob=return_logprob)
 
     async def close(self) -> None:

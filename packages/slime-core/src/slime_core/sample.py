@@ -115,8 +115,10 @@ class Sample:
             return
         problem = _offsets_problem(ids, offsets, count)
         if problem:
-            raise ValueError(f"sample {self.group_index}/{self.index}: the engine's top-p nuclei do not fit its "
-                             f"{count} tokens: {problem}; is the engine's top-p replay broken?")
+            raise ValueError(
+                f"sample {self.group_index}/{self.index}: the engine's top-p nuclei do not fit its "
+                f"{count} tokens: {problem}; is the engine's top-p replay broken?"
+            )
         if self.rollout_top_p_token_offsets is None:
             self.rollout_top_p_token_ids, self.rollout_top_p_token_offsets = [], [0] * (self.response_length + 1)
         base = len(self.rollout_top_p_token_ids)
@@ -130,9 +132,13 @@ class Sample:
             problems.append(f"response_length {self.response_length} outside 0..{len(self.tokens)} tokens")
         for name in ("loss_mask", "rollout_log_probs"):
             if len(getattr(self, name)) != self.response_length:
-                problems.append(f"{name} has {len(getattr(self, name))} entries for {self.response_length} response tokens")
+                problems.append(
+                    f"{name} has {len(getattr(self, name))} entries for {self.response_length} response tokens"
+                )
         if self.rollout_top_p_token_ids is not None or self.rollout_top_p_token_offsets is not None:
-            nuclei = _offsets_problem(self.rollout_top_p_token_ids, self.rollout_top_p_token_offsets, self.response_length)
+            nuclei = _offsets_problem(
+                self.rollout_top_p_token_ids, self.rollout_top_p_token_offsets, self.response_length
+            )
             if nuclei:
                 problems.append(f"rollout_top_p_token_offsets: {nuclei}")
         if problems:

@@ -27,8 +27,10 @@ async def sft_rollout(rollout_id: int, config, parts):
 def complete_with_label(sample: Sample, tokenizer) -> None:
     """Prompt tokens, then the label and end-of-text as the trainable response."""
     if sample.label is None:
-        raise ValueError(f"SFT needs a label for every prompt; sample {sample.group_index} has none: "
-                         "set --label-key to the record key holding the target text")
+        raise ValueError(
+            f"SFT needs a label for every prompt; sample {sample.group_index} has none: "
+            "set --label-key to the record key holding the target text"
+        )
     prompt = list(tokenizer.encode(sample.prompt, add_special_tokens=False))
     response = list(tokenizer.encode(str(sample.label), add_special_tokens=False)) + [tokenizer.eos_token_id]
     sample.tokens = prompt

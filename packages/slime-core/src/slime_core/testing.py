@@ -7,8 +7,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slime_core.local_ray import start_local_ray
+
+if TYPE_CHECKING:
+    from slime_core.rollout_batch import RolloutBatch
 
 HEAVY_MODULES = ("torch", "ray", "transformers", "megatron", "sglang")
 
@@ -33,7 +37,9 @@ def check_plugin_installed(name: str, distribution: str) -> dict:
     from slime_core.plugins import Plugins
 
     described = {plugin["name"]: plugin for plugin in Plugins().describe()}
-    assert name in described, f"plugin '{name}' not found through the slime entry points; installed: {sorted(described)}"
+    assert name in described, (
+        f"plugin '{name}' not found through the slime entry points; installed: {sorted(described)}"
+    )
     assert described[name]["distribution"] == distribution, described[name]
     module = Plugins().info[name].module.__name__
     code = f"import sys, {module}; print([m for m in {HEAVY_MODULES!r} if m in sys.modules])"
@@ -78,8 +84,9 @@ def ray_session(num_cpus: int = 4):
     saved = {key: os.environ.get(key) for key in ("HOME", "RAY_TMPDIR")}
     os.environ.update(HOME=str(work_dir), RAY_TMPDIR=str(work_dir))
     try:
-        start_local_ray(num_cpus=num_cpus, _temp_dir=str(work_dir), log_to_driver=False,
-                        _system_config={"worker_niceness": 0})
+        start_local_ray(
+            num_cpus=num_cpus, _temp_dir=str(work_dir), log_to_driver=False, _system_config={"worker_niceness": 0}
+        )
         yield
     finally:
         ray.shutdown()
@@ -91,7 +98,9 @@ def ray_session(num_cpus: int = 4):
         shutil.rmtree(work_dir, ignore_errors=True)
 
 
-def synthetic_rollout_batch(num_groups: int = 4, group_size: int = 4, seed: int = 0, max_response: int = 8) -> RolloutBatch:
+def synthetic_rollout_batch(
+    num_groups: int = 4, group_size: int = 4, seed: int = 0, max_response: int = 8
+) -> RolloutBatch:
     """Addition prompts (character tokenizer) with random responses of 1..``max_response``
     tokens and random 0/1 rewards: train data for backend tests without an engine."""
     import random
@@ -124,8 +133,8 @@ def log_probs_alone(model, tokens: list[int], response_length: int):
     device = next(model.parameters()).device
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([tokens], device=device)).logits[0].float()
-    targets = torch.tensor(tokens[len(tokens) - response_length:], device=device)
-    log_probs = logits[len(tokens) - response_length - 1: -1].log_softmax(-1)
+    targets = torch.tensor(tokens[len(tokens) - response_length :], device=device)
+    log_probs = logits[len(tokens) - response_length - 1 : -1].log_softmax(-1)
     return log_probs.gather(-1, targets[:, None])[:, 0]
 
 

@@ -45,8 +45,9 @@ def build_char_tokenizer(save_dir: str | Path | None = None):
 
 #: The shape every tiny family shares: 4 query / 2 key-value heads, a 3x MLP, an untied output
 #: layer, unless the family's entry says otherwise.
-_SHAPE = dict(num_attention_heads=4, num_key_value_heads=2, head_dim="h/4", rms_norm_eps=1e-6,
-              tie_word_embeddings=False)
+_SHAPE = dict(
+    num_attention_heads=4, num_key_value_heads=2, head_dim="h/4", rms_norm_eps=1e-6, tie_word_embeddings=False
+)
 
 #: Per family, the transformers ``model_type`` and what makes a tiny config of it exercise the
 #: family's own parts (``h``: the hidden size): MoE with shared experts and dense first layers,
@@ -55,27 +56,74 @@ TINY_FAMILIES: dict[str, dict] = {
     "qwen3": dict(tie_word_embeddings=True),
     "qwen2": dict(),
     "llama": dict(),
-    "qwen3_moe": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size="h/2", norm_topk_prob=True,
-                      mlp_only_layers=[1]),
+    "qwen3_moe": dict(
+        num_experts=4, num_experts_per_tok=2, moe_intermediate_size="h/2", norm_topk_prob=True, mlp_only_layers=[1]
+    ),
     "glm4": dict(partial_rotary_factor=0.5),
-    "glm4_moe": dict(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size="h/2", n_shared_experts=1,
-                     first_k_dense_replace=1, partial_rotary_factor=0.5, use_qk_norm=True, n_group=1, topk_group=1),
-    "deepseek_v3": dict(num_key_value_heads=4, head_dim="h/8", n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size="h/2",
-                        n_shared_experts=1, first_k_dense_replace=1, q_lora_rank="h/2", kv_lora_rank="h/2",
-                        qk_rope_head_dim="h/8", qk_nope_head_dim="h/4", v_head_dim="h/4", n_group=2, topk_group=1),
-    "qwen3_next": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size="h/2",
-                       shared_expert_intermediate_size="h/2", linear_num_value_heads=4, linear_num_key_heads=2,
-                       linear_key_head_dim="h/4", linear_value_head_dim="h/4", linear_conv_kernel_dim=4,
-                       full_attention_interval=2),
+    "glm4_moe": dict(
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size="h/2",
+        n_shared_experts=1,
+        first_k_dense_replace=1,
+        partial_rotary_factor=0.5,
+        use_qk_norm=True,
+        n_group=1,
+        topk_group=1,
+    ),
+    "deepseek_v3": dict(
+        num_key_value_heads=4,
+        head_dim="h/8",
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size="h/2",
+        n_shared_experts=1,
+        first_k_dense_replace=1,
+        q_lora_rank="h/2",
+        kv_lora_rank="h/2",
+        qk_rope_head_dim="h/8",
+        qk_nope_head_dim="h/4",
+        v_head_dim="h/4",
+        n_group=2,
+        topk_group=1,
+    ),
+    "qwen3_next": dict(
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size="h/2",
+        shared_expert_intermediate_size="h/2",
+        linear_num_value_heads=4,
+        linear_num_key_heads=2,
+        linear_key_head_dim="h/4",
+        linear_value_head_dim="h/4",
+        linear_conv_kernel_dim=4,
+        full_attention_interval=2,
+    ),
     # GLM-5: MLA with DeepSeek sparse attention (an indexer picks each query's top 8 keys;
     # every second layer reuses the previous layer's pick), MoE with a shared expert. 8 indexer
     # heads: with 2, many keys score exactly 0 (a ReLU of every head), and top-k among ties
     # depends on the tensor's shape, so transformers' own cached decoding would disagree with
     # its full forward.
-    "glm_moe_dsa": dict(num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size="h/2",
-                        n_shared_experts=1, first_k_dense_replace=1, q_lora_rank="h/2", kv_lora_rank="h/2",
-                        qk_rope_head_dim="h/8", qk_nope_head_dim="h/4", v_head_dim="h/4", n_group=1, topk_group=1,
-                        index_topk=8, index_head_dim="h/4", index_n_heads=8, index_topk_freq=2, index_skip_topk_offset=1),
+    "glm_moe_dsa": dict(
+        num_key_value_heads=4,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size="h/2",
+        n_shared_experts=1,
+        first_k_dense_replace=1,
+        q_lora_rank="h/2",
+        kv_lora_rank="h/2",
+        qk_rope_head_dim="h/8",
+        qk_nope_head_dim="h/4",
+        v_head_dim="h/4",
+        n_group=1,
+        topk_group=1,
+        index_topk=8,
+        index_head_dim="h/4",
+        index_n_heads=8,
+        index_topk_freq=2,
+        index_skip_topk_offset=1,
+    ),
 }
 
 
@@ -90,15 +138,30 @@ def tiny_config(family: str, hidden_size: int = 64, num_layers: int = 2, max_pos
     sizes = {**_SHAPE, **TINY_FAMILIES[family]}
     sizes = {key: hidden_size // int(value[2:]) if isinstance(value, str) else value for key, value in sizes.items()}
     return AutoConfig.for_model(
-        family, vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=3 * hidden_size,
-        num_hidden_layers=num_layers, max_position_embeddings=max_positions,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None, **sizes,
+        family,
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=3 * hidden_size,
+        num_hidden_layers=num_layers,
+        max_position_embeddings=max_positions,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        **sizes,
     )
 
 
-def build_tiny_model(save_dir: str | Path, family: str = "qwen3", hidden_size: int = 64, num_layers: int = 2,
-                     seed: int = 0, max_positions: int = 128, router_bias: float = 0.0, mtp_layers: int = 0,
-                     **config_fields) -> Path:
+def build_tiny_model(
+    save_dir: str | Path,
+    family: str = "qwen3",
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    seed: int = 0,
+    max_positions: int = 128,
+    router_bias: float = 0.0,
+    mtp_layers: int = 0,
+    **config_fields,
+) -> Path:
     """Save a randomly initialised causal LM of ``family`` with the character tokenizer to
     ``save_dir`` (a Hugging Face directory that ``from_pretrained`` loads offline).
 
@@ -158,8 +221,11 @@ def _add_mtp_layers(save_dir: Path, longer, num_layers: int, seed: int, router_b
     torch.manual_seed(seed + 1)
     with tempfile.TemporaryDirectory() as tmp:
         AutoModelForCausalLM.from_config(longer).save_pretrained(tmp)
-        extra = {name: t for name, t in load_file(f"{tmp}/model.safetensors").items()
-                 if name.startswith("model.layers.") and int(name.split(".")[2]) >= num_layers}
+        extra = {
+            name: t
+            for name, t in load_file(f"{tmp}/model.safetensors").items()
+            if name.startswith("model.layers.") and int(name.split(".")[2]) >= num_layers
+        }
     h, std = longer.hidden_size, longer.initializer_range
     for layer in range(num_layers, longer.num_hidden_layers):
         prefix = f"model.layers.{layer}."
@@ -176,8 +242,9 @@ def _add_mtp_layers(save_dir: Path, longer, num_layers: int, seed: int, router_b
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def build_tiny_qwen3(save_dir: str | Path, hidden_size: int = 64, num_layers: int = 2, seed: int = 0,
-                     max_positions: int = 128) -> Path:
+def build_tiny_qwen3(
+    save_dir: str | Path, hidden_size: int = 64, num_layers: int = 2, seed: int = 0, max_positions: int = 128
+) -> Path:
     """`build_tiny_model` of the ``qwen3`` family (4 query / 2 key-value heads, tied embeddings)."""
     return build_tiny_model(save_dir, "qwen3", hidden_size, num_layers, seed, max_positions)
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from types import SimpleNamespace
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Protocol
 
 from slime_core.network import LOOPBACK
 from slime_core.nonfinite import NonFiniteError
@@ -96,8 +97,17 @@ class TrainGroup:
     ``in_process`` (``--actor-runtime inprocess``: one rank, no Ray) the rank is an object in
     this process, called directly: for debugging, and for the driver's tests with fake backends."""
 
-    def __init__(self, rank_class, config, num_ranks: int, num_gpus_per_rank: float = 0, actor_options=None,
-                 in_process: bool = False, env: dict[str, str] | None = None, master: str | None = None):
+    def __init__(
+        self,
+        rank_class,
+        config,
+        num_ranks: int,
+        num_gpus_per_rank: float = 0,
+        actor_options=None,
+        in_process: bool = False,
+        env: dict[str, str] | None = None,
+        master: str | None = None,
+    ):
         """``actor_options(rank) -> dict`` (e.g. `slime_core.placement.Placement.train_options`)
         overrides the Ray options of each rank's actor; ``env`` adds environment variables to
         every rank's process (`slime_core.plugins.Plugins.worker_env`: the run's plugins);
@@ -123,8 +133,11 @@ class TrainGroup:
         self.ranks = []
         for rank in range(num_ranks):
             options, rank_env = _env_apart({**threads, **(actor_options(rank) if actor_options else {})})
-            self.ranks.append(actor.options(**options).remote({**rank_env, **(env or {})}, pickled, config, rank,
-                                                              num_ranks, master_addr, port))
+            self.ranks.append(
+                actor.options(**options).remote(
+                    {**rank_env, **(env or {})}, pickled, config, rank, num_ranks, master_addr, port
+                )
+            )
 
     def call(self, method: str, *args) -> list[Any]:
         """``method(*args)`` on every rank; the results in rank order."""
@@ -164,18 +177,22 @@ class TrainGroup:
                 if call in ready:
                     ray.get(call)
             except ray.exceptions.RayActorError as exc:
-                return RankLost(f"train rank {rank} of {self.num_ranks} ({_dead_actor(exc)}) died during {method}. "
-                                "The run stopped: a lost train rank is not replaced (--use-fault-tolerance replaces "
-                                "rollout engines only); resume from the last checkpoint with --load")
+                return RankLost(
+                    f"train rank {rank} of {self.num_ranks} ({_dead_actor(exc)}) died during {method}. "
+                    "The run stopped: a lost train rank is not replaced (--use-fault-tolerance replaces "
+                    "rollout engines only); resume from the last checkpoint with --load"
+                )
             except ray.exceptions.RayError as exc:
                 if timed_out is None and "timed out" in str(exc).lower():
                     timed_out = (rank, exc)
         if silent and timed_out:
             hung = ", ".join(str(calls.index(call)) for call in silent)
             rank, exc = timed_out
-            return RankLost(f"train rank(s) {hung} of {self.num_ranks} did not answer {method}: hung (stopped, deadlocked); "
-                            f"rank {rank} gave up waiting for them after --distributed-timeout-minutes "
-                            f"({_last_line(exc)}). The run stopped; resume from the last checkpoint with --load")
+            return RankLost(
+                f"train rank(s) {hung} of {self.num_ranks} did not answer {method}: hung (stopped, deadlocked); "
+                f"rank {rank} gave up waiting for them after --distributed-timeout-minutes "
+                f"({_last_line(exc)}). The run stopped; resume from the last checkpoint with --load"
+            )
         return None
 
     def init(self) -> dict[str, Any]:
@@ -192,9 +209,11 @@ class TrainGroup:
         if names:
             shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
             raise NonFiniteError(
-                f"refusing to {action}: {len(names)} of the trainer's parameters hold NaN or infinite values ({shown}); "
+                f"refusing to {action}: {len(names)} of the trainer's parameters hold NaN or infinite values "
+                f"({shown}); "
                 "steps with a non-finite gradient are skipped, so something else wrote them (a hook, a loaded "
-                "checkpoint, --lr). Fix that and resume from the last checkpoint (--load)")
+                "checkpoint, --lr). Fix that and resume from the last checkpoint (--load)"
+            )
 
     def save(self, rollout_id: int) -> str:
         """A checkpoint under ``--save`` (every rank writes its part); its directory."""
@@ -236,8 +255,13 @@ class TrainGroup:
         (the driver fires ``slime_before/after_train_step`` in it); it yields a dict that it
         reads after the step, which is filled with the step's metrics."""
         shares = dp_rank_indices(batch, self.num_ranks)
-        steps = self._gather([rank.call.remote("start_train", rollout_id, batch.select(share))
-                              for rank, share in zip(self.ranks, shares)], "start_train")[0]
+        steps = self._gather(
+            [
+                rank.call.remote("start_train", rollout_id, batch.select(share))
+                for rank, share in zip(self.ranks, shares)
+            ],
+            "start_train",
+        )[0]
         for step in range(steps):
             with on_step(step) if on_step else nullcontext({}) as metrics:
                 metrics.update(self.call("train_step", step)[0])
@@ -247,8 +271,10 @@ class TrainGroup:
         """A PPO critic's rollout: its ranks fit the values in one ``train(rollout_id, share)``
         call each (critic ranks have no step hooks); the global-batch metrics."""
         shares = dp_rank_indices(batch, self.num_ranks)
-        return self._gather([rank.call.remote("train", rollout_id, batch.select(share))
-                             for rank, share in zip(self.ranks, shares)], "train")[0]
+        return self._gather(
+            [rank.call.remote("train", rollout_id, batch.select(share)) for rank, share in zip(self.ranks, shares)],
+            "train",
+        )[0]
 
     def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]:
         """The weights in Hugging Face names and shapes, one bucket at a time (iterate a

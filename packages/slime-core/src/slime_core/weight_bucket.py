@@ -14,7 +14,8 @@ Reading them back can only ever produce tensors, never run pickled code.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # no torch import here: a run's config checks import this module before Ray starts
     import torch

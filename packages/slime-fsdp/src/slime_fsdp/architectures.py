@@ -35,11 +35,15 @@ def architecture_problems(config) -> list[str]:
     types = layer_types(path) if path else set()
     problems = []
     if LINEAR_ATTENTION in types and config.get("use_dynamic_batch_size"):
-        problems.append(f"--use-dynamic-batch-size packs samples into one row, but {path} has linear-attention layers, "
-                        "whose recurrent state would flow from one sample into the next; drop --use-dynamic-batch-size "
-                        "(one padded row per sample, --micro-batch-size)")
+        problems.append(
+            f"--use-dynamic-batch-size packs samples into one row, but {path} has linear-attention layers, "
+            "whose recurrent state would flow from one sample into the next; drop --use-dynamic-batch-size "
+            "(one padded row per sample, --micro-batch-size)"
+        )
     attention = config.get("attn_implementation")
     if SPARSE_ATTENTION in types and attention in DENSE_ONLY:
-        problems.append(f"--attn-implementation {attention} would attend to every key of {path}'s sparse-attention "
-                        "(DSA) layers instead of the indexer's top-k; use sdpa (the default for it) or eager")
+        problems.append(
+            f"--attn-implementation {attention} would attend to every key of {path}'s sparse-attention "
+            "(DSA) layers instead of the indexer's top-k; use sdpa (the default for it) or eager"
+        )
     return problems

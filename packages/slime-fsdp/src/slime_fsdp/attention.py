@@ -48,9 +48,19 @@ def _no_mask(*args, **kwargs) -> None:
     return None
 
 
-def packed_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
-                     position_ids: torch.Tensor | None = None, cu_seq_lens_q: torch.Tensor | None = None,
-                     max_length_q: int | None = None, **kwargs) -> tuple[torch.Tensor, None]:
+def packed_attention(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    position_ids: torch.Tensor | None = None,
+    cu_seq_lens_q: torch.Tensor | None = None,
+    max_length_q: int | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
     """query/key (B, Hq|Hkv, T, D), value (B, Hkv, T, Dv) → ((B, T, Hq, Dv), None), causal within
     each sample; samples start where ``position_ids`` is 0. (Dv differs from D with MLA.)
 
@@ -58,7 +68,9 @@ def packed_attention(module, query, key, value, attention_mask, dropout: float =
     `slime_fsdp.inputs.MicroBatch.model_inputs` passes for packed rows) give the boundaries
     directly: reading them off the position ids on a GPU would wait for the device in every layer."""
     if position_ids is None:
-        raise ValueError(f"{NAME} attention needs position_ids (restarting at 0 per sample) in the model's forward call")
+        raise ValueError(
+            f"{NAME} attention needs position_ids (restarting at 0 per sample) in the model's forward call"
+        )
     batch, heads, length, _ = query.shape
     dim = value.shape[-1]
     q, k, v = (x.transpose(1, 2).reshape(batch * length, x.shape[1], x.shape[-1]) for x in (query, key, value))
@@ -95,8 +107,9 @@ def _bucketed_sdpa(q, k, v, starts: list[int], scaling, dropout: float) -> torch
         gather = (first[:, None] + torch.minimum(offset[None], size[:, None] - 1)).flatten()  # padding repeats a token
         real = (offset[None] < size[:, None]).flatten().nonzero().flatten()
         qi, ki, vi = (x.index_select(0, gather).unflatten(0, (len(bucket), width)).transpose(1, 2) for x in (q, k, v))
-        out = F.scaled_dot_product_attention(qi, ki, vi, is_causal=True, scale=scaling, dropout_p=dropout,
-                                             enable_gqa=qi.shape[1] != ki.shape[1])
+        out = F.scaled_dot_product_attention(
+            qi, ki, vi, is_causal=True, scale=scaling, dropout_p=dropout, enable_gqa=qi.shape[1] != ki.shape[1]
+        )
         parts.append(out.transpose(1, 2).flatten(0, 1).index_select(0, real))
         order.append(gather.index_select(0, real))
     return torch.cat(parts).index_select(0, torch.argsort(torch.cat(order)))

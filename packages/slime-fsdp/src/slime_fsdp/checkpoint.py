@@ -19,8 +19,15 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from slime_core.checkpoint_dir import (CheckpointError, confirm_written, durable_file, latest_checkpoint, prepare,
-                                       publish, staging)
+from slime_core.checkpoint_dir import (
+    CheckpointError,
+    confirm_written,
+    durable_file,
+    latest_checkpoint,
+    prepare,
+    publish,
+    staging,
+)
 from slime_core.checkpoint_safety import dcp_failures_raised, guarded_dcp_reads, load_torch_file
 
 __all__ = ["latest_checkpoint", "load_checkpoint", "save_checkpoint", "save_hf"]
@@ -66,18 +73,23 @@ def load_checkpoint(path: Path, model, optimizer) -> dict:
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     rank_file = path / f"rank_{dist.get_rank()}.pt"
     if not rank_file.is_file():
-        raise FileNotFoundError(f"{rank_file} is missing: the checkpoint was written with fewer ranks than this run has")
+        raise FileNotFoundError(
+            f"{rank_file} is missing: the checkpoint was written with fewer ranks than this run has"
+        )
     return load_torch_file(rank_file)
 
 
 def _check_role(path: Path, stored, model_state) -> None:
     """Refuse a critic's checkpoint for the policy: what a PPO run of an earlier slime left in
     ``iter_*``, where its critic was saved over its policy."""
-    if any(key.startswith("model.value_head.") for key in stored) and \
-            not any(key.startswith("value_head.") for key in model_state):
-        raise CheckpointError(f"{path} holds a PPO critic, not the policy: a PPO run of an earlier slime saved its "
-                              "critic over the policy there,\n  so this checkpoint has lost the policy and cannot be "
-                              "resumed; start again from --hf-checkpoint (drop --load)")
+    if any(key.startswith("model.value_head.") for key in stored) and not any(
+        key.startswith("value_head.") for key in model_state
+    ):
+        raise CheckpointError(
+            f"{path} holds a PPO critic, not the policy: a PPO run of an earlier slime saved its "
+            "critic over the policy there,\n  so this checkpoint has lost the policy and cannot be "
+            "resumed; start again from --hf-checkpoint (drop --load)"
+        )
 
 
 def save_hf(path: str, model, tokenizer) -> None:
@@ -102,4 +114,3 @@ def save_hf(path: str, model, tokenizer) -> None:
         plain.save_pretrained(path)
         tokenizer.save_pretrained(path)
     dist.barrier()
-

@@ -44,8 +44,9 @@ class ValueModel(torch.nn.Module):
     def forward(self, input_ids, position_ids=None, attention_mask=None, **attention) -> torch.Tensor:
         """``attention``: the packed-row keywords the policy gets too (``cu_seq_lens_q``, ...,
         `slime_fsdp.inputs.MicroBatch.model_inputs`), passed to the body's attention."""
-        hidden = self.body(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
-                           **attention).last_hidden_state
+        hidden = self.body(
+            input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask, **attention
+        ).last_hidden_state
         return self.value_head(hidden).squeeze(-1)
 
 
@@ -57,8 +58,12 @@ class FSDPCriticRank(FSDPTrainRank):
         if cfg.kl_coef:
             raise ValueError("the critic's returns have no KL penalty: set --kl-coef 0 (use --use-kl-loss instead)")
         torch.manual_seed(cfg.seed)
-        causal_lm = load_model(cfg.critic_load or cfg.hf_checkpoint, gradient_checkpointing=cfg.gradient_checkpointing,
-                               attn_implementation=cfg.attn_implementation, compile_layers=cfg.fsdp_torch_compile)
+        causal_lm = load_model(
+            cfg.critic_load or cfg.hf_checkpoint,
+            gradient_checkpointing=cfg.gradient_checkpointing,
+            attn_implementation=cfg.attn_implementation,
+            compile_layers=cfg.fsdp_torch_compile,
+        )
         self.tokenizer = load_tokenizer(cfg.critic_load or cfg.hf_checkpoint, causal_lm)
         self.attn_implementation = causal_lm.config._attn_implementation
         self.model = shard(ValueModel(causal_lm).to(self.device), self.mesh, cfg.bf16, cfg.fsdp_cpu_offload)
@@ -81,11 +86,19 @@ class FSDPCriticRank(FSDPTrainRank):
         mask = pad_rows(batch.loss_masks)
         old = pad_rows(self.compute_values(batch))
         advantage_inputs = AdvantageInputs(
-            torch.tensor(batch.rewards, dtype=torch.float32), torch.tensor(batch.group_ids), mask,
-            values=old, response_lengths=torch.tensor(batch.response_lengths), gamma=cfg.gamma, lambd=cfg.lambd,
+            torch.tensor(batch.rewards, dtype=torch.float32),
+            torch.tensor(batch.group_ids),
+            mask,
+            values=old,
+            response_lengths=torch.tensor(batch.response_lengths),
+            gamma=cfg.gamma,
+            lambd=cfg.lambd,
         )
         _, returns = ppo_advantages(advantage_inputs)
-        history = [self._value_step(batch, indices, mask, old, returns) for indices in step_slices(len(batch), cfg.num_steps_per_rollout)]
+        history = [
+            self._value_step(batch, indices, mask, old, returns)
+            for indices in step_slices(len(batch), cfg.num_steps_per_rollout)
+        ]
         self.version += 1
         return {key: sum(m[key] for m in history) / len(history) for key in history[0]}
 
@@ -100,11 +113,17 @@ class FSDPCriticRank(FSDPTrainRank):
                 continue
             predicted = pad_rows([v for v, _ in inputs.response_slices(values, micro)])
             width = predicted.shape[1]
-            rows = lambda t: t[micro_indices, :width]  # noqa: E731
+
+            def rows(t, micro_indices=micro_indices, width=width):
+                return t[micro_indices, :width]
+
             per_token, clipfrac = value_loss(predicted, rows(old), rows(returns), self.config.value_clip)
             loss = reduce_loss(per_token, rows(mask), denominators)
             (loss * self.world_size).backward()
-            for key, value in (("value_loss", loss), ("value_clipfrac", reduce_loss(clipfrac, rows(mask), denominators))):
+            for key, value in (
+                ("value_loss", loss),
+                ("value_clipfrac", reduce_loss(clipfrac, rows(mask), denominators)),
+            ):
                 totals[key] = totals.get(key, 0.0) + value.item()
         metrics = sum_over_ranks(totals)
         metrics["critic_grad_norm"] = self._apply_gradients(metrics, loss_key="value_loss")

@@ -46,16 +46,24 @@ class MicroBatch:
     def model_inputs(self) -> dict[str, torch.Tensor | int | None]:
         """The model's keyword arguments; with ``sample_offsets``, transformers' flash-attention
         keywords too, so the attention reads the boundaries without waiting for the device."""
-        model_inputs = {"input_ids": self.input_ids, "position_ids": self.position_ids,
-                        "attention_mask": self.attention_mask}
+        model_inputs = {
+            "input_ids": self.input_ids,
+            "position_ids": self.position_ids,
+            "attention_mask": self.attention_mask,
+        }
         if self.sample_offsets is not None:
-            model_inputs.update(cu_seq_lens_q=self.sample_offsets, cu_seq_lens_k=self.sample_offsets,
-                                max_length_q=self.longest, max_length_k=self.longest)
+            model_inputs.update(
+                cu_seq_lens_q=self.sample_offsets,
+                cu_seq_lens_k=self.sample_offsets,
+                max_length_q=self.longest,
+                max_length_k=self.longest,
+            )
         return model_inputs
 
 
-def packed(tokens: list[list[int]], response_lengths: list[int], device, attn_implementation: str,
-           nuclei=None) -> MicroBatch:
+def packed(
+    tokens: list[list[int]], response_lengths: list[int], device, attn_implementation: str, nuclei=None
+) -> MicroBatch:
     """All samples in one row (see the module docstring); ``nuclei``: `RolloutBatch.nuclei`."""
     lengths = [len(t) for t in tokens]
     offsets = [0, *itertools.accumulate(lengths)]
@@ -64,8 +72,15 @@ def packed(tokens: list[list[int]], response_lengths: list[int], device, attn_im
     spans = [(0, start, n, r) for start, n, r in zip(offsets, lengths, response_lengths)]
     if attn_implementation not in _VARLEN_ATTENTION:
         return MicroBatch(input_ids, position_ids, _block_causal_mask(lengths, device), spans, nuclei)
-    return MicroBatch(input_ids, position_ids, None, spans, nuclei,
-                      _to(torch.tensor(offsets, dtype=torch.int32), device), max(lengths))
+    return MicroBatch(
+        input_ids,
+        position_ids,
+        None,
+        spans,
+        nuclei,
+        _to(torch.tensor(offsets, dtype=torch.int32), device),
+        max(lengths),
+    )
 
 
 def _to(tensor: torch.Tensor, device) -> torch.Tensor:
@@ -122,12 +137,15 @@ def sample_logits(logits: torch.Tensor, batch: MicroBatch) -> SampleLogits:
     """Every sample's (length, V) logits and tokens, for a ``needs_logits`` loss: gathered with
     one index, as in `response_scores`, then split per sample."""
     width = batch.input_ids.shape[1]
-    index = torch.cat([torch.arange(row * width + start, row * width + start + length)
-                       for row, start, length, _ in batch.spans])
+    index = torch.cat(
+        [torch.arange(row * width + start, row * width + start + length) for row, start, length, _ in batch.spans]
+    )
     index = _to(index, logits.device)
     lengths = [length for _, _, length, _ in batch.spans]
-    return SampleLogits(list(logits.reshape(-1, logits.shape[-1])[index].split(lengths)),
-                        list(batch.input_ids.reshape(-1)[index].split(lengths)))
+    return SampleLogits(
+        list(logits.reshape(-1, logits.shape[-1])[index].split(lengths)),
+        list(batch.input_ids.reshape(-1)[index].split(lengths)),
+    )
 
 
 def response_log_probs(logits: torch.Tensor, batch: MicroBatch, temperature: float) -> list[torch.Tensor]:
@@ -157,8 +175,10 @@ def _response_positions(batch: MicroBatch, device) -> torch.Tensor:
     """(N,) flat positions into the (rows·T) outputs that score the response tokens, sample
     after sample (see `response_slices`)."""
     width = batch.input_ids.shape[1]
-    positions = [torch.arange(row * width + start + length - r - 1, row * width + start + length - 1)
-                 for row, start, length, r in batch.spans]
+    positions = [
+        torch.arange(row * width + start + length - r - 1, row * width + start + length - 1)
+        for row, start, length, r in batch.spans
+    ]
     return _to(torch.cat(positions), device)
 
 
@@ -166,4 +186,3 @@ def response_entropy(logits: torch.Tensor, batch: MicroBatch, temperature: float
     """Per sample, the entropy of π at each response token, over the whole vocabulary."""
     scores, _, counts = response_scores(logits, batch)
     return list(entropy_from_logits(scores, temperature).split(counts))
-

@@ -19,9 +19,12 @@ def missing_converter(config) -> str | None:
     """The config error for a Megatron ``--ref-load`` when slime-megatron is not installed."""
     if importlib.util.find_spec("slime_megatron") is not None:
         return None
-    return (f"--ref-load {config.ref_load} is a Megatron checkpoint, which the FSDP backend reads with slime-megatron's "
-            "conversion: pip install slime-megatron (or, where it is installed, convert it once with `slime convert "
-            f"megatron-to-hf --load {config.ref_load} --hf-config {config.hf_checkpoint} --out DIR` and give --ref-load DIR)")
+    return (
+        f"--ref-load {config.ref_load} is a Megatron checkpoint, which the FSDP backend reads with slime-megatron's "
+        "conversion: pip install slime-megatron (or, where it is installed, convert it once with `slime convert "
+        f"megatron-to-hf --load {config.ref_load} --hf-config {config.hf_checkpoint} --out DIR` and give --ref-load "
+        "DIR)"
+    )
 
 
 def hf_state_dict(root: str, hf_dir: str, config) -> dict[str, torch.Tensor]:

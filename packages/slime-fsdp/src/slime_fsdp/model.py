@@ -7,8 +7,13 @@ from pathlib import Path
 import torch
 
 
-def load_model(path: str, dtype: torch.dtype = torch.float32, gradient_checkpointing: bool = False,
-               attn_implementation: str | None = None, compile_layers: bool = False):
+def load_model(
+    path: str,
+    dtype: torch.dtype = torch.float32,
+    gradient_checkpointing: bool = False,
+    attn_implementation: str | None = None,
+    compile_layers: bool = False,
+):
     """``AutoModelForCausalLM`` from a local directory, on CPU, in ``dtype`` (master weights).
 
     ``attn_implementation`` None picks `default_attention()`; ``compile_layers``: see
@@ -81,7 +86,9 @@ def check_model_dir(path: str) -> None:
             "directory (config.json, weights, tokenizer), e.g. one made by `huggingface-cli download`"
         )
     if not (directory / "config.json").is_file():
-        raise FileNotFoundError(f"--hf-checkpoint {path}: no config.json there; is this a Hugging Face model directory?")
+        raise FileNotFoundError(
+            f"--hf-checkpoint {path}: no config.json there; is this a Hugging Face model directory?"
+        )
 
 
 def load_tokenizer(path: str, model):
@@ -104,7 +111,9 @@ def decoder_layers(model) -> list[torch.nn.Module]:
     names = set(getattr(model, "_no_split_modules", None) or [])
     layers = [m for m in model.modules() if type(m).__name__ in names]
     if not layers:
-        raise ValueError(f"{type(model).__name__} names no decoder layer class (_no_split_modules); cannot shard it per layer")
+        raise ValueError(
+            f"{type(model).__name__} names no decoder layer class (_no_split_modules); cannot shard it per layer"
+        )
     return layers
 
 

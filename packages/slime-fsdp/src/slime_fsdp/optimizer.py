@@ -7,7 +7,9 @@ import torch
 from slime_core.rank_step import lr_factor
 
 
-def build_optimizer(model, config, lr: float | None = None) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+def build_optimizer(
+    model, config, lr: float | None = None
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW over the model's parameters with ``lr`` (default ``--lr``), ``--weight-decay``,
     ``--adam-beta1/2``, and the schedule of `lr_factor`."""
     lr = config.lr if lr is None else lr
@@ -22,4 +24,3 @@ def build_optimizer(model, config, lr: float | None = None) -> tuple[torch.optim
         step, config.lr_warmup_iters, config.lr_decay_style, config.lr_decay_iters, config.min_lr / lr
     )
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-

@@ -11,10 +11,35 @@ GROUP = "FSDP backend (slime-fsdp)"
 
 @hookimpl
 def slime_add_options(options):
-    options.add("--gradient-checkpointing", type=bool, default=False, help="recompute activations in the backward pass", group=GROUP)
-    options.add("--attn-implementation", default=None, help="transformers attention (slime_packed, flash_attention_2, sdpa, eager); default: flash_attention_2 on a GPU with flash_attn installed, else slime_packed (varlen flash on CUDA, per-sample sdpa on CPU)", group=GROUP)
-    options.add("--fsdp-torch-compile", type=bool, default=False, help="compile each decoder layer's forward with torch.compile (dynamic shapes): norms, rotary embedding, activations and casts run as fused kernels; the first micro-batches pay for the compilation", group=GROUP)
-    options.add("--fsdp-cpu-offload", type=bool, default=False, help="keep parameters, gradients and optimizer state on CPU (FSDP2 CPUOffloadPolicy)", group=GROUP)
+    options.add(
+        "--gradient-checkpointing",
+        type=bool,
+        default=False,
+        help="recompute activations in the backward pass",
+        group=GROUP,
+    )
+    options.add(
+        "--attn-implementation",
+        default=None,
+        help="transformers attention (slime_packed, flash_attention_2, sdpa, eager); default: flash_attention_2 on a "
+        "GPU with flash_attn installed, else slime_packed (varlen flash on CUDA, per-sample sdpa on CPU)",
+        group=GROUP,
+    )
+    options.add(
+        "--fsdp-torch-compile",
+        type=bool,
+        default=False,
+        help="compile each decoder layer's forward with torch.compile (dynamic shapes): norms, rotary embedding, "
+        "activations and casts run as fused kernels; the first micro-batches pay for the compilation",
+        group=GROUP,
+    )
+    options.add(
+        "--fsdp-cpu-offload",
+        type=bool,
+        default=False,
+        help="keep parameters, gradients and optimizer state on CPU (FSDP2 CPUOffloadPolicy)",
+        group=GROUP,
+    )
 
 
 @hookimpl

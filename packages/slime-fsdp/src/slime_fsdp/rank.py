@@ -15,8 +15,16 @@ import torch
 
 from slime_core.checkpoint_dir import is_megatron_checkpoint, resume_checkpoint, starts_from_ref_load
 from slime_core.process_group import init_default_group
-from slime_core.rank_step import (RankStep, RolloutSteps, StepTensors, check_prompts, memory_gib, nonfinite_parameters,
-                                  pad_rows, sum_over_ranks)
+from slime_core.rank_step import (
+    RankStep,
+    RolloutSteps,
+    StepTensors,
+    check_prompts,
+    memory_gib,
+    nonfinite_parameters,
+    pad_rows,
+    sum_over_ranks,
+)
 from slime_core.rollout_batch import RolloutBatch
 from slime_core.weight_bucket import WeightBucket
 from slime_fsdp import checkpoint, inputs, weights
@@ -38,8 +46,9 @@ class FSDPTrainRank:
         # On GPUs, CUDA tensors go over nccl and the small CPU-side reductions (micro-batch
         # counts, loss denominators, metrics) over gloo, so neither has to move devices.
         backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
-        init_default_group(backend, master_addr, master_port, rank, world_size,
-                           getattr(config, "distributed_timeout_minutes", None))
+        init_default_group(
+            backend, master_addr, master_port, rank, world_size, getattr(config, "distributed_timeout_minutes", None)
+        )
         self.mesh = init_device_mesh(self.device.type, (world_size,))
         self.step = RankStep(config)
         self.version = 0
@@ -50,8 +59,12 @@ class FSDPTrainRank:
     def init(self) -> dict:
         cfg = self.config
         torch.manual_seed(cfg.seed)
-        model = load_model(cfg.hf_checkpoint, gradient_checkpointing=cfg.gradient_checkpointing,
-                           attn_implementation=cfg.attn_implementation, compile_layers=cfg.fsdp_torch_compile)
+        model = load_model(
+            cfg.hf_checkpoint,
+            gradient_checkpointing=cfg.gradient_checkpointing,
+            attn_implementation=cfg.attn_implementation,
+            compile_layers=cfg.fsdp_torch_compile,
+        )
         self.tokenizer = load_tokenizer(cfg.hf_checkpoint, model)
         self.attn_implementation = model.config._attn_implementation
         self.model = shard(model.to(self.device), self.mesh, cfg.bf16, cfg.fsdp_cpu_offload)
@@ -86,7 +99,9 @@ class FSDPTrainRank:
         from slime_fsdp.megatron_weights import hf_state_dict
 
         full = hf_state_dict(directory, self.config.hf_checkpoint, self.config) if self.rank == 0 else {}
-        set_model_state_dict(self.model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        set_model_state_dict(
+            self.model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        )
 
     def _resume(self) -> int:
         """Restore from ``--load`` if it holds a checkpoint (the latest, or ``--ckpt-step``'s); the next rollout id."""
@@ -115,7 +130,9 @@ class FSDPTrainRank:
                 micro = self._inputs(batch, indices)
                 net = self.teacher if model == "teacher" else self.model
                 logits = net(**micro.model_inputs()).logits
-                for index, lp in zip(indices, inputs.response_log_probs(logits, micro, self.config.rollout_temperature)):
+                for index, lp in zip(
+                    indices, inputs.response_log_probs(logits, micro, self.config.rollout_temperature)
+                ):
                     out[index] = lp.float().cpu()
         return out
 
@@ -129,8 +146,12 @@ class FSDPTrainRank:
     def start_train(self, rollout_id: int, batch: RolloutBatch) -> int:
         """Advantages for this rank's share; returns the ``--num-steps-per-rollout`` steps to run."""
         self.model.train()
-        data = self.step.tensors(batch, lambda model: self._log_probs(batch, model),
-                                 reference=self.reference is not None, teacher=self.teacher is not None)
+        data = self.step.tensors(
+            batch,
+            lambda model: self._log_probs(batch, model),
+            reference=self.reference is not None,
+            teacher=self.teacher is not None,
+        )
         self.steps = RolloutSteps.plan(batch, data, self.config.num_steps_per_rollout)
         return len(self.steps.slices)
 
@@ -222,8 +243,12 @@ class FSDPTrainRank:
     def save(self, rollout_id: int) -> str:
         """A resumable checkpoint under ``--save``, and with ``--save-hf DIR`` a Hugging Face
         directory ``DIR/iter_XXXXXXX`` beside it."""
-        extra = {"scheduler": self.scheduler.state_dict(), "rng": torch.get_rng_state(),
-                 "weight_version": self.version, "rollout_id": rollout_id}
+        extra = {
+            "scheduler": self.scheduler.state_dict(),
+            "rng": torch.get_rng_state(),
+            "weight_version": self.version,
+            "rollout_id": rollout_id,
+        }
         path = checkpoint.save_checkpoint(self.config.save, rollout_id, self.model, self.optimizer, extra)
         if self.config.save_hf:
             self.save_hf(os.path.join(self.config.save_hf, f"iter_{rollout_id:07d}"))

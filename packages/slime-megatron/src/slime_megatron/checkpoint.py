@@ -12,7 +12,8 @@ Layout under ``--save DIR``::
 Every rank writes into ``iter_0000003.tmp``; rank 0 publishes it, durably, once all have
 finished (`slime_core.checkpoint_dir`, shared with the FSDP backend), so a crash mid-save never
 leaves a checkpoint that looks complete. Every pickled file is read back through allow-lists
-(`slime_core.checkpoint_safety`): a checkpoint runs no code it carries. The model and the distributed optimizer are saved fully resharded (any tensor-,
+(`slime_core.checkpoint_safety`): a checkpoint runs no code it carries. The model and the distributed optimizer are
+saved fully resharded (any tensor-,
 pipeline- or data-parallel layout can load them); a rank that had no twin when saving gets
 rank 0's extras.
 """
@@ -32,8 +33,10 @@ from slime_megatron.models.weights import unwrap
 META = "slime.json"
 #: How the distributed optimizer's state is laid out: reshardable to any parallel layout,
 #: gathered over gloo (works on CPU and GPU alike).
-OPTIMIZER_METADATA = {"distrib_optim_sharding_type": "fully_reshardable",
-                      "distrib_optim_fully_reshardable_mem_efficient": True}
+OPTIMIZER_METADATA = {
+    "distrib_optim_sharding_type": "fully_reshardable",
+    "distrib_optim_fully_reshardable_mem_efficient": True,
+}
 
 
 def save_checkpoint(root: str, rollout_id: int, model, optimizer=None, extra: dict | None = None) -> Path:
@@ -99,8 +102,9 @@ def load_checkpoint(path, model, optimizer=None) -> dict:
         _ensure_optimizer_state(optimizer)
     guarded_dcp_reads()
     with dcp_failures_raised(f"loading {path}"):
-        state = dist_checkpointing.load(_sharded_state(model, optimizer, is_loading=True), str(path),
-                                        common_strategy=allow_listed_common())
+        state = dist_checkpointing.load(
+            _sharded_state(model, optimizer, is_loading=True), str(path), common_strategy=allow_listed_common()
+        )
     unwrap(model).load_state_dict(state["model"])
     if optimizer is not None:
         optimizer.load_state_dict(state["optimizer"])
@@ -163,6 +167,7 @@ def _sharded_state(model, optimizer, is_loading: bool) -> dict:
     model_state = unwrap(model).sharded_state_dict()
     state = {"model": model_state}
     if optimizer is not None:
-        state["optimizer"] = optimizer.sharded_state_dict(model_state, is_loading=is_loading, metadata=OPTIMIZER_METADATA)
+        state["optimizer"] = optimizer.sharded_state_dict(
+            model_state, is_loading=is_loading, metadata=OPTIMIZER_METADATA
+        )
     return state
-

@@ -46,32 +46,31 @@ import torch
 #: The megatron modules whose ``torch`` global becomes :data:`cpu_torch`, each with the
 #: CUDA-only calls that made it necessary (megatron-core 0.16.1).
 CPU_TORCH_MODULES = {
-    "megatron.core.models.common.embeddings.rotary_pos_embedding":
-        "RotaryEmbedding.get_emb: inv_freq.to(device=torch.cuda.current_device())",
-    "megatron.core.models.common.embeddings.yarn_rotary_pos_embedding":
-        "YarnRotaryEmbedding (multi-latent attention's YaRN): inv_freq.to(device=torch.cuda.current_device())",
-    "megatron.core.transformer.utils":
-        "get_default_causal_mask: torch.ones(sq, sq, device='cuda'), the attention softmax's causal mask",
-    "megatron.core.utils":
-        "GlobalMemoryBuffer.get_tensor (DotProductAttention's score buffer): torch.empty(device=current_device())",
-    "megatron.core.tensor_parallel.mappings":
-        "the tensor-parallel all-gathers and reduce-scatters: torch.empty(device=current_device())",
-    "megatron.core.tensor_parallel.layers":
-        "sequence parallelism: the linear layers' backward all-gathers its input into torch.empty(device=current_device())",
-    "megatron.core.transformer.moe.router":
-        "TopKRouter.gating: weight.data.to(device=torch.cuda.current_device())",
-    "megatron.core.distributed.param_and_grad_buffer":
-        "DDP's contiguous parameter and gradient buffers: torch.zeros(device=current_device())",
-    "megatron.core.pipeline_parallel.schedules":
-        "forward_backward_*: total_num_tokens = torch.zeros([], device='cuda')",
-    "megatron.core.optimizer.optimizer":
-        "the optimizers' loss scale and overflow flags: torch.tensor([1.0], device='cuda')",
-    "megatron.core.optimizer.clip_grads":
-        "gradient norm and clipping: torch.zeros(1, device='cuda')",
-    "megatron.core.dist_checkpointing.strategies.filesystem_async":
-        "FileSystemWriterAsync.preload_tensors: torch.cuda.synchronize()",
-    "megatron.core.dist_checkpointing.strategies.state_dict_saver":
-        "save_state_dict_async_finalize: torch.tensor([failures], device=current_device())",
+    "megatron.core.models.common.embeddings.rotary_pos_embedding": "RotaryEmbedding.get_emb: "
+    "inv_freq.to(device=torch.cuda.current_device())",
+    "megatron.core.models.common.embeddings.yarn_rotary_pos_embedding": "YarnRotaryEmbedding (multi-latent attention's "
+    "YaRN): inv_freq.to(device=torch.cuda.current_device())",
+    "megatron.core.transformer.utils": "get_default_causal_mask: torch.ones(sq, sq, device='cuda'), the attention "
+    "softmax's causal mask",
+    "megatron.core.utils": "GlobalMemoryBuffer.get_tensor (DotProductAttention's score buffer): "
+    "torch.empty(device=current_device())",
+    "megatron.core.tensor_parallel.mappings": "the tensor-parallel all-gathers and reduce-scatters: "
+    "torch.empty(device=current_device())",
+    "megatron.core.tensor_parallel.layers": "sequence parallelism: the linear layers' backward all-gathers its input "
+    "into torch.empty(device=current_device())",
+    "megatron.core.transformer.moe.router": "TopKRouter.gating: weight.data.to(device=torch.cuda.current_device())",
+    "megatron.core.distributed.param_and_grad_buffer": "DDP's contiguous parameter and gradient buffers: "
+    "torch.zeros(device=current_device())",
+    "megatron.core.pipeline_parallel.schedules": (
+        "forward_backward_*: total_num_tokens = torch.zeros([], device='cuda')"
+    ),
+    "megatron.core.optimizer.optimizer": "the optimizers' loss scale and overflow flags: torch.tensor([1.0], "
+    "device='cuda')",
+    "megatron.core.optimizer.clip_grads": "gradient norm and clipping: torch.zeros(1, device='cuda')",
+    "megatron.core.dist_checkpointing.strategies.filesystem_async": "FileSystemWriterAsync.preload_tensors: "
+    "torch.cuda.synchronize()",
+    "megatron.core.dist_checkpointing.strategies.state_dict_saver": "save_state_dict_async_finalize: "
+    "torch.tensor([failures], device=current_device())",
 }
 
 _CUDA_FACTORIES = ("empty", "zeros", "ones", "full", "tensor", "arange", "rand", "randn", "randint")

@@ -66,8 +66,9 @@ def _save_safetensors(path: str, tensors: dict[str, torch.Tensor]) -> None:
     Path(path).mkdir(parents=True, exist_ok=True)
     split = split_torch_state_dict_into_shards(tensors)
     for filename, names in split.filename_to_tensors.items():
-        save_file({name: tensors[name].contiguous() for name in names}, str(Path(path) / filename),
-                  metadata={"format": "pt"})
+        save_file(
+            {name: tensors[name].contiguous() for name in names}, str(Path(path) / filename), metadata={"format": "pt"}
+        )
     if split.is_sharded:
         index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
         (Path(path) / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")

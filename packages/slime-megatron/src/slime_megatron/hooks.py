@@ -40,20 +40,26 @@ from slime_core.plugins.registry import resolve_reference
 
 #: option key -> its help (the functions' signatures are in the module docstring)
 HOOK_OPTIONS: dict[str, str] = {
-    "megatron_init_hook": "module:function called as fn(config) on each train rank once Megatron's parallel groups exist",
+    "megatron_init_hook": "module:function called as fn(config) on each train rank once Megatron's parallel groups "
+    "exist",
     "megatron_before_log_probs_hook": "module:function called as fn(config, model_chunks, model) before each log-prob "
-                                      "pass (model: actor, ref or teacher)",
-    "megatron_train_data_hook": "module:function called as fn(config, rollout_id, batch, data) on each train rank after "
-                                "the advantages, before the first optimizer step; it may change data (StepTensors) in place",
-    "megatron_before_train_step_hook": "module:function called as fn(config, rollout_id, step, model_chunks, optimizer) "
-                                       "before each optimizer step (its learning rate already set)",
-    "megatron_weights_written_hook": "module:function called as fn(config, path) on each train rank after a disk weight "
-                                     "update (--update-weight-transport disk) is written, before the engines read it",
+    "pass (model: actor, ref or teacher)",
+    "megatron_train_data_hook": "module:function called as fn(config, rollout_id, batch, data) on each train rank "
+    "after "
+    "the advantages, before the first optimizer step; it may change data (StepTensors) in place",
+    "megatron_before_train_step_hook": "module:function called as fn(config, rollout_id, step, model_chunks, "
+    "optimizer) "
+    "before each optimizer step (its learning rate already set)",
+    "megatron_weights_written_hook": "module:function called as fn(config, path) on each train rank after a disk "
+    "weight "
+    "update (--update-weight-transport disk) is written, before the engines read it",
 }
 
 #: ``--megatron-model-provider``'s help (`slime_megatron.models.provider`)
-PROVIDER_HELP = ("module:function called as fn(hf_config, config, pre_process, post_process) -> GPTModel on each train "
-                 "rank instead of the built-in model of --hf-checkpoint's family (its parameters must take that family's weights)")
+PROVIDER_HELP = (
+    "module:function called as fn(hf_config, config, pre_process, post_process) -> GPTModel on each train "
+    "rank instead of the built-in model of --hf-checkpoint's family (its parameters must take that family's weights)"
+)
 
 
 class RankHooks:
@@ -61,8 +67,11 @@ class RankHooks:
 
     def __init__(self, config, rank: int):
         self.config, self.rank = config, rank
-        self.functions = {key: (path, resolve_reference(path, key_to_flag(key)))
-                          for key in HOOK_OPTIONS if (path := getattr(config, key, None))}
+        self.functions = {
+            key: (path, resolve_reference(path, key_to_flag(key)))
+            for key in HOOK_OPTIONS
+            if (path := getattr(config, key, None))
+        }
 
     def fire(self, key: str, *args: Any) -> None:
         """Call hook ``key`` with ``(config, *args)``; an error names the option and the rank."""
@@ -72,5 +81,6 @@ class RankHooks:
         try:
             fn(self.config, *args)
         except Exception as exc:
-            raise RuntimeError(f"{key_to_flag(key)} {path} failed on train rank {self.rank}: "
-                               f"{type(exc).__name__}: {exc}") from exc
+            raise RuntimeError(
+                f"{key_to_flag(key)} {path} failed on train rank {self.rank}: {type(exc).__name__}: {exc}"
+            ) from exc

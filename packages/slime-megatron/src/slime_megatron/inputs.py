@@ -40,14 +40,25 @@ class MicroBatch:
         (N,) the tokens they predict, per-sample counts). The output at position p predicts
         token p + 1, so a response in [n − r, n) is scored at [n − r − 1, n − 1)."""
         width = self.input_ids.shape[1]
-        positions = torch.cat([torch.arange(row * width + n - r - 1, row * width + n - 1)
-                               for row, (n, r) in enumerate(zip(self.lengths, self.response_lengths))])
+        positions = torch.cat(
+            [
+                torch.arange(row * width + n - r - 1, row * width + n - 1)
+                for row, (n, r) in enumerate(zip(self.lengths, self.response_lengths))
+            ]
+        )
         targets = self.input_ids.reshape(-1)[positions + 1]
         return positions.to(self.input_ids.device), targets, list(self.response_lengths)
 
 
-def padded(indices: list[int], tokens: list[list[int]], response_lengths: list[int], pad_token_id: int,
-           multiple: int, device, nuclei=None) -> MicroBatch:
+def padded(
+    indices: list[int],
+    tokens: list[list[int]],
+    response_lengths: list[int],
+    pad_token_id: int,
+    multiple: int,
+    device,
+    nuclei=None,
+) -> MicroBatch:
     """Right-padded rows of ``tokens`` (the samples ``indices`` of the share), the width
     rounded up to a multiple of ``multiple``; ``nuclei``: `RolloutBatch.nuclei` of the samples."""
     width = -(-max(len(t) for t in tokens) // multiple) * multiple
@@ -55,8 +66,9 @@ def padded(indices: list[int], tokens: list[list[int]], response_lengths: list[i
     for row, seq in enumerate(tokens):
         input_ids[row, : len(seq)] = torch.tensor(seq)
     position_ids = torch.arange(width).expand(len(tokens), width)
-    return MicroBatch(indices, input_ids.to(device), position_ids.to(device), [len(t) for t in tokens],
-                      list(response_lengths), nuclei)
+    return MicroBatch(
+        indices, input_ids.to(device), position_ids.to(device), [len(t) for t in tokens], list(response_lengths), nuclei
+    )
 
 
 def tokens_gathered_across_replicas(model_config) -> bool:
@@ -65,8 +77,11 @@ def tokens_gathered_across_replicas(model_config) -> bool:
     dispatcher over an expert-parallel group, or over an expert-tensor-parallel group that is
     not the tensor-parallel one."""
     c = model_config
-    return bool(c.num_moe_experts) and c.moe_token_dispatcher_type == "allgather" and (
-        c.expert_model_parallel_size > 1 or c.expert_tensor_parallel_size != c.tensor_model_parallel_size)
+    return (
+        bool(c.num_moe_experts)
+        and c.moe_token_dispatcher_type == "allgather"
+        and (c.expert_model_parallel_size > 1 or c.expert_tensor_parallel_size != c.tensor_model_parallel_size)
+    )
 
 
 def same_shapes(micros: list[MicroBatch], group, pad_token_id: int) -> list[MicroBatch]:

@@ -33,8 +33,14 @@ import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
 
-def vocab_parallel_log_probs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, group,
-                             vocab_size: int, keep: torch.Tensor | None = None) -> torch.Tensor:
+def vocab_parallel_log_probs(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    group,
+    vocab_size: int,
+    keep: torch.Tensor | None = None,
+) -> torch.Tensor:
     """log softmax(logits / temperature)[target] over the whole vocabulary, or over the kept
     tokens.
 
@@ -52,15 +58,16 @@ def vocab_parallel_entropy(logits: torch.Tensor, temperature: float, group, voca
     return _Entropy.apply(logits, temperature, group, vocab_size)
 
 
-def _scaled(logits: torch.Tensor, temperature: float, group, vocab_size: int,
-            keep: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+def _scaled(
+    logits: torch.Tensor, temperature: float, group, vocab_size: int, keep: torch.Tensor | None = None
+) -> tuple[torch.Tensor, int]:
     """A fresh float32 (N, V_local) copy of logits / temperature with padding ids (and ids
     not kept) at -inf, and the first vocabulary id of this rank's slice."""
     width = logits.shape[-1]
     start = dist.get_rank(group) * width
     z = logits.float().div(temperature)
     if start + width > vocab_size:
-        z[:, max(0, vocab_size - start):] = float("-inf")
+        z[:, max(0, vocab_size - start) :] = float("-inf")
     if keep is not None:
         z.masked_fill_(~keep, float("-inf"))
     return z, start
@@ -145,4 +152,4 @@ class _GatherVocab(torch.autograd.Function):
     def backward(ctx, grad_out):
         width = grad_out.shape[-1] // dist.get_world_size(ctx.group)
         start = dist.get_rank(ctx.group) * width
-        return grad_out[:, start:start + width].contiguous(), None
+        return grad_out[:, start : start + width].contiguous(), None

@@ -25,7 +25,9 @@ import torch
 class Offloaded:
     """What `offload` moved away, for `onload` to bring back."""
 
-    params: list[tuple[torch.nn.Parameter, torch.Tensor, int]] = field(default_factory=list)  # (param, device tensor, storage bytes)
+    params: list[tuple[torch.nn.Parameter, torch.Tensor, int]] = field(
+        default_factory=list
+    )  # (param, device tensor, storage bytes)
     grad_bytes: list[int] = field(default_factory=list)  # storage size of each gradient buffer
 
 

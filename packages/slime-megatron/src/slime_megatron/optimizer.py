@@ -20,8 +20,9 @@ def wrap(module, config):
     """``module`` in Megatron's DDP; the model config set up for the forward-backward schedule."""
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
 
-    ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
-                                               use_distributed_optimizer=config.use_distributed_optimizer)
+    ddp_config = DistributedDataParallelConfig(
+        grad_reduce_in_fp32=True, overlap_grad_reduce=False, use_distributed_optimizer=config.use_distributed_optimizer
+    )
     model = DistributedDataParallel(config=module.config, ddp_config=ddp_config, module=module)
     module.config.finalize_model_grads_func = finalize_model_grads
     module.config.variable_seq_lengths = True  # micro-batches differ in width (pipeline stages send shapes)
@@ -33,9 +34,16 @@ def build_optimizer(model, config):
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
     optimizer_config = OptimizerConfig(
-        optimizer="adam", lr=config.lr, min_lr=config.min_lr, weight_decay=config.weight_decay,
-        adam_beta1=config.adam_beta1, adam_beta2=config.adam_beta2, adam_eps=config.adam_eps,
-        clip_grad=config.clip_grad, bf16=config.bf16, params_dtype=torch.bfloat16 if config.bf16 else torch.float32,
+        optimizer="adam",
+        lr=config.lr,
+        min_lr=config.min_lr,
+        weight_decay=config.weight_decay,
+        adam_beta1=config.adam_beta1,
+        adam_beta2=config.adam_beta2,
+        adam_eps=config.adam_eps,
+        clip_grad=config.clip_grad,
+        bf16=config.bf16,
+        params_dtype=torch.bfloat16 if config.bf16 else torch.float32,
         use_distributed_optimizer=config.use_distributed_optimizer,
     )
     return get_megatron_optimizer(optimizer_config, [model], config_overrides={})

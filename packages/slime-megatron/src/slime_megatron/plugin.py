@@ -6,7 +6,6 @@ is named by a string, the rest is imported when used), so ``slime --help`` stays
 """
 
 from slime_core import hookimpl
-
 from slime_megatron.hooks import HOOK_OPTIONS, PROVIDER_HELP
 
 GROUP = "Megatron backend (slime-megatron)"
@@ -27,32 +26,130 @@ FUNCTION_KEYS = (*HOOK_OPTIONS, "megatron_model_provider")
 MTP_KEYS = ("mtp_num_layers", "enable_mtp_training", "mtp_loss_scaling_factor")
 
 #: Every option this plugin declares (a run that sets one without --train-backend uses Megatron).
-OPTION_KEYS = PARALLEL_SIZES + (
-    "expert_tensor_parallel_size", "sequence_parallel", "recompute_granularity", "recompute_method",
-    "recompute_num_layers", "use_distributed_optimizer", "megatron_config",
-) + FUNCTION_KEYS + MTP_KEYS
+OPTION_KEYS = (
+    PARALLEL_SIZES
+    + (
+        "expert_tensor_parallel_size",
+        "sequence_parallel",
+        "recompute_granularity",
+        "recompute_method",
+        "recompute_num_layers",
+        "use_distributed_optimizer",
+        "megatron_config",
+    )
+    + FUNCTION_KEYS
+    + MTP_KEYS
+)
 
 
 @hookimpl
 def slime_add_options(options):
     add = options.add
-    add("--tensor-model-parallel-size", type=int, default=1, help="tensor parallelism: split each layer's weights over this many ranks", group=GROUP)
-    add("--pipeline-model-parallel-size", type=int, default=1, help="pipeline parallelism: split the layers over this many stages", group=GROUP)
-    add("--context-parallel-size", type=int, default=1, help="context parallelism: split each sequence over this many ranks", group=GROUP)
-    add("--expert-model-parallel-size", type=int, default=1, help="expert parallelism: split a MoE layer's experts over this many ranks", group=GROUP)
-    add("--expert-tensor-parallel-size", type=int, default=None, help="tensor parallelism inside each expert (default: --tensor-model-parallel-size)", group=GROUP)
-    add("--sequence-parallel", type=bool, default=False, help="with tensor parallelism, also split norms and dropout over the sequence", group=GROUP)
-    add("--recompute-granularity", default=None, choices=["full", "selective"], help="recompute activations in the backward pass: whole layers (full) or attention only (selective)", group=GROUP)
-    add("--recompute-method", default=None, choices=["uniform", "block"], help="full recomputation: checkpoint groups of --recompute-num-layers layers (uniform) or the first that many layers of each stage (block)", group=GROUP)
-    add("--recompute-num-layers", type=int, default=None, help="layers per recomputation group (uniform) or recomputed layers per stage (block)", group=GROUP)
-    add("--use-distributed-optimizer", type=bool, default=False, help="shard the optimizer state over data-parallel ranks (ZeRO-1)", group=GROUP)
-    add("--megatron-config", nargs="+", default=None, help="KEY=VALUE overrides of any other megatron TransformerConfig field (e.g. attention_softmax_in_fp32=true)", group=GROUP)
+    add(
+        "--tensor-model-parallel-size",
+        type=int,
+        default=1,
+        help="tensor parallelism: split each layer's weights over this many ranks",
+        group=GROUP,
+    )
+    add(
+        "--pipeline-model-parallel-size",
+        type=int,
+        default=1,
+        help="pipeline parallelism: split the layers over this many stages",
+        group=GROUP,
+    )
+    add(
+        "--context-parallel-size",
+        type=int,
+        default=1,
+        help="context parallelism: split each sequence over this many ranks",
+        group=GROUP,
+    )
+    add(
+        "--expert-model-parallel-size",
+        type=int,
+        default=1,
+        help="expert parallelism: split a MoE layer's experts over this many ranks",
+        group=GROUP,
+    )
+    add(
+        "--expert-tensor-parallel-size",
+        type=int,
+        default=None,
+        help="tensor parallelism inside each expert (default: --tensor-model-parallel-size)",
+        group=GROUP,
+    )
+    add(
+        "--sequence-parallel",
+        type=bool,
+        default=False,
+        help="with tensor parallelism, also split norms and dropout over the sequence",
+        group=GROUP,
+    )
+    add(
+        "--recompute-granularity",
+        default=None,
+        choices=["full", "selective"],
+        help="recompute activations in the backward pass: whole layers (full) or attention only (selective)",
+        group=GROUP,
+    )
+    add(
+        "--recompute-method",
+        default=None,
+        choices=["uniform", "block"],
+        help="full recomputation: checkpoint groups of --recompute-num-layers layers (uniform) or the first that many "
+        "layers of each stage (block)",
+        group=GROUP,
+    )
+    add(
+        "--recompute-num-layers",
+        type=int,
+        default=None,
+        help="layers per recomputation group (uniform) or recomputed layers per stage (block)",
+        group=GROUP,
+    )
+    add(
+        "--use-distributed-optimizer",
+        type=bool,
+        default=False,
+        help="shard the optimizer state over data-parallel ranks (ZeRO-1)",
+        group=GROUP,
+    )
+    add(
+        "--megatron-config",
+        nargs="+",
+        default=None,
+        help="KEY=VALUE overrides of any other megatron TransformerConfig field (e.g. attention_softmax_in_fp32=true)",
+        group=GROUP,
+    )
     for key, help in HOOK_OPTIONS.items():
         add("--" + key.replace("_", "-"), default=None, help=help, group=GROUP)
     add("--megatron-model-provider", default=None, help=PROVIDER_HELP, group=GROUP)
-    add("--mtp-num-layers", type=int, default=None, help="build this many of the checkpoint's multi-token prediction layers (GLM-4.5+, DeepSeek-V3) after the decoder: loaded, saved and converted with the model, outside the policy's log-probs; frozen unless --enable-mtp-training", group=GROUP)
-    add("--enable-mtp-training", type=bool, default=False, help="train the MTP layers of --mtp-num-layers: add their loss (next tokens of the responses) to the training loss", group=GROUP)
-    add("--mtp-loss-scaling-factor", type=float, default=0.2, help="weight of the MTP loss (averaged over the MTP layers) in the training loss", group=GROUP)
+    add(
+        "--mtp-num-layers",
+        type=int,
+        default=None,
+        help="build this many of the checkpoint's multi-token prediction layers (GLM-4.5+, DeepSeek-V3) after the "
+        "decoder: loaded, saved and converted with the model, outside the policy's log-probs; frozen unless "
+        "--enable-mtp-training",
+        group=GROUP,
+    )
+    add(
+        "--enable-mtp-training",
+        type=bool,
+        default=False,
+        help="train the MTP layers of --mtp-num-layers: add their loss (next tokens of the responses) to the training "
+        "loss",
+        group=GROUP,
+    )
+    add(
+        "--mtp-loss-scaling-factor",
+        type=float,
+        default=0.2,
+        help="weight of the MTP loss (averaged over the MTP layers) in the training loss",
+        group=GROUP,
+    )
 
 
 @hookimpl
@@ -64,8 +161,13 @@ def slime_resolve_config(config):
 def slime_validate_config(config):
     if config.get("train_backend") != "megatron":
         return _check_other_backend(config)
-    errors = (_check_parallel_sizes(config) + _check_layer_options(config) + _check_weights_written_hook(config)
-              + _check_model_family(config) + _check_mtp(config))
+    errors = (
+        _check_parallel_sizes(config)
+        + _check_layer_options(config)
+        + _check_weights_written_hook(config)
+        + _check_model_family(config)
+        + _check_mtp(config)
+    )
     if config.get("megatron_config"):
         from slime_megatron.models.transformer_config import MegatronConfigError, parse_megatron_config
 
@@ -79,28 +181,42 @@ def slime_validate_config(config):
 def _check_parallel_sizes(config) -> list[str]:
     """Every parallel size is positive and divides the training ranks; so does their product."""
     ranks = config.actor_num_nodes * config.actor_num_gpus_per_node
-    where = f"{ranks} training ranks (--actor-num-nodes {config.actor_num_nodes} × --actor-num-gpus-per-node {config.actor_num_gpus_per_node})"
+    where = (
+        f"{ranks} training ranks (--actor-num-nodes {config.actor_num_nodes} × "
+        f"--actor-num-gpus-per-node {config.actor_num_gpus_per_node})"
+    )
     errors = []
     for key in PARALLEL_SIZES + ("expert_tensor_parallel_size",):
         size = config.get(key)
         if size is not None and (size < 1 or ranks % size):
             flag = "--" + key.replace("_", "-")
-            errors.append(f"{flag} {size} does not divide the {where}; pick a size that divides {ranks}, or change the rank count")
+            errors.append(
+                f"{flag} {size} does not divide the {where}; pick a size that divides {ranks}, or change the rank count"
+            )
     tp, pp, cp = (config.get(key) for key in PARALLEL_SIZES[:3])
     if not errors and ranks % (tp * pp * cp):
-        errors.append(f"tensor × pipeline × context parallel sizes = {tp} × {pp} × {cp} = {tp * pp * cp} does not divide the {where}; "
-                      "the data-parallel size is what is left, so lower one of them")
+        errors.append(
+            f"tensor × pipeline × context parallel sizes = {tp} × {pp} × {cp} = {tp * pp * cp} does not divide the "
+            f"{where}; "
+            "the data-parallel size is what is left, so lower one of them"
+        )
     etp = config.get("expert_tensor_parallel_size") or tp
     ep = config.expert_model_parallel_size
     if not errors and ranks % (etp * ep * pp):
-        errors.append(f"expert × expert-tensor × pipeline parallel sizes = {ep} × {etp} × {pp} does not divide the {where}; lower one of them")
+        errors.append(
+            f"expert × expert-tensor × pipeline parallel sizes = {ep} × {etp} × {pp} does not divide the {where}; "
+            "lower one of them"
+        )
     return errors
 
 
 def _model_parallel_flags(config) -> list[str]:
     """The Megatron model-parallel sizes above 1, as ``--flag N``."""
-    return [f"--{key.replace('_', '-')} {config.get(key)}"
-            for key in PARALLEL_SIZES + ("expert_tensor_parallel_size",) if (config.get(key) or 1) > 1]
+    return [
+        f"--{key.replace('_', '-')} {config.get(key)}"
+        for key in PARALLEL_SIZES + ("expert_tensor_parallel_size",)
+        if (config.get(key) or 1) > 1
+    ]
 
 
 def _pick_megatron_when_its_options_are_given(config) -> None:
@@ -118,21 +234,37 @@ def _check_other_backend(config) -> list[str]:
     train unsplit (slime's launch scripts set them, and slime trains with Megatron); so are the
     functions only Megatron's train ranks call."""
     backend = config.get("train_backend")
-    errors = [f"{flag} splits the model with Megatron, which --train-backend {backend} does not do; "
-              "use --train-backend megatron, or drop the flag" for flag in _model_parallel_flags(config)]
+    errors = [
+        f"{flag} splits the model with Megatron, which --train-backend {backend} does not do; "
+        "use --train-backend megatron, or drop the flag"
+        for flag in _model_parallel_flags(config)
+    ]
     given = [key for key in FUNCTION_KEYS if config.sources.get(key, "default") != "default"]
     mtp = [key for key in MTP_KEYS if config.sources.get(key, "default") != "default"]
-    return errors + [f"--{key.replace('_', '-')} is called by the Megatron backend's train ranks, and --train-backend "
-                     f"{backend} never calls it; use --train-backend megatron, or drop the flag" for key in given] + [
-        f"--{key.replace('_', '-')}: the Hugging Face models --train-backend {backend} trains have no multi-token "
-        "prediction module (transformers drops the checkpoint's MTP layers); use --train-backend megatron, or drop "
-        "the flag" for key in mtp]
+    return (
+        errors
+        + [
+            f"--{key.replace('_', '-')} is called by the Megatron backend's train ranks, and --train-backend "
+            f"{backend} never calls it; use --train-backend megatron, or drop the flag"
+            for key in given
+        ]
+        + [
+            f"--{key.replace('_', '-')}: the Hugging Face models --train-backend {backend} trains have no multi-token "
+            "prediction module (transformers drops the checkpoint's MTP layers); use --train-backend megatron, or drop "
+            "the flag"
+            for key in mtp
+        ]
+    )
 
 
 def _check_layer_options(config) -> list[str]:
     errors = []
-    if config.get("recompute_granularity") == "full" and not (config.get("recompute_method") and config.get("recompute_num_layers")):
-        errors.append("--recompute-granularity full needs --recompute-method (uniform or block) and --recompute-num-layers N")
+    if config.get("recompute_granularity") == "full" and not (
+        config.get("recompute_method") and config.get("recompute_num_layers")
+    ):
+        errors.append(
+            "--recompute-granularity full needs --recompute-method (uniform or block) and --recompute-num-layers N"
+        )
     return errors
 
 
@@ -157,19 +289,25 @@ def _check_mtp(config) -> list[str]:
     built by this backend on one pipeline stage; --enable-mtp-training trains some."""
     layers, checkpoint = config.get("mtp_num_layers"), config.get("hf_checkpoint")
     if config.get("enable_mtp_training") and not layers:
-        return ["--enable-mtp-training trains the multi-token prediction layers of --mtp-num-layers N, which is not "
-                "set; add --mtp-num-layers 1 (GLM-4.5+, DeepSeek-V3), or drop --enable-mtp-training"]
+        return [
+            "--enable-mtp-training trains the multi-token prediction layers of --mtp-num-layers N, which is not "
+            "set; add --mtp-num-layers 1 (GLM-4.5+, DeepSeek-V3), or drop --enable-mtp-training"
+        ]
     if not layers:
         return []
     if layers < 0:
         return [f"--mtp-num-layers {layers}: give a positive number of MTP layers, or drop the flag"]
     if config.get("megatron_model_provider"):
-        return ["--mtp-num-layers with --megatron-model-provider: the backend builds the MTP layers into its own "
-                "model only; drop one of them"]
+        return [
+            "--mtp-num-layers with --megatron-model-provider: the backend builds the MTP layers into its own "
+            "model only; drop one of them"
+        ]
     if config.get("pipeline_model_parallel_size", 1) > 1:
-        return [f"--mtp-num-layers with --pipeline-model-parallel-size {config.pipeline_model_parallel_size}: the "
-                "Megatron backend builds MTP layers without pipeline parallelism only (yet); use "
-                "--pipeline-model-parallel-size 1, or drop --mtp-num-layers"]
+        return [
+            f"--mtp-num-layers with --pipeline-model-parallel-size {config.pipeline_model_parallel_size}: the "
+            "Megatron backend builds MTP layers without pipeline parallelism only (yet); use "
+            "--pipeline-model-parallel-size 1, or drop --mtp-num-layers"
+        ]
     from pathlib import Path
 
     if not checkpoint or not (Path(checkpoint) / "config.json").is_file() or _check_model_family(config):
@@ -184,11 +322,16 @@ def _check_mtp(config) -> list[str]:
 
 def _check_weights_written_hook(config) -> list[str]:
     """Only disk weight updates write files: with another transport the hook would never run."""
-    if config.sources.get("megatron_weights_written_hook", "default") == "default" or config.update_weight_transport == "disk":
+    if (
+        config.sources.get("megatron_weights_written_hook", "default") == "default"
+        or config.update_weight_transport == "disk"
+    ):
         return []
-    return [f"--megatron-weights-written-hook runs after a disk weight update, and this run's weights reach the engines "
-            f"by {config.update_weight_transport or 'the default transport (tensor or broadcast)'}; "
-            "add --update-weight-transport disk, or drop the hook"]
+    return [
+        f"--megatron-weights-written-hook runs after a disk weight update, and this run's weights reach the engines "
+        f"by {config.update_weight_transport or 'the default transport (tensor or broadcast)'}; "
+        "add --update-weight-transport disk, or drop the hook"
+    ]
 
 
 @hookimpl

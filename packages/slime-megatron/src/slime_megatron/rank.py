@@ -43,9 +43,23 @@ import torch
 import torch.distributed as dist
 
 from slime_core.algorithms import nucleus_keep_mask
-from slime_core.checkpoint_dir import is_megatron_checkpoint, megatron_checkpoint, resume_checkpoint, starts_from_ref_load
-from slime_core.rank_step import (RankStep, RolloutSteps, SampleLogits, StepTensors, check_prompts, memory_gib,
-                                  nonfinite_parameters, pad_rows, sum_over_ranks)
+from slime_core.checkpoint_dir import (
+    is_megatron_checkpoint,
+    megatron_checkpoint,
+    resume_checkpoint,
+    starts_from_ref_load,
+)
+from slime_core.rank_step import (
+    RankStep,
+    RolloutSteps,
+    SampleLogits,
+    StepTensors,
+    check_prompts,
+    memory_gib,
+    nonfinite_parameters,
+    pad_rows,
+    sum_over_ranks,
+)
 from slime_core.rollout_batch import RolloutBatch
 from slime_core.weight_bucket import WeightBucket
 from slime_megatron import export, inputs, offload, schedule, swap
@@ -103,7 +117,9 @@ class MegatronTrainRank:
         self.optimizer = build_optimizer(self.model, cfg)
         self.reference = self._reference_weights()
         self.teacher = self._teacher()
-        self.same_shapes = any(inputs.tokens_gathered_across_replicas(net.config) for net in (module, self.teacher) if net)
+        self.same_shapes = any(
+            inputs.tokens_gathered_across_replicas(net.config) for net in (module, self.teacher) if net
+        )
         return {"rollout_id": self._resume() if cfg.load else 0, "weight_version": self.version}
 
     def _reference_weights(self) -> dict[str, torch.Tensor] | None:
@@ -134,9 +150,11 @@ class MegatronTrainRank:
             return None
         teacher_config = AutoConfig.from_pretrained(self.config.opd_teacher_load)
         if teacher_config.vocab_size != self.hf_config.vocab_size:
-            raise ValueError(f"--opd-teacher-load {self.config.opd_teacher_load} has a vocabulary of "
-                             f"{teacher_config.vocab_size}, the policy {self.hf_config.vocab_size}: distillation "
-                             "compares token log-probs, so use a teacher with the policy's tokenizer")
+            raise ValueError(
+                f"--opd-teacher-load {self.config.opd_teacher_load} has a vocabulary of "
+                f"{teacher_config.vocab_size}, the policy {self.hf_config.vocab_size}: distillation "
+                "compares token log-probs, so use a teacher with the policy's tokenizer"
+            )
         teacher = provide_model(teacher_config, self.config)
         load_hf_weights(teacher, self.config.opd_teacher_load, teacher_config)
         teacher.config.variable_seq_lengths = True
@@ -194,7 +212,11 @@ class MegatronTrainRank:
         the entropy of π, from the (B, W, V/tp) vocabulary-parallel logits."""
         positions, targets, counts = micro.response_positions()
         scores = logits.reshape(-1, logits.shape[-1])[positions]  # (N, V/tp)
-        group, temperature, vocab = self.parallel.get_tensor_model_parallel_group(), self.config.rollout_temperature, self.hf_config.vocab_size
+        group, temperature, vocab = (
+            self.parallel.get_tensor_model_parallel_group(),
+            self.config.rollout_temperature,
+            self.hf_config.vocab_size,
+        )
         keep = None
         if micro.nuclei is not None:  # the nuclei's ids in this rank's slice of the vocabulary
             width = scores.shape[-1]
@@ -211,8 +233,12 @@ class MegatronTrainRank:
         self.rollout_id = rollout_id
         batch, _ = gather_shares(share, self.parallel.get_model_parallel_group())
         self.model.train()
-        data = self.step.tensors(batch, lambda model: self._log_probs(batch, model),
-                                 reference=self.reference is not None, teacher=self.teacher is not None)
+        data = self.step.tensors(
+            batch,
+            lambda model: self._log_probs(batch, model),
+            reference=self.reference is not None,
+            teacher=self.teacher is not None,
+        )
         self.hooks.fire("megatron_train_data_hook", rollout_id, batch, data)
         self.steps = RolloutSteps.plan(batch, data, self.config.num_steps_per_rollout)
         return len(self.steps.slices)
@@ -227,7 +253,9 @@ class MegatronTrainRank:
         self.version += 1
         return steps.metrics(self.step)
 
-    def _optimizer_step(self, step: int, batch: RolloutBatch, indices: list[int], data: StepTensors) -> dict[str, float]:
+    def _optimizer_step(
+        self, step: int, batch: RolloutBatch, indices: list[int], data: StepTensors
+    ) -> dict[str, float]:
         """Forward and backward of every micro-batch through the schedule, then one update (at
         the learning rate set before the step's hook, which may change it)."""
         denominators = self.step.denominators(data, indices)
@@ -270,12 +298,20 @@ class MegatronTrainRank:
         log_probs, entropy = self._response_log_probs(logits, micro, entropy=with_entropy)
         entropy = pad_rows(entropy) if with_entropy else None
         logits_for_loss = self._sample_logits(logits, micro) if self.step.needs_logits else None
-        loss, metrics = self.step.loss(data.loss_inputs(micro.indices, pad_rows(log_probs), entropy), denominators,
-                                       logits_for_loss)
+        loss, metrics = self.step.loss(
+            data.loss_inputs(micro.indices, pad_rows(log_probs), entropy), denominators, logits_for_loss
+        )
         if not depths:
             return loss * scale, metrics
-        mtp = mtp_losses(depths, micro.input_ids, micro.lengths, micro.response_lengths, data.mask[micro.indices],
-                         self.parallel.get_tensor_model_parallel_group(), self.hf_config.vocab_size).sum()
+        mtp = mtp_losses(
+            depths,
+            micro.input_ids,
+            micro.lengths,
+            micro.response_lengths,
+            data.mask[micro.indices],
+            self.parallel.get_tensor_model_parallel_group(),
+            self.hf_config.vocab_size,
+        ).sum()
         metrics["mtp_loss"] = mtp.item() / scale  # summed over micro-batches and replicas: their mean
         # not scaled: the schedule and DDP average it over micro-batches and replicas (see the module docstring)
         return loss * scale + self.config.mtp_loss_scaling_factor / len(depths) * mtp, metrics
@@ -286,9 +322,14 @@ class MegatronTrainRank:
         width = micro.input_ids.shape[1]
         index = torch.cat([torch.arange(row * width, row * width + n) for row, n in enumerate(micro.lengths)])
         index = index.to(logits.device)
-        rows = gather_vocab(logits.reshape(-1, logits.shape[-1])[index],
-                            self.parallel.get_tensor_model_parallel_group(), self.hf_config.vocab_size)
-        return SampleLogits(list(rows.split(micro.lengths)), list(micro.input_ids.reshape(-1)[index].split(micro.lengths)))
+        rows = gather_vocab(
+            logits.reshape(-1, logits.shape[-1])[index],
+            self.parallel.get_tensor_model_parallel_group(),
+            self.hf_config.vocab_size,
+        )
+        return SampleLogits(
+            list(rows.split(micro.lengths)), list(micro.input_ids.reshape(-1)[index].split(micro.lengths))
+        )
 
     def _micro_batches(self, batch: RolloutBatch, indices: list[int]) -> list[inputs.MicroBatch]:
         """The micro-batches of ``indices`` (planned by `RankStep.plan`) as model inputs."""
@@ -301,7 +342,9 @@ class MegatronTrainRank:
                 continue
             tokens, response_lengths = [batch.tokens[i] for i in micro], [batch.response_lengths[i] for i in micro]
             check_prompts(tokens, response_lengths)
-            micros.append(inputs.padded(micro, tokens, response_lengths, pad, multiple, self.device, batch.nuclei(micro)))
+            micros.append(
+                inputs.padded(micro, tokens, response_lengths, pad, multiple, self.device, batch.nuclei(micro))
+            )
         return inputs.same_shapes(micros, dist.group.WORLD, pad) if self.same_shapes else micros
 
     # ---------------------------------------------------------------- weights and checkpoints
@@ -334,12 +377,18 @@ class MegatronTrainRank:
 
         from slime_megatron.checkpoint import save_checkpoint
 
-        extra = {"rng": torch.get_rng_state(), "parallel_rng": tensor_parallel.get_cuda_rng_tracker().get_states(),
-                 "weight_version": self.version, "updates": self.updates, "rollout_id": rollout_id}
+        extra = {
+            "rng": torch.get_rng_state(),
+            "parallel_rng": tensor_parallel.get_cuda_rng_tracker().get_states(),
+            "weight_version": self.version,
+            "updates": self.updates,
+            "rollout_id": rollout_id,
+        }
         path = save_checkpoint(self.config.save, rollout_id, self.model, self.optimizer, extra)
         if self.config.save_hf:
-            export.save_hf(os.path.join(self.config.save_hf, f"iter_{rollout_id:07d}"), self.model, self.hf_config,
-                           self.tokenizer)
+            export.save_hf(
+                os.path.join(self.config.save_hf, f"iter_{rollout_id:07d}"), self.model, self.hf_config, self.tokenizer
+            )
         return str(path)
 
     def save_hf(self, path: str) -> None:
@@ -391,7 +440,13 @@ def _check_moe_tensor_parallel(model_config) -> None:
     """megatron-core trains MoE layers over tensor-parallel ranks only with sequence
     parallelism (it refuses in the first forward pass, with a message about performance);
     say so when the model is built, with the fix."""
-    if model_config.num_moe_experts and model_config.tensor_model_parallel_size > 1 and not model_config.sequence_parallel:
-        raise ValueError(f"--tensor-model-parallel-size {model_config.tensor_model_parallel_size} with a MoE model: "
-                         "megatron-core trains MoE layers over tensor-parallel ranks only with sequence parallelism; "
-                         "add --sequence-parallel")
+    if (
+        model_config.num_moe_experts
+        and model_config.tensor_model_parallel_size > 1
+        and not model_config.sequence_parallel
+    ):
+        raise ValueError(
+            f"--tensor-model-parallel-size {model_config.tensor_model_parallel_size} with a MoE model: "
+            "megatron-core trains MoE layers over tensor-parallel ranks only with sequence parallelism; "
+            "add --sequence-parallel"
+        )

@@ -24,8 +24,12 @@ def run(model, micros: list, loss_fn, forward_only: bool) -> list:
         return net(micro.input_ids, micro.position_ids, None), partial(loss_fn, micro)
 
     results = get_forward_backward_func()(
-        forward_step_func=forward_step, data_iterator=iter(micros), model=[model], num_microbatches=len(micros),
-        seq_length=max(m.input_ids.shape[1] for m in micros), micro_batch_size=max(m.input_ids.shape[0] for m in micros),
+        forward_step_func=forward_step,
+        data_iterator=iter(micros),
+        model=[model],
+        num_microbatches=len(micros),
+        seq_length=max(m.input_ids.shape[1] for m in micros),
+        micro_batch_size=max(m.input_ids.shape[0] for m in micros),
         forward_only=forward_only,
     )
     return from_last_stage(results)

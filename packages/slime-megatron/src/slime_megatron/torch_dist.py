@@ -63,7 +63,9 @@ def stored_key(name: str, stored) -> tuple[str, tuple[int, ...]]:
         return _first_stored([(name, ())], name, stored)
     i = int(layer.group(1))
     names, index = _stored_in_layer(layer.group(2))
-    candidates = [(f"decoder.layers.{i}.{n}", index) for n in names] + [(f"decoder.layers.{n}", (i, *index)) for n in names]
+    candidates = [(f"decoder.layers.{i}.{n}", index) for n in names] + [
+        (f"decoder.layers.{n}", (i, *index)) for n in names
+    ]
     return _first_stored(candidates, name, stored)
 
 
@@ -81,13 +83,16 @@ def _first_stored(candidates, name: str, stored) -> tuple[str, tuple[int, ...]]:
     for key, index in candidates:
         if key in stored:
             return key, index
-    raise KeyError(f"the checkpoint stores no '{name}' (looked for {[key for key, _ in candidates]}); "
-                   "is it a checkpoint of the model --hf-checkpoint describes?")
+    raise KeyError(
+        f"the checkpoint stores no '{name}' (looked for {[key for key, _ in candidates]}); "
+        "is it a checkpoint of the model --hf-checkpoint describes?"
+    )
 
 
 def read_hf_weights(path, hf_config) -> dict[str, torch.Tensor]:
     """The Hugging Face tensors (checkpoint names, the stored dtype) of the checkpoint
-    directory ``path``, with the multi-token prediction layers it stores, read whole in this process without any process group (``slime convert
+    directory ``path``, with the multi-token prediction layers it stores, read whole in this process without any
+    process group (``slime convert
     megatron-to-hf``, the FSDP backend's ``--ref-load``)."""
     from torch.distributed.checkpoint import FileSystemReader, load
 
@@ -120,16 +125,21 @@ def load_weights(path, model) -> None:
 
     model = unwrap(model)
     stored = stored_keys(path)
-    request = {name: _renamed(item, stored) for name, item in model.sharded_state_dict().items()
-               if not name.endswith("_extra_state")}
+    request = {
+        name: _renamed(item, stored)
+        for name, item in model.sharded_state_dict().items()
+        if not name.endswith("_extra_state")
+    }
     try:
         with dcp_failures_raised(f"reading {path}"):
             loaded = dist_checkpointing.load(request, str(path), common_strategy=_weights_only())
     except CheckpointingException as exc:
-        raise ValueError(f"{path}: its weights do not fit the model of --hf-checkpoint ({exc}); give a checkpoint "
-                         "of the same model") from exc
-    unfilled = [name for name in model.load_state_dict(loaded, strict=False).missing_keys
-                if not name.endswith("_extra_state")]
+        raise ValueError(
+            f"{path}: its weights do not fit the model of --hf-checkpoint ({exc}); give a checkpoint of the same model"
+        ) from exc
+    unfilled = [
+        name for name in model.load_state_dict(loaded, strict=False).missing_keys if not name.endswith("_extra_state")
+    ]
     assert not unfilled, unfilled  # every parameter was requested
 
 

@@ -40,10 +40,12 @@ def boxed(fn, name: str):
         return {"score": -1.0, "acc": False, "pred": "[INVALID]"} if name == "dapo" else 0.0
 
     if inspect.iscoroutinefunction(fn):
+
         async def reward(sample, config=None):
             inner = answer_only(sample)
             return no_answer() if inner is None else await fn(inner, config)
     else:
+
         def reward(sample, config=None):
             inner = answer_only(sample)
             return no_answer() if inner is None else fn(inner, config)

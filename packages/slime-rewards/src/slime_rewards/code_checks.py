@@ -33,8 +33,14 @@ CHECK = "__slime_check__"
 REPORT = "slime-check"  # the start of a report line on stdout
 PLAIN = "__slime_plain__"
 _OPERATORS = {
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
-    ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
 }
 _NOT_LITERAL = object()
 
@@ -166,4 +172,3 @@ def _scalar(tag: str, parts: list):
     if tag == "b" and len(parts) == 1:
         return bytes.fromhex(parts[0])
     raise ValueError(f"malformed {tag!r} report")
-

@@ -48,29 +48,81 @@ HARNESS_FAILED = 121
 DONE_EVENT = "slime.tests_passed"
 REPORT, CHECK, PLAIN = "slime-check", "__slime_check__", "__slime_plain__"  # as in code_checks
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-_DENIED_EVENTS = frozenset({
-    "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "subprocess.Popen",
-    "pty.spawn", "os.kill", "os.killpg", "signal.pthread_kill", "resource.setrlimit", "resource.prlimit",
-    "socket.__new__", "socket.connect", "socket.bind", "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata",
-    "ctypes.call_function", "code.__new__", "sys.remote_exec", "sys.addaudithook", "sys.settrace",
-    "sys.setprofile", "sys._current_frames", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
-    "os.chdir", "os.symlink", "fcntl.flock", "fcntl.lockf", "fcntl.ioctl",
-})
+_DENIED_EVENTS = frozenset(
+    {
+        "os.system",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.fork",
+        "os.forkpty",
+        "subprocess.Popen",
+        "pty.spawn",
+        "os.kill",
+        "os.killpg",
+        "signal.pthread_kill",
+        "resource.setrlimit",
+        "resource.prlimit",
+        "socket.__new__",
+        "socket.connect",
+        "socket.bind",
+        "ctypes.dlopen",
+        "ctypes.dlsym",
+        "ctypes.cdata",
+        "ctypes.call_function",
+        "code.__new__",
+        "sys.remote_exec",
+        "sys.addaudithook",
+        "sys.settrace",
+        "sys.setprofile",
+        "sys._current_frames",
+        "gc.get_objects",
+        "gc.get_referrers",
+        "gc.get_referents",
+        "os.chdir",
+        "os.symlink",
+        "fcntl.flock",
+        "fcntl.lockf",
+        "fcntl.ioctl",
+    }
+)
 # posix and _signal are loaded at start-up: importing them again would restore `_UNAUDITED`.
-_DENIED_MODULES = frozenset({
-    "ctypes", "_ctypes", "_posixsubprocess", "cffi", "_cffi_backend", "_xxsubinterpreters", "posix", "_signal",
-})
+_DENIED_MODULES = frozenset(
+    {
+        "ctypes",
+        "_ctypes",
+        "_posixsubprocess",
+        "cffi",
+        "_cffi_backend",
+        "_xxsubinterpreters",
+        "posix",
+        "_signal",
+    }
+)
 # event → (indices of path arguments, which must lie inside the root; indices of dir_fd arguments)
 _MUTATIONS = {
-    "os.remove": ((0,), (1,)), "os.rmdir": ((0,), (1,)), "os.mkdir": ((0,), (2,)),
-    "os.rename": ((0, 1), (2, 3)), "os.link": ((0, 1), (2, 3)), "os.chmod": ((0,), (2,)),
-    "os.chown": ((0,), (3,)), "os.truncate": ((0,), ()), "os.utime": ((0,), (3,)),
-    "os.setxattr": ((0,), ()), "os.removexattr": ((0,), ()),
-    "shutil.rmtree": ((0,), (1,)), "shutil.copyfile": ((1,), ()), "shutil.move": ((0, 1), ()),
+    "os.remove": ((0,), (1,)),
+    "os.rmdir": ((0,), (1,)),
+    "os.mkdir": ((0,), (2,)),
+    "os.rename": ((0, 1), (2, 3)),
+    "os.link": ((0, 1), (2, 3)),
+    "os.chmod": ((0,), (2,)),
+    "os.chown": ((0,), (3,)),
+    "os.truncate": ((0,), ()),
+    "os.utime": ((0,), (3,)),
+    "os.setxattr": ((0,), ()),
+    "os.removexattr": ((0,), ()),
+    "shutil.rmtree": ((0,), (1,)),
+    "shutil.copyfile": ((1,), ()),
+    "shutil.move": ((0, 1), ()),
 }
 # Calls that raise no audit event but create files anywhere or signal any process we may signal.
-_UNAUDITED = {"posix": ("mknod", "mkfifo", "pidfd_open"), "os": ("mknod", "mkfifo", "pidfd_open"),
-              "_signal": ("pidfd_send_signal",), "signal": ("pidfd_send_signal",)}
+_UNAUDITED = {
+    "posix": ("mknod", "mkfifo", "pidfd_open"),
+    "os": ("mknod", "mkfifo", "pidfd_open"),
+    "_signal": ("pidfd_send_signal",),
+    "signal": ("pidfd_send_signal",),
+}
 _READABLE_DEVICES = frozenset({"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/stdin"})
 _WRITABLE_DEVICES = frozenset({"/dev/null"})
 
@@ -189,8 +241,10 @@ def plain_check():
 def apply_limits(config: dict) -> None:
     """Lower every limit to the configured value (never above the current hard limit)."""
     limits = [
-        (resource.RLIMIT_AS, config["memory_bytes"]), (resource.RLIMIT_CPU, int(config["cpu_seconds"])),
-        (resource.RLIMIT_FSIZE, config["file_bytes"]), (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_AS, config["memory_bytes"]),
+        (resource.RLIMIT_CPU, int(config["cpu_seconds"])),
+        (resource.RLIMIT_FSIZE, config["file_bytes"]),
+        (resource.RLIMIT_CORE, 0),
     ]
     if config.get("processes") is not None:  # a user id of the sandbox's own: the count is its processes'
         limits.append((resource.RLIMIT_NPROC, config["processes"]))

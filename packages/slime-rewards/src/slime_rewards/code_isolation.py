@@ -64,8 +64,9 @@ class SandboxError(RuntimeError):
     """The sandbox itself failed (could not start or set up), as opposed to a wrong program."""
 
 
-def launch(base: Path, work: Path, config: dict, isolation: str, timeout: float,
-           deadline: float | None = None) -> RunResult:
+def launch(
+    base: Path, work: Path, config: dict, isolation: str, timeout: float, deadline: float | None = None
+) -> RunResult:
     """Run the harness on `config` in `work`: at most `timeout` seconds from the moment the
     harness starts (setting the sandbox up does not count), and in all not past `deadline`
     (a `time.monotonic()` value) if given. A run the deadline stops before it started is
@@ -158,12 +159,18 @@ def _outputs(base: Path):
 
 
 def _start(command: list[str], cwd: Path, work: Path, files: tuple, fds: tuple) -> subprocess.Popen:
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(work), "TMPDIR": str(work),
-           "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(work),
+        "TMPDIR": str(work),
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+    }
     stdin, stdout, stderr = files
     try:
-        return subprocess.Popen(command, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
-                                start_new_session=True, pass_fds=fds)
+        return subprocess.Popen(
+            command, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, start_new_session=True, pass_fds=fds
+        )
     except OSError as error:
         raise SandboxError(f"could not start the code sandbox ({command[0]}): {error}") from error
 

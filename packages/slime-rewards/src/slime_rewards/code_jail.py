@@ -1,5 +1,6 @@
 """The first program of an isolated sandbox: ``unshare [--user --map-root-user] --mount --pid
---net --ipc --uts --fork --kill-child -- python -I -S -B code_jail.py ROOT WORK HARNESS UID USERNS BINDS -- HARNESS-COMMAND...``,
+--net --ipc --uts --fork --kill-child -- python -I -S -B code_jail.py ROOT WORK HARNESS UID USERNS BINDS --
+HARNESS-COMMAND...``,
 run as root (of the host, or, for a grader that is not root, of a user namespace of its own).
 
 Not imported by slime. In the fresh namespaces `unshare` made (its own mounts, process ids,
@@ -39,8 +40,8 @@ DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
 
 
 def main() -> None:
-    plan = parse(sys.argv[1:sys.argv.index("--")])
-    command = sys.argv[sys.argv.index("--") + 1:]
+    plan = parse(sys.argv[1 : sys.argv.index("--")])
+    command = sys.argv[sys.argv.index("--") + 1 :]
     try:
         build_root(plan)
         enter(plan)
@@ -53,8 +54,14 @@ def main() -> None:
 def parse(args: list[str]) -> dict:
     """The plan from the command line (json would import `re`, a tenth of this program's time)."""
     root, work, harness, uid, user_namespace, binds = args
-    return {"root": root, "work": work, "harness": harness, "uid": int(uid), "user_namespace": user_namespace == "1",
-            "binds": binds.split(os.pathsep)}
+    return {
+        "root": root,
+        "work": work,
+        "harness": harness,
+        "uid": int(uid),
+        "user_namespace": user_namespace == "1",
+        "binds": binds.split(os.pathsep),
+    }
 
 
 def build_root(plan: dict) -> None:

@@ -90,8 +90,11 @@ def grade(code: str, tests: list[TestCase], limits: Limits = Limits()) -> Grade:
         left = deadline - time.monotonic()
         passed_this = left > 0 and passes(code, test, limits, deadline)
         if time.monotonic() >= deadline:
-            return Grade(0.0, f"scored 0: the sample's tests ran past --code-sample-timeout "
-                              f"({limits.sample_timeout_s}s) at test {number} of {len(tests)}")
+            return Grade(
+                0.0,
+                f"scored 0: the sample's tests ran past --code-sample-timeout "
+                f"({limits.sample_timeout_s}s) at test {number} of {len(tests)}",
+            )
         passed += passed_this
     return Grade(passed / len(tests), f"{passed}/{len(tests)} tests passed")
 
@@ -123,15 +126,21 @@ def _reports_pass(program: AssertProgram, stdout: str) -> bool:
     for line in stdout.splitlines():
         if line.startswith(REPORT + " "):
             try:
-                index, values = json.loads(line[len(REPORT) + 1:])
+                index, values = json.loads(line[len(REPORT) + 1 :])
                 reports.append((index, None if values is None else tuple(decode(v) for v in values)))
             except (ValueError, TypeError, OverflowError, RecursionError):
                 return False  # a line the program printed to look like a report
     return program.passed(reports)
 
 
-def run_python(code: str, stdin: str = "", limits: Limits = Limits(), test: str | None = None, token: str = "",
-               deadline: float | None = None) -> RunResult:
+def run_python(
+    code: str,
+    stdin: str = "",
+    limits: Limits = Limits(),
+    test: str | None = None,
+    token: str = "",
+    deadline: float | None = None,
+) -> RunResult:
     """Run `code` (then `test`) in a fresh sandbox for at most the per-test limit, and not
     past `deadline`; see `code_isolation`."""
     base = Path(tempfile.mkdtemp(prefix="slime-code-"))

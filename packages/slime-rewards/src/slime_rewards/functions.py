@@ -89,8 +89,10 @@ def code_reward(sample, config=None) -> float:
         metadata["code_reward"] = "scored 0: no code in the response"
         return 0.0
     limits = Limits(
-        timeout_s=float(option(config, "code_timeout")), memory_mb=int(option(config, "code_memory_mb")),
-        sample_timeout_s=float(option(config, "code_sample_timeout")), isolation=option(config, "code_isolation"),
+        timeout_s=float(option(config, "code_timeout")),
+        memory_mb=int(option(config, "code_memory_mb")),
+        sample_timeout_s=float(option(config, "code_sample_timeout")),
+        isolation=option(config, "code_isolation"),
     )
     result = grade(code, tests, limits)
     metadata["code_reward"] = result.reason

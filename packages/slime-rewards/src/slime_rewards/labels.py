@@ -47,7 +47,7 @@ def reference(label: Any, metadata: dict | None = None) -> str | None:
 def choice(label: Any, metadata: dict | None = None) -> str | None:
     """``gpqa``, ``multiple_choice``: a letter or an option's text, or a 0-based position."""
     if isinstance(label, bool) or not isinstance(label, (str, int)) or (isinstance(label, str) and not label.strip()):
-        return "an option letter (\"B\"), the text of the right option, or its 0-based position"
+        return 'an option letter ("B"), the text of the right option, or its 0-based position'
     return None
 
 
@@ -60,6 +60,7 @@ def code_tests(label: Any, metadata: dict | None = None) -> str | None:
         return None
     if isinstance(tests, (list, tuple)) and tests and all(isinstance(t, (dict, str)) for t in tests):
         return None
-    return ('test cases (in metadata["tests"] or the label): assert statements as text, a list of '
-            '{"input", "output"} dicts, or {"inputs": [...], "outputs": [...]}')
-
+    return (
+        'test cases (in metadata["tests"] or the label): assert statements as text, a list of '
+        '{"input", "output"} dicts, or {"inputs": [...], "outputs": [...]}'
+    )

@@ -8,7 +8,6 @@ the exit code is 1 if there were any.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys

@@ -23,10 +23,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from slime_core import ports
 from slime_core.child_process import die_with_parent
 from slime_core.command_flags import as_flags
 from slime_core.network import LOOPBACK, Network
-from slime_core import ports
 from slime_router.servers import Server, connect_host
 
 DEFAULTS: dict[str, Any] = {
@@ -39,7 +39,9 @@ DEFAULTS: dict[str, Any] = {
 HINT = "check the --router-* options (python -m sglang_router.launch_router --help lists them)"
 
 
-def router_options(passthrough: dict[str, Any], worker_urls: list[str], network: Network | None = None) -> dict[str, Any]:
+def router_options(
+    passthrough: dict[str, Any], worker_urls: list[str], network: Network | None = None
+) -> dict[str, Any]:
     """slime's defaults (for the run's ``network``), free ports, the engines, then the user's
     ``--router-*`` options."""
     options = {**DEFAULTS, **spanning_defaults(network or Network()), **passthrough}
@@ -72,8 +74,13 @@ def start(options: dict[str, Any], log_path: Path, key_env: dict[str, str] | Non
     """Start sglang-router with ``options``, its output going to ``log_path``; ``key_env``: the
     run's keys (`slime_core.network.Network.key_env`), handed over in its environment."""
     with open(log_path, "ab") as log:
-        process = subprocess.Popen(command(options), stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
-                                   env={**os.environ, **(key_env or {})})
+        process = subprocess.Popen(
+            command(options),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
+            env={**os.environ, **(key_env or {})},
+        )
     return Server(f"http://{connect_host(options['host'])}:{options['port']}", "sglang-router", HINT, process, log_path)
 
 

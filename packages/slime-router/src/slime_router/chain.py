@@ -32,7 +32,8 @@ def compose(names: list[str], innermost: Handler, config: Any, plugins) -> Handl
             entry = registry.entry(name)
             raise ChainError(
                 f"router middleware '{name}' of plugin '{entry.plugin}' ({entry.distribution}) returned "
-                f"{type(wrapped).__name__}, not a handler; its factory must return `async def handler(request) -> Response`"
+                f"{type(wrapped).__name__}, not a handler; its factory must return `async def handler(request) -> "
+                "Response`"
             )
         handler = wrapped
     return handler

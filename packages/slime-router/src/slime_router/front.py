@@ -36,8 +36,16 @@ from slime_router.handlers import Handler, HTTPError, Request, Response, error_r
 log = logging.getLogger("slime_router.front")
 MAX_BODY_BYTES = 1 << 30
 #: The path prefixes that the admin key alone leaves open: what agents and rollouts call.
-OPEN_PATHS = ("/health", "/generate", "/v1/", "/sessions/", "/model_info", "/get_model_info", "/server_info",
-              "/get_server_info")
+OPEN_PATHS = (
+    "/health",
+    "/generate",
+    "/v1/",
+    "/sessions/",
+    "/model_info",
+    "/get_model_info",
+    "/server_info",
+    "/get_server_info",
+)
 
 
 def create_app(handler: Handler, api_key: str | None = None, admin_key: str | None = None) -> web.Application:
@@ -45,8 +53,9 @@ def create_app(handler: Handler, api_key: str | None = None, admin_key: str | No
     app = web.Application(client_max_size=MAX_BODY_BYTES)
 
     async def serve(raw: web.Request) -> web.Response:
-        request = Request(raw.method, raw.path, raw.query_string, {k.lower(): v for k, v in raw.headers.items()},
-                          await raw.read())
+        request = Request(
+            raw.method, raw.path, raw.query_string, {k.lower(): v for k, v in raw.headers.items()}, await raw.read()
+        )
         response = refusal(request, api_key, admin_key) or await _answer(handler, request)
         return web.Response(status=response.status, body=response.body, headers=response.headers)
 
@@ -61,8 +70,10 @@ async def _answer(handler: Handler, request: Request) -> Response:
         return error_response(exc.status, exc.message)
     except Exception as exc:
         log.exception("%s %s failed in the middleware chain", request.method, request.path)
-        return error_response(500, f"slime-router's middleware chain failed on {request.method} {request.path}: "
-                                   f"{type(exc).__name__}: {exc}")
+        return error_response(
+            500,
+            f"slime-router's middleware chain failed on {request.method} {request.path}: {type(exc).__name__}: {exc}",
+        )
 
 
 def refusal(request: Request, api_key: str | None, admin_key: str | None) -> Response | None:
@@ -72,8 +83,11 @@ def refusal(request: Request, api_key: str | None, admin_key: str | None) -> Res
     key = api_key or (admin_key if not request.path.startswith(OPEN_PATHS) else None)
     if key is None or bearer_matches(request.headers.get("authorization"), key):
         return None
-    return error_response(401, f"{request.path} needs the run's token: send 'Authorization: Bearer TOKEN' (slime's "
-                               "clients do; a user's function finds it in config.network.token)")
+    return error_response(
+        401,
+        f"{request.path} needs the run's token: send 'Authorization: Bearer TOKEN' (slime's "
+        "clients do; a user's function finds it in config.network.token)",
+    )
 
 
 def router_url(config) -> str:
@@ -119,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         await proxy.close()
 
     app.on_cleanup.append(close_proxy)
-    log.info("serving %s on http://%s:%s in front of %s", config.router_middleware, args.host, args.port, router_url(config))
+    log.info(
+        "serving %s on http://%s:%s in front of %s", config.router_middleware, args.host, args.port, router_url(config)
+    )
     web.run_app(app, host=args.host, port=args.port, print=None, access_log=None, handler_cancellation=True)
     return 0
 

@@ -13,8 +13,9 @@ a middleware may parse, rewrite or resend it (``retry`` resends it as is).
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 #: ``sglang-router`` sends requests that carry the same key to the same engine (``--router-policy
 #: manual``, slime-router's default).
@@ -55,7 +56,9 @@ class Request:
         """The body as a JSON object, or ``HTTPError(400)``."""
         body = self.json()
         if not isinstance(body, dict):
-            raise HTTPError(400, f"the body of {self.method} {self.path} must be a JSON object, got {type(body).__name__}")
+            raise HTTPError(
+                400, f"the body of {self.method} {self.path} must be a JSON object, got {type(body).__name__}"
+            )
         return body
 
     def with_headers(self, headers: dict[str, str]) -> Request:
@@ -65,8 +68,9 @@ class Request:
 
 def json_request(path: str, data: Any, headers: dict[str, str] | None = None) -> Request:
     """A POST request with a JSON body (a middleware calling the next handler itself)."""
-    return Request("POST", path, headers={"content-type": "application/json", **(headers or {})},
-                   body=json.dumps(data).encode())
+    return Request(
+        "POST", path, headers={"content-type": "application/json", **(headers or {})}, body=json.dumps(data).encode()
+    )
 
 
 @dataclass

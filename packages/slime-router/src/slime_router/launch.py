@@ -37,8 +37,10 @@ from slime_router.workers import WorkerError, Workers
 
 #: How many times the router's processes are started when one lost its port (module docstring).
 PORT_ATTEMPTS = 3
-FRONT_HINT = ("see front.log: a middleware failed to start (sessions loads the tokenizer of --hf-checkpoint; "
-              "a plugin's middleware may need its own options)")
+FRONT_HINT = (
+    "see front.log: a middleware failed to start (sessions loads the tokenizer of --hf-checkpoint; "
+    "a plugin's middleware may need its own options)"
+)
 
 
 class Router:
@@ -69,8 +71,13 @@ class Router:
         """The ``metrics`` middleware's summary since the last reset (``{}`` when it is not on)."""
         if self.url == self.router_url:
             return {}
-        answer = httpx.get(f"{self.url}/metrics/summary", params={"reset": int(reset)}, headers=self._headers,
-                           timeout=10.0, trust_env=False)
+        answer = httpx.get(
+            f"{self.url}/metrics/summary",
+            params={"reset": int(reset)},
+            headers=self._headers,
+            timeout=10.0,
+            trust_env=False,
+        )
         return answer.json() if answer.status_code == 200 and "json" in answer.headers.get("content-type", "") else {}
 
     def stop(self) -> None:
@@ -112,8 +119,12 @@ def start_router(config, worker_urls: list[str], plugins=None) -> Router:
                 server.stop()
             if attempt == PORT_ATTEMPTS or not any(_lost_port(server) for server in started):
                 raise
-            print(f"slime-router: a port was taken before {' or '.join(s.what for s in started if _lost_port(s))} "
-                  "could bind it; starting again on fresh ports", file=sys.stderr, flush=True)
+            print(
+                f"slime-router: a port was taken before {' or '.join(s.what for s in started if _lost_port(s))} "
+                "could bind it; starting again on fresh ports",
+                file=sys.stderr,
+                flush=True,
+            )
         except BaseException:
             for server in reversed(started):
                 server.stop()
@@ -144,9 +155,11 @@ def _lost_port(server: Server) -> bool:
 def _sglang_router(config, worker_urls: list[str], log_dir: Path) -> Server:
     """The configured sglang-router (``--sglang-router-ip/port``), or a new one for ``worker_urls``."""
     if config.get("sglang_router_ip"):
-        return Server(f"http://{config.sglang_router_ip}:{config.sglang_router_port}",
-                      "the sglang-router given by --sglang-router-ip/--sglang-router-port",
-                      "check that it runs and that the address is right")
+        return Server(
+            f"http://{config.sglang_router_ip}:{config.sglang_router_port}",
+            "the sglang-router given by --sglang-router-ip/--sglang-router-port",
+            "check that it runs and that the address is right",
+        )
     options = balancer.router_options(dict(config.router_args), worker_urls, config.network)
     return balancer.start(options, log_dir / "sglang-router.log", config.network.key_env())
 
@@ -171,12 +184,29 @@ def _front(config, router_url: str, plugins, log_dir: Path) -> Server:
     port = ports.free_port(host)
     config_path = log_dir / "front-config.pkl"
     config_path.write_bytes(pickle.dumps(_front_config(config, router_url)))
-    command = [sys.executable, "-m", "slime_router.front", "--config", str(config_path), "--host", host, "--port", str(port)]
+    command = [
+        sys.executable,
+        "-m",
+        "slime_router.front",
+        "--config",
+        str(config_path),
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
     log_path = log_dir / "front.log"
     with open(log_path, "ab") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                   env=_front_env(plugins, config.network), preexec_fn=die_with_parent)
-    return Server(f"http://{connect_host(host)}:{port}", "slime-router's middleware front", FRONT_HINT, process, log_path)
+        process = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=_front_env(plugins, config.network),
+            preexec_fn=die_with_parent,
+        )
+    return Server(
+        f"http://{connect_host(host)}:{port}", "slime-router's middleware front", FRONT_HINT, process, log_path
+    )
 
 
 def _front_config(config, router_url: str):

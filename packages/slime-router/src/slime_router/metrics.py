@@ -118,9 +118,13 @@ class Collected:
 
     def summary(self, reset: bool) -> dict[str, float]:
         window = self.window
-        out = {"router/requests": window.requests, "router/errors": window.errors,
-               "router/prompt_tokens": window.prompt_tokens, "router/completion_tokens": window.completion_tokens,
-               "router/in_flight": sum(self.in_flight.values())}
+        out = {
+            "router/requests": window.requests,
+            "router/errors": window.errors,
+            "router/prompt_tokens": window.prompt_tokens,
+            "router/completion_tokens": window.completion_tokens,
+            "router/in_flight": sum(self.in_flight.values()),
+        }
         for name, values in (("latency", window.latencies), ("queue", window.queues)):
             if values:
                 out[f"router/{name}_p50_s"] = _percentile(values, 0.5)
@@ -134,18 +138,27 @@ class Collected:
         def labels(name: str, counts: dict) -> dict[str, int]:  # {(route, value): n} -> {'route="..",name=".."': n}
             return {f'route="{route}",{name}="{value}"': n for (route, value), n in counts.items()}
 
-        lines = _counter("slime_router_requests_total", "Requests answered, by route and status code.",
-                         labels("code", self.requests))
-        lines += _counter("slime_router_errors_total", "Answers with status >= 400 (client: 4xx, server: 5xx).",
-                          labels("kind", self.errors))
-        lines += _counter("slime_router_tokens_total", "Prompt and completion tokens of answered requests.",
-                          labels("kind", self.tokens))
+        lines = _counter(
+            "slime_router_requests_total", "Requests answered, by route and status code.", labels("code", self.requests)
+        )
+        lines += _counter(
+            "slime_router_errors_total",
+            "Answers with status >= 400 (client: 4xx, server: 5xx).",
+            labels("kind", self.errors),
+        )
+        lines += _counter(
+            "slime_router_tokens_total",
+            "Prompt and completion tokens of answered requests.",
+            labels("kind", self.tokens),
+        )
         lines += ["# HELP slime_router_in_flight Requests being answered now.", "# TYPE slime_router_in_flight gauge"]
         lines += [f'slime_router_in_flight{{route="{route}"}} {n}' for route, n in self.in_flight.items()]
-        lines += _histogram("slime_router_latency_seconds", "Seconds from entering the metrics middleware to the answer.",
-                            self.latency)
-        lines += _histogram("slime_router_queue_seconds", "Seconds the engine kept a request waiting (queue_time).",
-                            self.queue)
+        lines += _histogram(
+            "slime_router_latency_seconds", "Seconds from entering the metrics middleware to the answer.", self.latency
+        )
+        lines += _histogram(
+            "slime_router_queue_seconds", "Seconds the engine kept a request waiting (queue_time).", self.queue
+        )
         return "\n".join(lines) + "\n"
 
 
@@ -165,7 +178,11 @@ def usage(data) -> tuple[int, int, float | None]:
     if not isinstance(meta, dict):
         return 0, 0, None
     queue = meta.get("queue_time")
-    return int(meta.get("prompt_tokens", 0)), int(meta.get("completion_tokens", 0)), None if queue is None else float(queue)
+    return (
+        int(meta.get("prompt_tokens", 0)),
+        int(meta.get("completion_tokens", 0)),
+        None if queue is None else float(queue),
+    )
 
 
 def _percentile(values, q: float) -> float:
@@ -186,5 +203,8 @@ def _histogram(name: str, help_text: str, histograms: dict[str, Histogram]) -> l
             running += count
             le = "+Inf" if bound == float("inf") else bound
             lines.append(f'{name}_bucket{{route="{route}",le="{le}"}} {running}')
-        lines += [f'{name}_sum{{route="{route}"}} {histogram.total}', f'{name}_count{{route="{route}"}} {histogram.count}']
+        lines += [
+            f'{name}_sum{{route="{route}"}} {histogram.total}',
+            f'{name}_count{{route="{route}"}} {histogram.count}',
+        ]
     return lines

@@ -14,31 +14,53 @@ GROUP = "router (slime-router)"
 
 @hookimpl
 def slime_add_options(options):
-    options.add("--router-middleware", nargs="+", default=None, group=GROUP,
-                help="middlewares in front of sglang-router, outermost first: sessions, metrics, retry, or a plugin's")
-    options.add("--sglang-router-ip", default=None, group=GROUP,
-                help="address of an sglang-router that is already running: use it instead of starting one")
+    options.add(
+        "--router-middleware",
+        nargs="+",
+        default=None,
+        group=GROUP,
+        help="middlewares in front of sglang-router, outermost first: sessions, metrics, retry, or a plugin's",
+    )
+    options.add(
+        "--sglang-router-ip",
+        default=None,
+        group=GROUP,
+        help="address of an sglang-router that is already running: use it instead of starting one",
+    )
     options.add("--sglang-router-port", type=int, default=None, group=GROUP, help="port of that sglang-router")
-    options.add("--router-middleware-retries", type=int, default=2, group=GROUP,
-                help="retry middleware: attempts after the first when an engine died, failed or timed out")
-    options.add("--router-middleware-timeout", type=float, default=None, group=GROUP,
-                help="retry middleware: seconds one attempt may take before it counts as timed out (default: no limit)")
+    options.add(
+        "--router-middleware-retries",
+        type=int,
+        default=2,
+        group=GROUP,
+        help="retry middleware: attempts after the first when an engine died, failed or timed out",
+    )
+    options.add(
+        "--router-middleware-timeout",
+        type=float,
+        default=None,
+        group=GROUP,
+        help="retry middleware: seconds one attempt may take before it counts as timed out (default: no limit)",
+    )
 
 
 @hookimpl
 def slime_validate_config(config):
     errors = []
     if bool(config.get("sglang_router_ip")) != bool(config.get("sglang_router_port")):
-        errors.append("--sglang-router-ip and --sglang-router-port name a running sglang-router together; "
-                      "give both or neither")
+        errors.append(
+            "--sglang-router-ip and --sglang-router-port name a running sglang-router together; give both or neither"
+        )
     if (config.get("router_middleware_retries") or 0) < 0:
         errors.append(f"--router-middleware-retries must be >= 0, got {config.router_middleware_retries}")
     timeout = config.get("router_middleware_timeout")
     if timeout is not None and timeout <= 0:
         errors.append(f"--router-middleware-timeout must be a positive number of seconds, got {timeout}")
     if config.get("router") == "sglang" and config.get("rollout_top_p", 1.0) < 1 and not _forwards_custom_params():
-        errors.append("--rollout-top-p < 1 asks the engines for each token's nucleus in sampling_params.custom_params, "
-                      "which this sglang-router drops; use --router none (the engines in turn) or slime's sgl-router build")
+        errors.append(
+            "--rollout-top-p < 1 asks the engines for each token's nucleus in sampling_params.custom_params, "
+            "which this sglang-router drops; use --router none (the engines in turn) or slime's sgl-router build"
+        )
     return errors
 
 

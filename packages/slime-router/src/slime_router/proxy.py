@@ -15,7 +15,9 @@ import aiohttp
 from slime_router.handlers import ROUTING_KEY_HEADER, SESSION_HEADER, Request, Response, error_response
 
 #: Headers that belong to one connection, not to the message (RFC 9110 7.6.1).
-HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"})
+HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"}
+)
 #: Not forwarded either: aiohttp sets them for the message it sends (and decompresses answers).
 REQUEST_SKIPPED = HOP_BY_HOP | {"host", "content-length"}
 RESPONSE_SKIPPED = HOP_BY_HOP | {"content-length", "content-encoding"}
@@ -32,13 +34,17 @@ class Proxy:
     async def __call__(self, request: Request) -> Response:
         url = f"{self.upstream}{request.path}" + (f"?{request.query}" if request.query else "")
         try:
-            async with self._session().request(request.method, url, data=request.body,
-                                               headers={**_forwarded(request.headers), **self._key}) as answer:
+            async with self._session().request(
+                request.method, url, data=request.body, headers={**_forwarded(request.headers), **self._key}
+            ) as answer:
                 body = await answer.read()
                 return Response(answer.status, body, _returned(answer.headers))
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            return error_response(502, f"sglang-router at {self.upstream} did not answer {request.method} {request.path} "
-                                       f"({type(exc).__name__}: {exc}); is it running?")
+            return error_response(
+                502,
+                f"sglang-router at {self.upstream} did not answer {request.method} {request.path} "
+                f"({type(exc).__name__}: {exc}); is it running?",
+            )
 
     def _session(self) -> aiohttp.ClientSession:
         if self._client is None:  # created in the serving event loop, on first use

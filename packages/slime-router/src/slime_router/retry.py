@@ -43,8 +43,14 @@ def retry_middleware(next_handler: Handler, config) -> Handler:
             response, failure = await _attempt(next_handler, request, timeout)
             if failure is None:
                 return _count_retries(response, attempt)
-            log.warning("retry: %s %s failed (attempt %d of %d): %s",
-                        request.method, request.path, attempt + 1, attempts, failure)
+            log.warning(
+                "retry: %s %s failed (attempt %d of %d): %s",
+                request.method,
+                request.path,
+                attempt + 1,
+                attempts,
+                failure,
+            )
             if attempt + 1 < attempts and not await engines.remove_dead():
                 request = _fresh_routing_key(request, attempt + 1)
         return response

@@ -29,8 +29,10 @@ def main(argv: list[str]) -> None:
     from sglang_router.router_args import RouterArgs
 
     setproctitle.setproctitle("sglang::router")
-    parser = argparse.ArgumentParser(prog="python -m slime_router.rust_router",
-                                     description="sglang-router's Rust router (flags of sglang_router.launch_router)")
+    parser = argparse.ArgumentParser(
+        prog="python -m slime_router.rust_router",
+        description="sglang-router's Rust router (flags of sglang_router.launch_router)",
+    )
     RouterArgs.add_cli_args(parser, use_router_prefix=False)
     args = RouterArgs.from_cli_args(parser.parse_args(argv), use_router_prefix=False)
     _add_keys(args)

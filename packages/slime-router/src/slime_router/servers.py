@@ -36,16 +36,20 @@ class Server:
         with httpx.Client(timeout=2.0, trust_env=False) as client:
             while time.monotonic() < deadline:
                 if self.process is not None and self.process.poll() is not None:
-                    raise RouterError(f"{self.what} exited with code {self.process.returncode} before it was ready:\n"
-                                      f"{log_tail(self.log_path)}\n{self.hint}")
+                    raise RouterError(
+                        f"{self.what} exited with code {self.process.returncode} before it was ready:\n"
+                        f"{log_tail(self.log_path)}\n{self.hint}"
+                    )
                 try:
                     if client.get(f"{self.url}/health").status_code == 200:
                         return
                 except httpx.HTTPError:
                     pass
                 time.sleep(0.05)
-        raise RouterError(f"{self.what} at {self.url} did not answer GET /health within {timeout_s:.0f} s:\n"
-                          f"{log_tail(self.log_path)}\n{self.hint}")
+        raise RouterError(
+            f"{self.what} at {self.url} did not answer GET /health within {timeout_s:.0f} s:\n"
+            f"{log_tail(self.log_path)}\n{self.hint}"
+        )
 
     def stop(self) -> None:
         """Terminate the process started here and wait (kill it if it lingers); safe to call twice."""

@@ -43,9 +43,11 @@ class Workers:
         if url in self.listed():
             return
         self._call("POST", "/workers", json={"url": url})
-        self._wait(lambda: url in self.listed(),
-                   f"engine {url} did not join sglang-router at {self.router_url} within {self.timeout_s:.0f} s; "
-                   "is it running and answering GET /health? (the router retries it in the background)")
+        self._wait(
+            lambda: url in self.listed(),
+            f"engine {url} did not join sglang-router at {self.router_url} within {self.timeout_s:.0f} s; "
+            "is it running and answering GET /health? (the router retries it in the background)",
+        )
 
     def remove(self, url: str) -> None:
         """Stop routing to the engine at ``url`` (no-op if it is not listed, e.g. already dropped)."""
@@ -54,16 +56,20 @@ class Workers:
         if worker is None:
             return
         self._call("DELETE", f"/workers/{worker['id']}")
-        self._wait(lambda: url not in self.listed(),
-                   f"sglang-router at {self.router_url} still lists engine {url} {self.timeout_s:.0f} s after its removal")
+        self._wait(
+            lambda: url not in self.listed(),
+            f"sglang-router at {self.router_url} still lists engine {url} {self.timeout_s:.0f} s after its removal",
+        )
 
     def wait_listed(self, urls: list[str]) -> None:
         """Return once every engine in ``urls`` is listed (sglang-router registers the engines it
         was started with in the background)."""
         wanted = {_normal(url) for url in urls}
-        self._wait(lambda: wanted <= set(self.listed()),
-                   f"sglang-router at {self.router_url} did not list the engines {sorted(wanted)} within "
-                   f"{self.timeout_s:.0f} s; are they running and answering GET /health?")
+        self._wait(
+            lambda: wanted <= set(self.listed()),
+            f"sglang-router at {self.router_url} did not list the engines {sorted(wanted)} within "
+            f"{self.timeout_s:.0f} s; are they running and answering GET /health?",
+        )
 
     def _call(self, method: str, path: str, **kwargs) -> httpx.Response:
         where = f"sglang-router at {self.router_url}"

@@ -34,8 +34,10 @@ class SGLangBackend:
         if config.get("rollout_external_engine_addrs"):
             return EngineGroup.connect(config.rollout_external_engine_addrs, config.rollout_num_gpus_per_engine)
         if config.get("actor_runtime") == "inprocess":
-            raise ValueError("--actor-runtime inprocess: the sglang rollout backend starts its engines as Ray actors; "
-                             "give running engines with --rollout-external-engine-addrs, or use --actor-runtime ray")
+            raise ValueError(
+                "--actor-runtime inprocess: the sglang rollout backend starts its engines as Ray actors; "
+                "give running engines with --rollout-external-engine-addrs, or use --actor-runtime ray"
+            )
         engines = EngineGroup.start(config, config.hf_checkpoint, plugins, actor_options)
         if config.rollout_engine == "sglang":
             engines.transports = REAL_SGLANG_TRANSPORTS

@@ -28,7 +28,6 @@ import aiohttp
 from slime_core.engine import EngineError, EngineUnavailable, GenerateResult, SamplingParams, parse_generate
 from slime_core.weight_bucket import WeightBucket
 
-
 #: Connections one client keeps open at most (one per request in flight); more requests wait
 #: for a free one. Bounded so that a rollout of thousands of samples stays under the usual
 #: limit of 1,024 open files per process.
@@ -66,7 +65,11 @@ class EngineClient:
     async def generate(
         self, input_ids: list[int], sampling: SamplingParams, return_logprob: bool = True, rid: str | None = None
     ) -> GenerateResult:
-        body: dict[str, Any] = {"input_ids": input_ids, "sampling_params": sampling.to_json(), "return_logprob": return_logprob}
+        body: dict[str, Any] = {
+            "input_ids": input_ids,
+            "sampling_params": sampling.to_json(),
+            "return_logprob": return_logprob,
+        }
         if rid is not None:
             body["rid"] = rid
         return parse_generate(await self._post("/generate", body))
@@ -74,13 +77,19 @@ class EngineClient:
     async def generate_parallel(
         self, input_ids: list[int], sampling: SamplingParams, n: int, return_logprob: bool = True
     ) -> list[GenerateResult]:
-        body = {"input_ids": input_ids, "sampling_params": {**sampling.to_json(), "n": n}, "return_logprob": return_logprob}
+        body = {
+            "input_ids": input_ids,
+            "sampling_params": {**sampling.to_json(), "n": n},
+            "return_logprob": return_logprob,
+        }
         answers = await self._call("POST", "/generate", body)
         if not isinstance(answers, list) or len(answers) != n:
             got = f"a list of {len(answers)}" if isinstance(answers, list) else "one"
-            raise EngineError(f"engine {self.url}/generate was asked for {n} samples (sampling_params.n) and answered "
-                              f"{got}; does it support parallel sampling? (--no-rollout-group-requests sends one "
-                              "request per sample)")
+            raise EngineError(
+                f"engine {self.url}/generate was asked for {n} samples (sampling_params.n) and answered "
+                f"{got}; does it support parallel sampling? (--no-rollout-group-requests sends one "
+                "request per sample)"
+            )
         return [parse_generate(answer) for answer in answers]
 
     async def abort(self, rid: str | None = None) -> None:
@@ -97,36 +106,59 @@ class EngineClient:
     async def flush_cache(self) -> None:
         await self._post("/flush_cache", {})
 
-    async def update_weights_from_tensor(self, bucket: WeightBucket | list[tuple[str, Any]], weight_version: str) -> None:
+    async def update_weights_from_tensor(
+        self, bucket: WeightBucket | list[tuple[str, Any]], weight_version: str
+    ) -> None:
         """Load one bucket; its safetensors bytes are the body (see `slime_sglang.tensor_payload`)."""
         query = {"weight_version": weight_version, "flush_cache": "true"}
         data = WeightBucket.of(bucket).data
-        _check_success(await self._call("POST", "/update_weights_from_tensor", data, OCTET_STREAM, query), self.url,
-                       "/update_weights_from_tensor")
+        _check_success(
+            await self._call("POST", "/update_weights_from_tensor", data, OCTET_STREAM, query),
+            self.url,
+            "/update_weights_from_tensor",
+        )
 
     async def update_weights_from_disk(self, model_path: str, weight_version: str) -> None:
         body = {"model_path": model_path, "weight_version": weight_version}
         _check_success(await self._post("/update_weights_from_disk", body), self.url, "/update_weights_from_disk")
 
-    async def init_weights_update_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
-                                        group_name: str, backend: str) -> None:
+    async def init_weights_update_group(
+        self, master_address: str, master_port: int, rank_offset: int, world_size: int, group_name: str, backend: str
+    ) -> None:
         """Join the sender's weight-update group (see `slime_sglang.weight_broadcast`) at ranks
         ``rank_offset``...; answers once the whole group has formed."""
-        body = {"master_address": master_address, "master_port": master_port, "rank_offset": rank_offset,
-                "world_size": world_size, "group_name": group_name, "backend": backend}
+        body = {
+            "master_address": master_address,
+            "master_port": master_port,
+            "rank_offset": rank_offset,
+            "world_size": world_size,
+            "group_name": group_name,
+            "backend": backend,
+        }
         _check_success(await self._post("/init_weights_update_group", body), self.url, "/init_weights_update_group")
 
-    async def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]],
-                                              group_name: str, weight_version: str) -> None:
+    async def update_weights_from_distributed(
+        self, names: list[str], dtypes: list[str], shapes: list[list[int]], group_name: str, weight_version: str
+    ) -> None:
         """Receive the announced tensors by broadcast on ``group_name`` and load them; answers
         once they are loaded (the sender broadcasts meanwhile)."""
-        body = {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name,
-                "weight_version": weight_version, "flush_cache": True}
-        _check_success(await self._post("/update_weights_from_distributed", body), self.url, "/update_weights_from_distributed")
+        body = {
+            "names": names,
+            "dtypes": dtypes,
+            "shapes": shapes,
+            "group_name": group_name,
+            "weight_version": weight_version,
+            "flush_cache": True,
+        }
+        _check_success(
+            await self._post("/update_weights_from_distributed", body), self.url, "/update_weights_from_distributed"
+        )
 
     async def destroy_weights_update_group(self, group_name: str) -> None:
         body = {"group_name": group_name}
-        _check_success(await self._post("/destroy_weights_update_group", body), self.url, "/destroy_weights_update_group")
+        _check_success(
+            await self._post("/destroy_weights_update_group", body), self.url, "/destroy_weights_update_group"
+        )
 
     async def release_memory(self) -> None:
         await self._post("/release_memory_occupation", {})
@@ -150,8 +182,14 @@ class EngineClient:
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self._call("POST", path, body)
 
-    async def _call(self, method: str, path: str, body: dict[str, Any] | bytes | None = None,
-                    content_type: dict[str, str] = JSON_CONTENT, query: dict[str, str] | None = None) -> Any:
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | bytes | None = None,
+        content_type: dict[str, str] = JSON_CONTENT,
+        query: dict[str, str] | None = None,
+    ) -> Any:
         """The JSON answer of ``method path`` (``{}`` when empty); errors as the module says.
         ``body``: a JSON object, or bytes of ``content_type``."""
         send = {"data": body, "headers": content_type} if isinstance(body, bytes) else {"json": body}
@@ -160,8 +198,9 @@ class EngineClient:
                 status, content = response.status, await response.read()
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             reason = str(exc) or "no answer in time"
-            raise EngineUnavailable(f"engine {self.url}{path} did not answer ({type(exc).__name__}: {reason}); "
-                                    "is it running?") from exc
+            raise EngineUnavailable(
+                f"engine {self.url}{path} did not answer ({type(exc).__name__}: {reason}); is it running?"
+            ) from exc
         if status >= 400:
             error = EngineUnavailable if status >= 500 else EngineError
             raise error(f"engine {self.url}{path} answered {status}: {content[:500].decode(errors='replace')}")

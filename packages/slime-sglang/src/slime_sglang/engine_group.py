@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import httpx
 
@@ -46,8 +47,15 @@ class EngineGroup:
 
     transports = WEIGHT_TRANSPORTS  # the CPU engine's (and external engines', unknown) weight transports
 
-    def __init__(self, urls: list[str], servers: list | None = None, request_timeout: float | None = CONTROL_TIMEOUT_S,
-                 launch: tuple | None = None, ranks_per_engine: int = 1, network: Network | None = None):
+    def __init__(
+        self,
+        urls: list[str],
+        servers: list | None = None,
+        request_timeout: float | None = CONTROL_TIMEOUT_S,
+        launch: tuple | None = None,
+        ranks_per_engine: int = 1,
+        network: Network | None = None,
+    ):
         self.urls = list(urls)
         self._network = network or Network()  # the run's: its token and where a broadcast group listens
         self._servers = list(servers or [])  # Ray actors of the servers this group started
@@ -73,23 +81,37 @@ class EngineGroup:
         command_fn = plugins.registry("rollout_engines").get(config.rollout_engine)
         actor_options = _loading_plugins(actor_options, plugins.worker_env())
         urls, servers = start_servers(config, command_fn, model_path, engine_count(config), actor_options)
-        return cls(urls, servers, launch=(config, command_fn, model_path, actor_options),
-                   ranks_per_engine=config.rollout_num_gpus_per_engine, network=config.network)
+        return cls(
+            urls,
+            servers,
+            launch=(config, command_fn, model_path, actor_options),
+            ranks_per_engine=config.rollout_num_gpus_per_engine,
+            network=config.network,
+        )
 
     @classmethod
     def connect(cls, addresses: list[str], ranks_per_engine: int = 1) -> EngineGroup:
         """Engines already running at ``addresses`` (``HOST:PORT`` or URLs), each checked healthy."""
         urls = [engine_url(address) for address in addresses]
-        problems = [f"external engine {problem}" for problem in (health_problem(url, HEALTH_TIMEOUT_S) for url in urls)
-                    if problem]
+        problems = [
+            f"external engine {problem}"
+            for problem in (health_problem(url, HEALTH_TIMEOUT_S) for url in urls)
+            if problem
+        ]
         if problems:
-            raise RuntimeError("; ".join(problems) + ". Start the engines first, or fix --rollout-external-engine-addrs")
+            raise RuntimeError(
+                "; ".join(problems) + ". Start the engines first, or fix --rollout-external-engine-addrs"
+            )
         return cls(urls, ranks_per_engine=ranks_per_engine)
 
     def only(self, index: int) -> EngineGroup:
         """Engine ``index`` alone, with a broadcast group of its own (``Engines.only``)."""
-        one = EngineGroup([self.urls[index]], request_timeout=self._request_timeout,
-                          ranks_per_engine=self._ranks_per_engine, network=self._network)
+        one = EngineGroup(
+            [self.urls[index]],
+            request_timeout=self._request_timeout,
+            ranks_per_engine=self._ranks_per_engine,
+            network=self._network,
+        )
         one.transports = self.transports
         return one
 
@@ -140,10 +162,13 @@ class EngineGroup:
             from slime_sglang.weight_broadcast import WeightBroadcaster, collective_backend
 
             self._network.use_node_interface_for_gloo()
-            self._broadcaster = await WeightBroadcaster.connect(self.urls, backend=collective_backend(),
-                                                                master_address=self._network.listen_host(),
-                                                                ranks_per_engine=self._ranks_per_engine,
-                                                                api_key=self._network.token)
+            self._broadcaster = await WeightBroadcaster.connect(
+                self.urls,
+                backend=collective_backend(),
+                master_address=self._network.listen_host(),
+                ranks_per_engine=self._ranks_per_engine,
+                api_key=self._network.token,
+            )
         await self._broadcaster.broadcast(WeightBucket.of(bucket), version)
 
     async def close_weight_updates(self) -> None:
@@ -157,18 +182,25 @@ class EngineGroup:
         return await self._each(lambda client, _: client.weight_version())
 
     # -- weight updates by broadcast (slime_sglang.weight_broadcast) --------------------------
-    async def init_weights_update_group(self, master_address: str, master_port: int, group_name: str, backend: str,
-                                        ranks_per_engine: int = 1) -> None:
+    async def init_weights_update_group(
+        self, master_address: str, master_port: int, group_name: str, backend: str, ranks_per_engine: int = 1
+    ) -> None:
         """Every engine joins the sender's group (the sender is rank 0; engine ``i`` starts at
         rank ``1 + i × ranks_per_engine``: its tensor-parallel size on GPUs, 1 on CPU)."""
         world_size = 1 + len(self.urls) * ranks_per_engine
-        await self._each(lambda client, i: client.init_weights_update_group(
-            master_address, master_port, 1 + i * ranks_per_engine, world_size, group_name, backend))
+        await self._each(
+            lambda client, i: client.init_weights_update_group(
+                master_address, master_port, 1 + i * ranks_per_engine, world_size, group_name, backend
+            )
+        )
 
-    async def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]],
-                                              group_name: str, version: str) -> None:
+    async def update_weights_from_distributed(
+        self, names: list[str], dtypes: list[str], shapes: list[list[int]], group_name: str, version: str
+    ) -> None:
         """Every engine receives the announced tensors by broadcast (the sender broadcasts meanwhile)."""
-        await self._each(lambda client, _: client.update_weights_from_distributed(names, dtypes, shapes, group_name, version))
+        await self._each(
+            lambda client, _: client.update_weights_from_distributed(names, dtypes, shapes, group_name, version)
+        )
 
     async def destroy_weights_update_group(self, group_name: str) -> None:
         await self._each(lambda client, _: client.destroy_weights_update_group(group_name))
@@ -216,7 +248,9 @@ class EngineGroup:
         """``call(client, index)`` for every engine concurrently; their results, in order."""
         clients = [EngineClient(url, timeout=self._request_timeout, api_key=self._network.token) for url in self.urls]
         try:
-            results = await asyncio.gather(*(call(client, i) for i, client in enumerate(clients)), return_exceptions=True)
+            results = await asyncio.gather(
+                *(call(client, i) for i, client in enumerate(clients)), return_exceptions=True
+            )
         finally:
             await asyncio.gather(*(client.close() for client in clients))
         for result in results:
@@ -245,8 +279,10 @@ def engine_count(config) -> int:
     if total is None:
         total = config.actor_num_nodes * config.actor_num_gpus_per_node if config.colocate else per_engine
     if per_engine < 1 or total < per_engine or total % per_engine:
-        raise ValueError(f"--rollout-num-gpus {total} does not split into engines of --rollout-num-gpus-per-engine "
-                         f"{per_engine}; make it a positive multiple of it")
+        raise ValueError(
+            f"--rollout-num-gpus {total} does not split into engines of --rollout-num-gpus-per-engine "
+            f"{per_engine}; make it a positive multiple of it"
+        )
     return total // per_engine
 
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 from math import comb
 
-from slime_core.data.prompt_dataset import PromptDataset, PromptFormat
+from slime_core.data.prompt_dataset import PromptDataset
 from slime_core.reward_hub import scalar_reward
+from slime_core.rollout_parts import RolloutParts
 from slime_core.rollout_result import EvalResult
 from slime_core.sample import Sample, SampleStatus
 from slime_sglang.generate import generate_resilient
-from slime_core.rollout_parts import RolloutParts
 from slime_sglang.rollout import samples_in_flight, sampling_params
 
 
@@ -68,4 +68,8 @@ def _dataset_metrics(name: str, groups: list[list[Sample]], reward_key: str | No
         pass_n.append(pass_at_k(len(group), correct, len(group)))
     n = len(groups[0]) if groups else 0
     mean = lambda values: sum(values) / max(len(values), 1)  # noqa: E731
-    return {f"eval/{name}/reward_mean": mean(rewards), f"eval/{name}/pass@1": mean(pass1), f"eval/{name}/pass@{n}": mean(pass_n)}
+    return {
+        f"eval/{name}/reward_mean": mean(rewards),
+        f"eval/{name}/pass@1": mean(pass1),
+        f"eval/{name}/pass@{n}": mean(pass_n),
+    }

@@ -38,9 +38,11 @@ async def generate_sample(sample: Sample, sampling: SamplingParams, ctx: Generat
     if remaining <= 0:
         sample.status = SampleStatus.TRUNCATED
         return sample
-    request = dataclasses.replace(sampling, max_new_tokens=remaining,
-                                  sampling_seed=sampling.sampling_seed if sampling.sampling_seed is not None
-                                  else sample_seed(ctx.config, sample))
+    request = dataclasses.replace(
+        sampling,
+        max_new_tokens=remaining,
+        sampling_seed=sampling.sampling_seed if sampling.sampling_seed is not None else sample_seed(ctx.config, sample),
+    )
     rid = f"{sample.group_index}-{sample.index}-{uuid.uuid4().hex[:8]}"
     result = await ctx.engine.generate(sample.tokens, request, return_logprob=True, rid=rid)
     append_result(sample, result)
@@ -94,7 +96,9 @@ async def generate_resilient(sample: Sample, sampling: SamplingParams, ctx: Gene
     return await _retried([sample], lambda: generate(sample, sampling, ctx), ctx.config)
 
 
-async def generate_produced(sample: Sample, sampling: SamplingParams, ctx: GenerateContext, generate) -> tuple[list[Sample], int]:
+async def generate_produced(
+    sample: Sample, sampling: SamplingParams, ctx: GenerateContext, generate
+) -> tuple[list[Sample], int]:
     """`generate_resilient`, also returning the samples the generate function made of
     ``sample`` (`produced_samples`)."""
     produced: list[Sample] = []
@@ -111,9 +115,15 @@ def produced_samples(result, sample: Sample, generate) -> list[Sample]:
     sample, or a list of samples. Samples without a group or index get ``sample``'s."""
     samples = [sample] if result is None else result if isinstance(result, list) else [result]
     if not samples or not all(isinstance(one, Sample) for one in samples):
-        got = type(result).__name__ if not isinstance(result, list) else f"a list of {[type(one).__name__ for one in samples]}"
-        raise TypeError(f"generate function {getattr(generate, '__qualname__', generate)} returned {got}; "
-                        "return the Sample, or a non-empty list of Samples (one per training sample)")
+        got = (
+            type(result).__name__
+            if not isinstance(result, list)
+            else f"a list of {[type(one).__name__ for one in samples]}"
+        )
+        raise TypeError(
+            f"generate function {getattr(generate, '__qualname__', generate)} returned {got}; "
+            "return the Sample, or a non-empty list of Samples (one per training sample)"
+        )
     for one in samples:
         one.group_index = sample.group_index if one.group_index is None else one.group_index
         one.index = sample.index if one.index is None else one.index
@@ -152,8 +162,12 @@ async def _retried(samples: list[Sample], attempt, config) -> int:
                 counted += 1
             again += 1
             why = "an engine was replaced" if replaced else f"retry {counted} of {config.generate_max_retries}"
-            log.info("samples %s: %s; generating again (%s)",
-                     ", ".join(f"{s.group_index}-{s.index}" for s in samples), exc, why)
+            log.info(
+                "samples %s: %s; generating again (%s)",
+                ", ".join(f"{s.group_index}-{s.index}" for s in samples),
+                exc,
+                why,
+            )
             for sample, saved in zip(samples, copy.deepcopy(before)):
                 sample.__dict__.update(saved.__dict__)
             if not replaced:

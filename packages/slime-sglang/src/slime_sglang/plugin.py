@@ -13,12 +13,21 @@ GROUP = "rollout engines (slime-sglang)"
 
 @hookimpl
 def slime_add_options(options):
-    options.add("--rollout-engine", default="sglang", group=GROUP,
-                help="the engine server the sglang rollout backend starts: sglang (SGLang on GPUs), cpu (the CPU engine), "
-                "or a plugin's server with SGLang's API")
-    options.add("--rollout-external-engine-addrs", nargs="+", default=None, group=GROUP,
-                help="HOST:PORT of engines already running (SGLang servers or `slime engine serve`): use them "
-                "instead of starting engines; slime checks that they answer and never shuts them down")
+    options.add(
+        "--rollout-engine",
+        default="sglang",
+        group=GROUP,
+        help="the engine server the sglang rollout backend starts: sglang (SGLang on GPUs), cpu (the CPU engine), "
+        "or a plugin's server with SGLang's API",
+    )
+    options.add(
+        "--rollout-external-engine-addrs",
+        nargs="+",
+        default=None,
+        group=GROUP,
+        help="HOST:PORT of engines already running (SGLang servers or `slime engine serve`): use them "
+        "instead of starting engines; slime checks that they answer and never shuts them down",
+    )
 
 
 @hookimpl
@@ -29,14 +38,21 @@ def slime_validate_config(config, plugins):
     if config.get("rollout_backend") != "sglang":
         return []
     errors = []
-    if config.get("actor_runtime") == "inprocess" and not config.get("rollout_external_engine_addrs") \
-            and run_generates(config, plugins):
-        errors.append("--actor-runtime inprocess runs without Ray, and the sglang rollout backend starts its engines as "
-                      "Ray actors; use --actor-runtime ray, or give running engines with --rollout-external-engine-addrs")
+    if (
+        config.get("actor_runtime") == "inprocess"
+        and not config.get("rollout_external_engine_addrs")
+        and run_generates(config, plugins)
+    ):
+        errors.append(
+            "--actor-runtime inprocess runs without Ray, and the sglang rollout backend starts its engines as "
+            "Ray actors; use --actor-runtime ray, or give running engines with --rollout-external-engine-addrs"
+        )
     if config.get("rollout_engine") == "sglang" and config.get("update_weight_transport") == "tensor":
-        errors.append("--update-weight-transport tensor: a real SGLang server (--rollout-engine sglang) takes tensors "
-                      "only as serialised CUDA IPC / shared-memory handles, which slime does not send; use broadcast "
-                      "(disaggregated GPUs) or disk")
+        errors.append(
+            "--update-weight-transport tensor: a real SGLang server (--rollout-engine sglang) takes tensors "
+            "only as serialised CUDA IPC / shared-memory handles, which slime does not send; use broadcast "
+            "(disaggregated GPUs) or disk"
+        )
     for address in config.get("rollout_external_engine_addrs") or []:
         try:
             engine_url(address)

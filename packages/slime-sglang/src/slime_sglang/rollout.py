@@ -44,7 +44,11 @@ def sampling_params(config, evaluation: bool = False) -> SamplingParams:
     ``--rollout-top-p`` < 1 the rollout asks for each token's nucleus, which training replays
     (``slime_core.engine`` says how); evaluation trains on nothing and does not."""
     prefix = "eval_" if evaluation else "rollout_"
-    pick = lambda name: config.get(prefix + name) if config.get(prefix + name) is not None else config.get("rollout_" + name)  # noqa: E731
+
+    def pick(name):
+        value = config.get(prefix + name)
+        return value if value is not None else config.get("rollout_" + name)
+
     top_p_replay = not evaluation and config.get("rollout_top_p") < 1
     return SamplingParams(
         max_new_tokens=pick("max_response_len"),
@@ -120,8 +124,10 @@ class _Rollout:
             if self.counts["failed_reward"] > self.counts["filtered"]:
                 raise RunError(
                     f"{self.counts['submitted']} groups were generated for a rollout of {self.target} and "
-                    f"{self.counts['failed_reward']} had a sample whose reward failed, the last: {self.reward_failure}. "
-                    "Fix the reward function, or give such samples a reward with --rm-failure-reward")
+                    f"{self.counts['failed_reward']} had a sample whose reward failed, the last: "
+                    f"{self.reward_failure}. "
+                    "Fix the reward function, or give such samples a reward with --rm-failure-reward"
+                )
             raise RuntimeError(
                 f"{self.counts['submitted']} groups were generated for a rollout of {self.target} and the filter kept "
                 f"{len(self.accepted)}: the dynamic-sampling filter rejects almost everything. Check the rewards "
@@ -174,17 +180,23 @@ class _Rollout:
     async def _hook_one(self, hook, sample: Sample) -> Sample:
         result = await _maybe_await(hook(sample, self.config, self.rollout_id))
         if result is not None and not isinstance(result, Sample):
-            raise TypeError(f"sample hook {getattr(hook, '__qualname__', hook)} returned {type(result).__name__}; "
-                            "return the Sample to go on with, or None after changing it in place")
+            raise TypeError(
+                f"sample hook {getattr(hook, '__qualname__', hook)} returned {type(result).__name__}; "
+                "return the Sample to go on with, or None after changing it in place"
+            )
         return sample if result is None else result
 
     def _as_one_request(self, group: list[Sample]) -> bool:
         """Whether the group goes as one request: the default generate function, a fresh group
         (samples 0..n-1, nothing generated yet), and no more samples than may be in flight."""
-        return (self.config.rollout_group_requests and 1 < len(group) <= self.most_in_flight
-                and self.parts.generate is generate_sample
-                and all(s.index == i and s.status == SampleStatus.PENDING and not s.response_length
-                        for i, s in enumerate(group)))
+        return (
+            self.config.rollout_group_requests
+            and 1 < len(group) <= self.most_in_flight
+            and self.parts.generate is generate_sample
+            and all(
+                s.index == i and s.status == SampleStatus.PENDING and not s.response_length for i, s in enumerate(group)
+            )
+        )
 
     async def _together(self, group: list[Sample]) -> None:
         async with self.taking:
@@ -254,7 +266,8 @@ class _Rollout:
             "rollout/groups_surplus": self.counts["surplus"],
             "rollout/samples_regenerated": self.counts["regenerated"],
             "rollout/response_length_mean": sum(lengths) / max(len(lengths), 1),
-            "rollout/truncated_fraction": sum(s.status == SampleStatus.TRUNCATED for s in samples) / max(len(samples), 1),
+            "rollout/truncated_fraction": sum(s.status == SampleStatus.TRUNCATED for s in samples)
+            / max(len(samples), 1),
         }
 
 

@@ -92,8 +92,14 @@ class EngineServer:
         self.log_path = engine_log(config, index, self.port)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:  # a replaced or restarted engine's log goes on after the last one's
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                            preexec_fn=die_with_parent, env={**os.environ, **network.key_env()})
+            self.process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+                env={**os.environ, **network.key_env()},
+            )
 
     def _exit_quietly(self, signum, frame) -> None:
         """SIGTERM (Ray stopping the actor): stop the server and leave at once. Ray's own
@@ -114,8 +120,12 @@ class EngineServer:
                 return self.url
             except (RuntimeError, TimeoutError) as exc:
                 if attempt < PORT_ATTEMPTS and self.process.poll() is not None and ports.port_taken_in(self.log_path):
-                    print(f"engine server: port {self.port} was taken before the server could bind it "
-                          f"(log: {self.log_path}); starting it again on a fresh port", file=sys.stderr, flush=True)
+                    print(
+                        f"engine server: port {self.port} was taken before the server could bind it "
+                        f"(log: {self.log_path}); starting it again on a fresh port",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     self._start()
                     continue
                 self.shutdown()
@@ -160,8 +170,9 @@ def _last_line(path: Path) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def start_servers(config, command_fn, model_path: str, count: int, actor_options=None,
-                  first_index: int = 0) -> tuple[list[str], list]:
+def start_servers(
+    config, command_fn, model_path: str, count: int, actor_options=None, first_index: int = 0
+) -> tuple[list[str], list]:
     """Start ``count`` `EngineServer` actors side by side (engines ``first_index`` ... of the
     run); their URLs and actors once all are healthy. The CPU engine takes no GPU; every other
     engine ``--rollout-num-gpus-per-engine``; ``actor_options(index) -> dict`` (the run's
@@ -171,15 +182,21 @@ def start_servers(config, command_fn, model_path: str, count: int, actor_options
 
     gpus = 0 if config.rollout_engine == "cpu" else config.rollout_num_gpus_per_engine
     actor_class = ray.remote(num_cpus=0, num_gpus=gpus)(EngineServer)
-    servers = [actor_class.options(**(actor_options(index) if actor_options else {})).remote(
-        config, command_fn, model_path, first_index + index) for index in range(count)]
+    servers = [
+        actor_class.options(**(actor_options(index) if actor_options else {})).remote(
+            config, command_fn, model_path, first_index + index
+        )
+        for index in range(count)
+    ]
     urls, problems, lost = [], [], 0
     for index, ready in enumerate([server.wait_healthy.remote() for server in servers]):
         try:
             urls.append(ray.get(ready))
         except ray.exceptions.RayError as exc:
             lost += isinstance(exc, (ray.exceptions.ActorDiedError, ray.exceptions.ActorUnschedulableError))
-            problems.append(f"rollout engine {index} of {count} ({config.rollout_engine}) did not start: {_reason(exc)}")
+            problems.append(
+                f"rollout engine {index} of {count} ({config.rollout_engine}) did not start: {_reason(exc)}"
+            )
     if problems:
         stop_servers(servers)
         raise (EnginesLost if lost == len(problems) else RuntimeError)("\n".join(problems))

@@ -22,7 +22,11 @@ LAUNCHER = "sglang.launch_server"
 def keyed_argv(argv: list[str], api_key: str | None, admin_key: str | None) -> list[str]:
     """``argv`` with ``--api-key=`` / ``--admin-api-key=`` for the keys given (one word each:
     a key that starts with ``-`` stays a value)."""
-    return [*argv, *([f"--api-key={api_key}"] if api_key else []), *([f"--admin-api-key={admin_key}"] if admin_key else [])]
+    return [
+        *argv,
+        *([f"--api-key={api_key}"] if api_key else []),
+        *([f"--admin-api-key={admin_key}"] if admin_key else []),
+    ]
 
 
 def main(argv: list[str]) -> None:

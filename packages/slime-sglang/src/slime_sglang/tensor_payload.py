@@ -40,5 +40,7 @@ def decode_bucket(payload: str | bytes) -> NamedTensors:
     try:  # no validate=True: its regex check took 3/4 of the decode; safetensors checks the result
         return WeightBucket(payload if isinstance(payload, bytes) else base64.b64decode(payload)).tensors()
     except Exception as exc:  # binascii and safetensors raise unrelated types
-        raise ValueError(f"not a tensor bucket ({type(exc).__name__}: {exc}); "
-                         "encode it with slime_sglang.tensor_payload.encode_bucket") from exc
+        raise ValueError(
+            f"not a tensor bucket ({type(exc).__name__}: {exc}); "
+            "encode it with slime_sglang.tensor_payload.encode_bucket"
+        ) from exc

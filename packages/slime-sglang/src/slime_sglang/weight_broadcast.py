@@ -21,8 +21,9 @@ import asyncio
 import inspect
 import threading
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -33,8 +34,9 @@ from slime_core.ports import free_port
 NamedTensors = list[tuple[str, torch.Tensor]]
 
 
-def open_group(master_address: str, master_port: int, rank: int, world_size: int, group_name: str,
-               backend: str, timeout_s: float) -> dist.ProcessGroup:
+def open_group(
+    master_address: str, master_port: int, rank: int, world_size: int, group_name: str, backend: str, timeout_s: float
+) -> dist.ProcessGroup:
     """Join (rank 0: host) the process group ``group_name``; blocks until every rank joined.
 
     Every collective on the group, and the rendezvous itself, fails after ``timeout_s``.
@@ -42,12 +44,26 @@ def open_group(master_address: str, master_port: int, rank: int, world_size: int
     from torch.distributed.distributed_c10d import Backend, PrefixStore, _new_process_group_helper, _world
 
     timeout = timedelta(seconds=timeout_s)
-    store, rank, world_size = next(dist.rendezvous(f"tcp://{master_address}:{master_port}", rank, world_size, timeout=timeout))
+    store, rank, world_size = next(
+        dist.rendezvous(f"tcp://{master_address}:{master_port}", rank, world_size, timeout=timeout)
+    )
     store.set_timeout(timeout)
     # torch renamed the helper's options argument (pg_options -> backend_options) in 2.6.
-    options = "backend_options" if "backend_options" in inspect.signature(_new_process_group_helper).parameters else "pg_options"
-    made = _new_process_group_helper(world_size, rank, [], Backend(backend), PrefixStore(group_name, store),
-                                     group_name=group_name, timeout=timeout, **{options: None})
+    options = (
+        "backend_options"
+        if "backend_options" in inspect.signature(_new_process_group_helper).parameters
+        else "pg_options"
+    )
+    made = _new_process_group_helper(
+        world_size,
+        rank,
+        [],
+        Backend(backend),
+        PrefixStore(group_name, store),
+        group_name=group_name,
+        timeout=timeout,
+        **{options: None},
+    )
     group = made[0] if isinstance(made, tuple) else made
     _world.pg_group_ranks[group] = {i: i for i in range(world_size)}  # group rank = "global" rank
     return group
@@ -64,8 +80,11 @@ def close_group(group: dist.ProcessGroup) -> None:
 
 def describe(tensors: NamedTensors) -> tuple[list[str], list[str], list[list[int]]]:
     """The names, dtypes (``"bfloat16"``: SGLang's spelling) and shapes a post announces."""
-    return ([name for name, _ in tensors], [str(t.dtype).removeprefix("torch.") for _, t in tensors],
-            [list(t.shape) for _, t in tensors])
+    return (
+        [name for name, _ in tensors],
+        [str(t.dtype).removeprefix("torch.") for _, t in tensors],
+        [list(t.shape) for _, t in tensors],
+    )
 
 
 def parse_dtype(name: str) -> torch.dtype:
@@ -82,7 +101,9 @@ def send(group: dist.ProcessGroup, tensors: list[torch.Tensor]) -> None:
         dist.broadcast(tensor, src=0, group=group)
 
 
-def receive(group: dist.ProcessGroup, names: list[str], dtypes: list[torch.dtype], shapes: list[list[int]]) -> NamedTensors:
+def receive(
+    group: dist.ProcessGroup, names: list[str], dtypes: list[torch.dtype], shapes: list[list[int]]
+) -> NamedTensors:
     """Receive the announced tensors from rank 0, in order, into new CPU tensors."""
     received = []
     for name, dtype, shape in zip(names, dtypes, shapes):
@@ -162,21 +183,29 @@ class WeightBroadcaster:
         self._closed = False
 
     @classmethod
-    async def connect(cls, engine_urls: list[str], backend: str = "gloo", *, master_address: str = LOOPBACK,
-                      ranks_per_engine: int = 1, group_name: str | None = None,
-                      timeout_s: float = 120.0, api_key: str | None = None) -> WeightBroadcaster:
+    async def connect(
+        cls,
+        engine_urls: list[str],
+        backend: str = "gloo",
+        *,
+        master_address: str = LOOPBACK,
+        ranks_per_engine: int = 1,
+        group_name: str | None = None,
+        timeout_s: float = 120.0,
+        api_key: str | None = None,
+    ) -> WeightBroadcaster:
         """Create the group with every engine in ``engine_urls``; raises `EngineError` when an
         engine refuses, or the join's error when the group does not form within ``timeout_s``."""
         from slime_sglang.engine_group import EngineGroup
 
-        engines = EngineGroup(list(engine_urls), request_timeout=timeout_s + 10,
-                              network=Network(token=api_key))
+        engines = EngineGroup(list(engine_urls), request_timeout=timeout_s + 10, network=Network(token=api_key))
         group_name = group_name or f"slime-weights-{uuid.uuid4().hex[:8]}"
         port = free_port(master_address)
         world_size = 1 + len(engines.urls) * ranks_per_engine
         joining = in_daemon_thread(open_group, master_address, port, 0, world_size, group_name, backend, timeout_s)
         inviting = asyncio.ensure_future(
-            engines.init_weights_update_group(master_address, port, group_name, backend, ranks_per_engine))
+            engines.init_weights_update_group(master_address, port, group_name, backend, ranks_per_engine)
+        )
         try:
             await _first_failure(inviting, joining)  # an engine's refusal need not wait for the join to time out
         except BaseException:
@@ -187,13 +216,16 @@ class WeightBroadcaster:
     async def broadcast(self, bucket: NamedTensors, version: str) -> None:
         """Load ``bucket`` into every engine, as weight version ``version``."""
         if self._closed or self._out_of_step:
-            raise RuntimeError(f"weight-update group {self.group_name} is "
-                               f"{'closed' if self._closed else 'out of step: ' + self._out_of_step}; "
-                               "connect a new WeightBroadcaster")
+            raise RuntimeError(
+                f"weight-update group {self.group_name} is "
+                f"{'closed' if self._closed else 'out of step: ' + self._out_of_step}; "
+                "connect a new WeightBroadcaster"
+            )
         tensors = [(name, tensor.detach().to(self.device).contiguous()) for name, tensor in bucket]
         names, dtypes, shapes = describe(tensors)
         posting = asyncio.ensure_future(
-            self.engines.update_weights_from_distributed(names, dtypes, shapes, self.group_name, version))
+            self.engines.update_weights_from_distributed(names, dtypes, shapes, self.group_name, version)
+        )
         self._sending = in_daemon_thread(send, self._group, [tensor for _, tensor in tensors])
         try:
             await _first_failure(posting, self._sending)

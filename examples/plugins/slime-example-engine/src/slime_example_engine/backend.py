@@ -63,8 +63,11 @@ class Engine:
                 finish = "abort"
                 break
             scaled = torch.log_softmax(logits / max(sampling.temperature, 1e-6), dim=-1)
-            token = int(torch.multinomial(scaled.exp(), 1, generator=generator)) if sampling.temperature > 0 \
+            token = (
+                int(torch.multinomial(scaled.exp(), 1, generator=generator))
+                if sampling.temperature > 0
                 else int(scaled.argmax())
+            )
             ids.append(token)
             log_probs.append(float(scaled[token]))
             if token == self.eos_token_id or token in (sampling.stop_token_ids or []):

@@ -9,8 +9,16 @@ from slime_core import hookimpl
 
 @hookimpl
 def slime_add_options(options):
-    options.add("--keyword-length-bonus", type=float, default=0.0, help="bonus per character below 10", group="example plugin")
-    options.add("--min-reward-spread", type=float, default=0.5, help="smallest reward spread a group needs", group="example plugin")
+    options.add(
+        "--keyword-length-bonus", type=float, default=0.0, help="bonus per character below 10", group="example plugin"
+    )
+    options.add(
+        "--min-reward-spread",
+        type=float,
+        default=0.5,
+        help="smallest reward spread a group needs",
+        group="example plugin",
+    )
 
 
 @hookimpl

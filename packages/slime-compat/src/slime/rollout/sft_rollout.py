@@ -16,7 +16,7 @@ from slime_compat.sample import Sample
 __all__ = ["generate_rollout"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _mask_generator(checkpoint: str, tokenizer_type: str) -> MultiTurnLossMaskGenerator:
     from transformers import AutoTokenizer
 
@@ -32,8 +32,10 @@ def generate_rollout(args, rollout_id, data_buffer, evaluation=False):
     groups = data_buffer.get_samples(args.rollout_batch_size)
     for group in groups:
         if len(group) != 1:
-            raise ValueError(f"slime's SFT rollout trains one sample per prompt, got groups of {len(group)}; "
-                             "use --n-samples-per-prompt 1")
+            raise ValueError(
+                f"slime's SFT rollout trains one sample per prompt, got groups of {len(group)}; "
+                "use --n-samples-per-prompt 1"
+            )
         _complete(group[0], generator)
     return groups
 
@@ -42,7 +44,7 @@ def _complete(sample: Sample, generator: MultiTurnLossMaskGenerator) -> None:
     token_ids, loss_mask = generator.get_loss_mask(sample.prompt, tools=sample.metadata.get("tools"))
     (response_length,) = get_response_lengths([loss_mask])
     sample.tokens, sample.response_length = token_ids, response_length
-    sample.loss_mask = loss_mask[len(loss_mask) - response_length:]
+    sample.loss_mask = loss_mask[len(loss_mask) - response_length :]
     sample.rollout_log_probs = [0.0] * response_length  # ours keeps one per response token; nothing reads them here
     sample.reward = 0.0
     sample.status = Sample.Status.COMPLETED

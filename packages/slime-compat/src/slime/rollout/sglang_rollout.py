@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from slime_core.engine import append_result, parse_generate
-
 from slime_compat.args import config_of
 from slime_compat.default_rollout import eval_rollout, generate_rollout
 from slime_compat.functions import accepts, load_function
@@ -21,6 +19,7 @@ from slime_compat.generate import SLIME_TEXT_OPTIONS
 from slime_compat.http import post
 from slime_compat.rewards import async_rm, batched_async_rm
 from slime_compat.sample import Sample, promote
+from slime_core.engine import append_result, parse_generate
 
 __all__ = ["GenerateState", "eval_rollout", "generate", "generate_and_rm", "generate_and_rm_group", "generate_rollout"]
 
@@ -48,9 +47,13 @@ class GenerateState:
         self.processor = None  # multimodal processors are not supported
         self.semaphore = asyncio.Semaphore(getattr(args, "rollout_concurrency", None) or 256)
         self.sampling_params: dict[str, Any] = dict(
-            temperature=args.rollout_temperature, top_p=args.rollout_top_p, top_k=args.rollout_top_k,
-            max_new_tokens=args.rollout_max_response_len, stop=args.rollout_stop,
-            stop_token_ids=args.rollout_stop_token_ids, **SLIME_TEXT_OPTIONS,
+            temperature=args.rollout_temperature,
+            top_p=args.rollout_top_p,
+            top_k=args.rollout_top_k,
+            max_new_tokens=args.rollout_max_response_len,
+            stop=args.rollout_stop,
+            stop_token_ids=args.rollout_stop_token_ids,
+            **SLIME_TEXT_OPTIONS,
         )
         self.reset()
 
@@ -104,7 +107,9 @@ async def generate_and_rm(args, sample: Sample, sampling_params: dict[str, Any],
 
 async def generate_and_rm_group(args, group: list[Sample], sampling_params: dict[str, Any], evaluation: bool = False):
     """`generate_and_rm` for every sample of a group; with ``--group-rm``, one reward call for the group."""
-    group = list(await asyncio.gather(*(generate_and_rm(args, sample, dict(sampling_params), evaluation) for sample in group)))
+    group = list(
+        await asyncio.gather(*(generate_and_rm(args, sample, dict(sampling_params), evaluation) for sample in group))
+    )
     if args.group_rm and not any(sample.status is Sample.Status.ABORTED for sample in group):
         for sample, reward in zip(group, await batched_async_rm(args, group)):
             sample.reward = reward

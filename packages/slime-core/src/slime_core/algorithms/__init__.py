@@ -5,7 +5,8 @@ import it.
 Modules, one concept each: ``kl`` (KL estimators), ``advantages`` (advantage estimators and
 ``ADVANTAGE_ESTIMATORS``), ``distillation`` (on-policy distillation), ``normalization`` (whitening),
 ``policy_loss`` (per-token PPO/GSPO/CISPO and ``POLICY_LOSSES``), ``value`` (critic loss),
-``mismatch`` (TIS/ICEPOP and ``TIS_FUNCTIONS``), ``logprobs`` (chunked log-probs and entropy, top-p keep masks), ``reduce``
+``mismatch`` (TIS/ICEPOP and ``TIS_FUNCTIONS``), ``logprobs`` (chunked log-probs and entropy, top-p keep masks),
+``reduce``
 (global-batch loss reduction), ``loss`` (total policy loss and SFT loss).
 """
 
@@ -26,6 +27,7 @@ from .kl import KL_KINDS, approx_kl
 from .logprobs import entropy_from_logits, log_probs_from_logits, nucleus_keep_mask
 from .loss import PgLossReducer, PolicyLossConfig, PolicyLossInputs, compute_policy_loss, sft_loss
 from .mismatch import TIS_FUNCTIONS, TisFn, icepop_tis, icepop_weights, tis_weights, truncate_tis
+from .normalization import whiten
 from .policy_loss import (
     POLICY_LOSSES,
     ClipConfig,
@@ -38,7 +40,6 @@ from .policy_loss import (
 )
 from .reduce import REDUCTIONS, LossDenominators, loss_denominators, masked_mean, reduce_loss
 from .value import value_loss
-from .normalization import whiten
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",

@@ -13,8 +13,9 @@ but still costs a factor γ (γλ in GAE) between the tokens around it.
 """
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -26,7 +27,9 @@ class AdvantageInputs:
     rewards: torch.Tensor  # (B,) scalar reward of each sample
     group_ids: torch.Tensor  # (B,) int; samples of the same prompt share an id (the prompt's group index)
     loss_mask: torch.Tensor  # (B, T) 1 on response tokens trained on, 0 on padding/tool output
-    log_probs: torch.Tensor | None = None  # (B, T) log π_old(y_t), for the KL reward penalty (None without one: see slime_core.rank_step)
+    log_probs: torch.Tensor | None = (
+        None  # (B, T) log π_old(y_t), for the KL reward penalty (None without one: see slime_core.rank_step)
+    )
     ref_log_probs: torch.Tensor | None = None  # (B, T) log π_ref(y_t), for the KL reward penalty
     values: torch.Tensor | None = None  # (B, T) critic values V(s_t), for "ppo"
     response_lengths: torch.Tensor | None = None  # (B,) int, tokens of each response, masked ones included, for "ppo"
@@ -34,10 +37,14 @@ class AdvantageInputs:
     kl_type: str = "k1"  # approx_kl estimator of that penalty
     gamma: float = 1.0  # discount γ
     lambd: float = 1.0  # GAE λ
-    normalize_rewards: bool = True  # group estimators centre the rewards per group; False: --disable-rewards-normalization
+    normalize_rewards: bool = (
+        True  # group estimators centre the rewards per group; False: --disable-rewards-normalization
+    )
     std_normalize: bool = True  # GRPO family: also divide by the group std; False: --disable-grpo-std-normalization
     run_config: Any = field(default=None, repr=False)  # the run's config, for a plugin's own options
-    batch: Any = field(default=None, repr=False)  # the rank's RolloutBatch these rows come from (tokens, engine log-probs)
+    batch: Any = field(
+        default=None, repr=False
+    )  # the rank's RolloutBatch these rows come from (tokens, engine log-probs)
 
 
 def group_normalize_rewards(
@@ -103,8 +110,10 @@ def ppo_advantages(inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]
     if inputs.values is None:
         raise ValueError("the 'ppo' advantage estimator needs critic values (AdvantageInputs.values)")
     if inputs.response_lengths is None:
-        raise ValueError("the 'ppo' advantage estimator needs AdvantageInputs.response_lengths: the reward goes on "
-                         "each response's last token, which padding and a masked tail would otherwise hide")
+        raise ValueError(
+            "the 'ppo' advantage estimator needs AdvantageInputs.response_lengths: the reward goes on "
+            "each response's last token, which padding and a masked tail would otherwise hide"
+        )
     response = _first_positions(inputs.response_lengths, inputs.loss_mask.shape[1])  # (B, T)
     values = inputs.values * response
     token_rewards = _at_last_token(inputs.rewards, response) - _kl_penalty(inputs, response)
@@ -167,7 +176,8 @@ def _check_every_sample_is_trained(inputs: AdvantageInputs, estimator: str) -> N
     if len(untrained):
         row = int(untrained[0])
         raise ValueError(
-            f"{estimator}: sample {row} of the rank's batch (prompt group {int(inputs.group_ids[row])}) has an all-zero "
+            f"{estimator}: sample {row} of the rank's batch (prompt group {int(inputs.group_ids[row])}) has an "
+            "all-zero "
             "loss mask, so no token can carry its reward (--sample-filter and --mask-offpolicy-in-partial-rollout mask "
             "whole samples); stop masking whole samples, or choose another --advantage-estimator"
         )

@@ -88,8 +88,10 @@ def nucleus_keep_mask(
     """
     rows, ids, empty = _nucleus_entries(token_ids, offsets)
     if len(empty) != len(targets):
-        raise ValueError(f"nuclei for {len(empty)} response tokens but {len(targets)} targets; "
-                         "the offsets must have one entry more than each sample's response tokens")
+        raise ValueError(
+            f"nuclei for {len(empty)} response tokens but {len(targets)} targets; "
+            "the offsets must have one entry more than each sample's response tokens"
+        )
     device = targets.device
     keep = torch.zeros((len(targets), vocab_width), dtype=torch.bool, device=device)
     column = ids - vocab_start
@@ -180,8 +182,12 @@ def _flatten(logits: torch.Tensor, keep_mask: torch.Tensor | None):
 def triton_applies(logits: torch.Tensor) -> bool:
     """Whether `logprobs_triton` computes these (N, V) logits: CUDA, a kernel dtype, contiguous
     rows, and Triton installed."""
-    return (logits.is_cuda and logits.dtype in (torch.bfloat16, torch.float16, torch.float32)
-            and logits.stride(-1) == 1 and importlib.util.find_spec("triton") is not None)
+    return (
+        logits.is_cuda
+        and logits.dtype in (torch.bfloat16, torch.float16, torch.float32)
+        and logits.stride(-1) == 1
+        and importlib.util.find_spec("triton") is not None
+    )
 
 
 def _chunks(num_rows: int, chunk_size: int | None):

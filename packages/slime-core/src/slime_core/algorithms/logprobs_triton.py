@@ -39,8 +39,9 @@ def _forward_kernel(logits, row_stride, tokens, out, lse_out, vocab, inv_tempera
         z = tl.load(base + columns, mask=columns < vocab, other=float("-inf")).to(tl.float32) * inv_temperature
         new_max = tl.maximum(running_max, z)
         seen = new_max > float("-inf")  # a lane past the vocabulary stays empty
-        running_sum = running_sum * tl.where(seen, tl.exp(running_max - new_max), 1.0) \
-            + tl.where(seen, tl.exp(z - new_max), 0.0)
+        running_sum = running_sum * tl.where(seen, tl.exp(running_max - new_max), 1.0) + tl.where(
+            seen, tl.exp(z - new_max), 0.0
+        )
         running_max = new_max
     row_max = tl.max(running_max, axis=0)
     lanes = tl.where(running_max > float("-inf"), running_sum * tl.exp(running_max - row_max), 0.0)
@@ -52,8 +53,9 @@ def _forward_kernel(logits, row_stride, tokens, out, lse_out, vocab, inv_tempera
 
 
 @triton.jit
-def _backward_kernel(logits, row_stride, tokens, lse, grad_out, grad, grad_stride, vocab, inv_temperature,
-                     BLOCK: tl.constexpr):
+def _backward_kernel(
+    logits, row_stride, tokens, lse, grad_out, grad, grad_stride, vocab, inv_temperature, BLOCK: tl.constexpr
+):
     row = tl.program_id(0).to(tl.int64)
     columns = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     inside = columns < vocab
@@ -75,8 +77,9 @@ class TritonLogProbs(torch.autograd.Function):
         out = torch.empty(rows, dtype=torch.float32, device=logits.device)
         lse = torch.empty_like(out)
         if rows:
-            _forward_kernel[(rows,)](logits, logits.stride(0), tokens, out, lse, vocab, 1.0 / temperature,
-                                     BLOCK=FORWARD_BLOCK, num_warps=8)
+            _forward_kernel[(rows,)](
+                logits, logits.stride(0), tokens, out, lse, vocab, 1.0 / temperature, BLOCK=FORWARD_BLOCK, num_warps=8
+            )
         ctx.save_for_backward(logits, tokens, lse)
         ctx.temperature = temperature
         return out
@@ -88,6 +91,17 @@ class TritonLogProbs(torch.autograd.Function):
         grad = torch.empty_like(logits)
         if rows:
             grid = (rows, triton.cdiv(vocab, BACKWARD_BLOCK))
-            _backward_kernel[grid](logits, logits.stride(0), tokens, lse, grad_out.contiguous(), grad, grad.stride(0),
-                                   vocab, 1.0 / ctx.temperature, BLOCK=BACKWARD_BLOCK, num_warps=8)
+            _backward_kernel[grid](
+                logits,
+                logits.stride(0),
+                tokens,
+                lse,
+                grad_out.contiguous(),
+                grad,
+                grad.stride(0),
+                vocab,
+                1.0 / ctx.temperature,
+                BLOCK=BACKWARD_BLOCK,
+                num_warps=8,
+            )
         return grad, None, None

@@ -22,9 +22,9 @@ the micro-batch's contribution to the global-batch pg loss, as ``reduce.reduce_l
 """
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
 
 import torch
 
@@ -36,6 +36,8 @@ from .policy_loss import POLICY_LOSSES, PolicyLossFn, opsm_keep_mask
 from .reduce import LossDenominators, reduce_loss
 
 PgLossReducer = Callable[..., torch.Tensor]
+
+
 @dataclass
 class PolicyLossInputs:
     log_probs: torch.Tensor  # (B, T) log π(y_t) of the policy being trained, with gradient
@@ -63,7 +65,8 @@ def compute_policy_loss(
     pg_loss is ``loss_fn`` (default ``POLICY_LOSSES[config.loss_type]``) with ρ against π_old
     (π_rollout with use_rollout_logprobs), times the OPSM mask with use_opsm, corrected by
     ``tis_fn`` (default ``TIS_FUNCTIONS[config.tis_mode]``) with use_tis, and reduced by
-    ``pg_loss_reducer`` when given (else like the other terms). Returns the scalar loss and float metrics, all global-batch
+    ``pg_loss_reducer`` when given (else like the other terms). Returns the scalar loss and float metrics, all
+    global-batch
     contributions: loss, pg_loss, pg_clipfrac, ppo_kl (mean of anchor - new log-prob), entropy
     (when given), kl_loss (with use_kl_loss), opsm_clipfrac (with use_opsm: the share of tokens
     OPSM dropped), the TIS function's metrics (tis_*/icepop_* for the built-ins; with use_tis or
@@ -76,11 +79,18 @@ def compute_policy_loss(
     only under its own ``use_tis``.
     """
     _check_inputs(inputs, config)
-    reduce = partial(reduce_loss, loss_mask=inputs.loss_mask, denominators=denominators, mode=config.reduction,
-                     sample_tokens=inputs.sample_tokens)
-    pg_parts = (loss_fn or _lookup(POLICY_LOSSES, config.loss_type, "policy loss"),
-                tis_fn or _lookup(TIS_FUNCTIONS, config.tis_mode, "TIS function"),
-                pg_loss_reducer or partial(_reduce_pg_loss, mode=config.reduction))
+    reduce = partial(
+        reduce_loss,
+        loss_mask=inputs.loss_mask,
+        denominators=denominators,
+        mode=config.reduction,
+        sample_tokens=inputs.sample_tokens,
+    )
+    pg_parts = (
+        loss_fn or _lookup(POLICY_LOSSES, config.loss_type, "policy loss"),
+        tis_fn or _lookup(TIS_FUNCTIONS, config.tis_mode, "TIS function"),
+        pg_loss_reducer or partial(_reduce_pg_loss, mode=config.reduction),
+    )
     loss, metrics = _pg_loss(inputs, config, denominators, pg_parts, reduce)
     if inputs.entropy is not None:
         metrics["entropy"] = reduce(inputs.entropy)

@@ -18,7 +18,7 @@ tokens; the denominators stay those of ``inputs.loss_mask``) and per-token (B, T
 which the loss reduces over ``inputs.loss_mask`` like itself.
 """
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -44,9 +44,7 @@ def tis_weights(
     """
     ratio = _ratio(old_log_probs, rollout_log_probs)  # (B, T)
     weights = ratio.clamp(clip_low, clip)
-    return weights, _metrics(
-        "tis", weights, weights != ratio, old_log_probs, rollout_log_probs, loss_mask, reduce
-    )
+    return weights, _metrics("tis", weights, weights != ratio, old_log_probs, rollout_log_probs, loss_mask, reduce)
 
 
 def icepop_weights(
@@ -92,8 +90,14 @@ def _per_token(values: torch.Tensor) -> torch.Tensor:
 def truncate_tis(pg_loss: torch.Tensor, inputs, config) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """``--tis-mode truncate``: pg_loss·w with ``tis_weights`` (bounds ``config.tis_clip_low``,
     ``config.tis_clip``); every token stays in the mask."""
-    weights, metrics = tis_weights(inputs.old_log_probs, inputs.rollout_log_probs, inputs.loss_mask,
-                                   clip=config.tis_clip, clip_low=config.tis_clip_low, reduce=_per_token)
+    weights, metrics = tis_weights(
+        inputs.old_log_probs,
+        inputs.rollout_log_probs,
+        inputs.loss_mask,
+        clip=config.tis_clip,
+        clip_low=config.tis_clip_low,
+        reduce=_per_token,
+    )
     return pg_loss * weights, inputs.loss_mask, metrics
 
 
@@ -101,8 +105,14 @@ def icepop_tis(pg_loss: torch.Tensor, inputs, config) -> tuple[torch.Tensor, tor
     """``--tis-mode icepop``: pg_loss·w with ``icepop_weights`` (band ``config.tis_clip_low`` to
     ``config.tis_clip``); a dropped token has weight 0 but stays in the mask (its sample's
     denominator still counts it)."""
-    weights, metrics = icepop_weights(inputs.old_log_probs, inputs.rollout_log_probs, inputs.loss_mask,
-                                      low=config.tis_clip_low, high=config.tis_clip, reduce=_per_token)
+    weights, metrics = icepop_weights(
+        inputs.old_log_probs,
+        inputs.rollout_log_probs,
+        inputs.loss_mask,
+        low=config.tis_clip_low,
+        high=config.tis_clip,
+        reduce=_per_token,
+    )
     return pg_loss * weights, inputs.loss_mask, metrics
 
 

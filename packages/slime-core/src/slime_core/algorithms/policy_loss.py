@@ -16,7 +16,8 @@ turns it into ``gspo`` or ``cispo`` when ``--advantage-estimator`` names one of 
 slime. ``sft_loss`` ignores advantages: -log π(y_t) on every valid token.
 """
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import torch
 

@@ -8,9 +8,11 @@ import sys
 
 def add_report_command(subparsers) -> None:
     parser = subparsers.add_parser(
-        "report", help="write PNG plots and a Markdown summary of a run directory",
+        "report",
+        help="write PNG plots and a Markdown summary of a run directory",
         description="Plot a run's reward, evaluation, KL / clip fraction, response length and step-time "
-        "breakdown from its metrics.jsonl, and summarise them in report.md. Works while the run is going.")
+        "breakdown from its metrics.jsonl, and summarise them in report.md. Works while the run is going.",
+    )
     parser.add_argument("run_dir", help="the run's --output-dir")
     parser.add_argument("--out", default=None, help="where to write (default: RUN_DIR/report)")
     parser.set_defaults(func=_report)

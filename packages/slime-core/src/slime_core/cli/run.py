@@ -56,8 +56,13 @@ def run_problems(config, plugins) -> list[str]:
     problems = epoch_problems(config) + record_problems(config, plugins)
     if config.dry_run:
         return problems
-    return (problems + resolve_components(config, plugins)[1] + loop_problems(config, plugins)
-            + tracker_problems(config) + preflight_problems(config, trains=not config.debug_rollout_only))
+    return (
+        problems
+        + resolve_components(config, plugins)[1]
+        + loop_problems(config, plugins)
+        + tracker_problems(config)
+        + preflight_problems(config, trains=not config.debug_rollout_only)
+    )
 
 
 def checked_prompts(config, plugins) -> list[str]:
@@ -88,8 +93,10 @@ def epoch_problems(config) -> list[str]:
     config.num_rollout = config.num_epoch * (prompts // config.rollout_batch_size)
     config.sources["num_rollout"] = f"--num-epoch {config.num_epoch} × ({prompts} prompts // --rollout-batch-size)"
     if not config.num_rollout:
-        return [f"--num-epoch {config.num_epoch}: {path} holds {prompts} prompts, fewer than one rollout batch "
-                f"(--rollout-batch-size {config.rollout_batch_size}); lower the batch size or give --num-rollout"]
+        return [
+            f"--num-epoch {config.num_epoch}: {path} holds {prompts} prompts, fewer than one rollout batch "
+            f"(--rollout-batch-size {config.rollout_batch_size}); lower the batch size or give --num-rollout"
+        ]
     return []
 
 
@@ -99,8 +106,10 @@ def loop_problems(config, plugins) -> list[str]:
     if not config.num_rollout:
         problems.append("--num-rollout is required: how many rollouts (generate + train iterations) to run")
     if config.train_mode == "async" and config.colocate:
-        problems.append("--train-mode async overlaps generation with training, which --colocate cannot "
-                        "(they take turns on the same devices); drop one of the two")
+        problems.append(
+            "--train-mode async overlaps generation with training, which --colocate cannot "
+            "(they take turns on the same devices); drop one of the two"
+        )
     if config.eval_interval and not config.eval_prompt_data:
         problems.append("--eval-interval needs --eval-prompt-data NAME PATH ... to evaluate on")
     return problems
@@ -110,15 +119,22 @@ def part_problems(config, plugins) -> list[str]:
     """Parts the chosen backends cannot provide: a PPO critic, an in-process run of several ranks."""
     problems = []
     backend = config.train_backend
-    if config.advantage_estimator == "ppo" and backend in plugins.registry("train_backends") \
-            and backend not in plugins.registry("critics"):
+    if (
+        config.advantage_estimator == "ppo"
+        and backend in plugins.registry("train_backends")
+        and backend not in plugins.registry("critics")
+    ):
         provided = ", ".join(plugins.registry("critics").names()) or "none installed"
-        problems.append(f"--advantage-estimator ppo needs a critic, and train backend '{backend}' provides none "
-                        f"(train backends with a critic: {provided}); use one of those, or another estimator")
+        problems.append(
+            f"--advantage-estimator ppo needs a critic, and train backend '{backend}' provides none "
+            f"(train backends with a critic: {provided}); use one of those, or another estimator"
+        )
     ranks = config.actor_num_nodes * config.actor_num_gpus_per_node
     if config.actor_runtime == "inprocess" and ranks != 1:
-        problems.append(f"--actor-runtime inprocess runs one train rank in this process, and {ranks} were asked for "
-                        "(--actor-num-nodes × --actor-num-gpus-per-node); set both to 1, or use --actor-runtime ray")
+        problems.append(
+            f"--actor-runtime inprocess runs one train rank in this process, and {ranks} were asked for "
+            "(--actor-num-nodes × --actor-num-gpus-per-node); set both to 1, or use --actor-runtime ray"
+        )
     return problems
 
 

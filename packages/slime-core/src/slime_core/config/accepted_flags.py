@@ -54,8 +54,14 @@ def accepted_flags() -> dict[str, Accepted]:
 def declare(options: OptionSet, table: tuple[Accepted, ...], group: str) -> None:
     """Declare the flags of ``table`` as options (switches default to off, values to None)."""
     for entry in table:
-        options.add(entry.flag, type=entry.type, default=False if entry.type is bool else None,
-                    nargs=entry.nargs, help=entry.status(), group=group)
+        options.add(
+            entry.flag,
+            type=entry.type,
+            default=False if entry.type is bool else None,
+            nargs=entry.nargs,
+            help=entry.status(),
+            group=group,
+        )
 
 
 def _given(config, key: str) -> bool:
@@ -76,8 +82,11 @@ def apply_aliases(config) -> None:
 
 def no_effect_notes(config) -> list[str]:
     """One line for each accepted flag the user gave that changes nothing here."""
-    return [f"{entry.flag}: accepted, no effect here: {entry.reason}"
-            for entry in accepted_flags().values() if entry.reason and _given(config, entry.key)]
+    return [
+        f"{entry.flag}: accepted, no effect here: {entry.reason}"
+        for entry in accepted_flags().values()
+        if entry.reason and _given(config, entry.key)
+    ]
 
 
 def architecture_problems(config) -> list[str]:
@@ -93,8 +102,10 @@ def architecture_problems(config) -> list[str]:
         if entry.hf_keys and _given(config, entry.key):
             problem = _mismatch(entry, config.get(entry.key), model)
             if problem:
-                problems.append(f"{problem} in --hf-checkpoint {config.hf_checkpoint}/config.json; the model is "
-                                f"built from config.json, so fix {entry.flag} (or use the checkpoint it describes)")
+                problems.append(
+                    f"{problem} in --hf-checkpoint {config.hf_checkpoint}/config.json; the model is "
+                    f"built from config.json, so fix {entry.flag} (or use the checkpoint it describes)"
+                )
     return problems
 
 
@@ -119,8 +130,11 @@ def _mismatch(entry: Accepted, value: Any, model: dict) -> str | None:
         return None
     expected = entry.hf_value if entry.type is bool else value
     actual = model[hf_key]
-    same = abs(float(expected) - float(actual)) <= 1e-9 * max(1.0, abs(float(actual))) \
-        if isinstance(actual, (int, float)) and not isinstance(actual, bool) else expected == actual
+    same = (
+        abs(float(expected) - float(actual)) <= 1e-9 * max(1.0, abs(float(actual)))
+        if isinstance(actual, (int, float)) and not isinstance(actual, bool)
+        else expected == actual
+    )
     if same:
         return None
     shown = entry.flag if entry.type is bool else f"{entry.flag} {value}"

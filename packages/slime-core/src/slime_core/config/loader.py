@@ -88,7 +88,9 @@ def _scan_argv(argv: list[str], options: OptionSet, got: _Collected) -> tuple[st
         i += 1
         if not token.startswith("--"):
             if config_path is not None:
-                got.errors.append(f"unexpected argument '{token}': only one config file may be given (already '{config_path}')")
+                got.errors.append(
+                    f"unexpected argument '{token}': only one config file may be given (already '{config_path}')"
+                )
             config_path = token
             continue
         flag, has_value, inline = token.partition("=")

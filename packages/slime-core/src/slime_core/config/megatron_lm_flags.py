@@ -48,57 +48,121 @@ MEGATRON_LM_FLAGS: tuple[Accepted, ...] = (
     Accepted("--untie-embeddings-and-output-weights", hf_keys=("tie_word_embeddings",), hf_value=False),
     Accepted("--swiglu", hf_keys=("hidden_act",), hf_value="silu"),
     # architecture switches and choices: config.json says them already
-    *(Accepted(flag, reason=_ARCH) for flag in (
-        "--group-query-attention", "--qk-layernorm", "--disable-bias-linear", "--add-qkv-bias",
-        "--apply-layernorm-1p", "--multi-latent-attention", "--use-rotary-position-embeddings",
-        "--no-position-embedding", "--rotary-interleaved", "--moe-router-pre-softmax",
-        "--moe-router-enable-expert-bias", "--moe-shared-expert-gate", "--post-mlp-layernorm",
-        "--post-self-attn-layernorm", "--attention-output-gate", "--use-gated-attention")),
-    *(Accepted(flag, type=str, reason=_ARCH) for flag in (
-        "--normalization", "--position-embedding-type", "--moe-router-score-function",
-        "--moe-router-load-balancing-type", "--moe-layer-freq")),
-    *(Accepted(flag, type=float, reason=_ARCH) for flag in (
-        "--rotary-percent", "--rotary-scaling-factor", "--mscale", "--mscale-all-dim",
-        "--moe-router-topk-scaling-factor")),
+    *(
+        Accepted(flag, reason=_ARCH)
+        for flag in (
+            "--group-query-attention",
+            "--qk-layernorm",
+            "--disable-bias-linear",
+            "--add-qkv-bias",
+            "--apply-layernorm-1p",
+            "--multi-latent-attention",
+            "--use-rotary-position-embeddings",
+            "--no-position-embedding",
+            "--rotary-interleaved",
+            "--moe-router-pre-softmax",
+            "--moe-router-enable-expert-bias",
+            "--moe-shared-expert-gate",
+            "--post-mlp-layernorm",
+            "--post-self-attn-layernorm",
+            "--attention-output-gate",
+            "--use-gated-attention",
+        )
+    ),
+    *(
+        Accepted(flag, type=str, reason=_ARCH)
+        for flag in (
+            "--normalization",
+            "--position-embedding-type",
+            "--moe-router-score-function",
+            "--moe-router-load-balancing-type",
+            "--moe-layer-freq",
+        )
+    ),
+    *(
+        Accepted(flag, type=float, reason=_ARCH)
+        for flag in (
+            "--rotary-percent",
+            "--rotary-scaling-factor",
+            "--mscale",
+            "--mscale-all-dim",
+            "--moe-router-topk-scaling-factor",
+        )
+    ),
     *(Accepted(flag, type=int, reason=_ARCH) for flag in ("--moe-router-num-groups", "--moe-router-group-topk")),
-    Accepted("--make-vocab-size-divisible-by", type=int,
-             reason="the embedding keeps config.json's vocab_size (Megatron-LM would pad it)"),
-    Accepted("--spec", type=str, nargs="+",
-             reason="slime-megatron builds its layer spec from config.json (there is no module to name)"),
+    Accepted(
+        "--make-vocab-size-divisible-by",
+        type=int,
+        reason="the embedding keeps config.json's vocab_size (Megatron-LM would pad it)",
+    ),
+    Accepted(
+        "--spec",
+        type=str,
+        nargs="+",
+        reason="slime-megatron builds its layer spec from config.json (there is no module to name)",
+    ),
     # kernels, fusions and numerics
-    *(Accepted(flag, reason=_KERNEL) for flag in (
-        "--no-masked-softmax-fusion", "--no-rope-fusion", "--no-gradient-accumulation-fusion",
-        "--no-bias-swiglu-fusion", "--no-bias-dropout-fusion", "--moe-grouped-gemm", "--moe-permute-fusion",
-        "--moe-enable-deepep", "--enable-experimental")),
+    *(
+        Accepted(flag, reason=_KERNEL)
+        for flag in (
+            "--no-masked-softmax-fusion",
+            "--no-rope-fusion",
+            "--no-gradient-accumulation-fusion",
+            "--no-bias-swiglu-fusion",
+            "--no-bias-dropout-fusion",
+            "--moe-grouped-gemm",
+            "--moe-permute-fusion",
+            "--moe-enable-deepep",
+            "--enable-experimental",
+        )
+    ),
     Accepted("--attention-backend", type=str, reason=_KERNEL),
     Accepted("--transformer-impl", type=str, reason=_KERNEL),
-    Accepted("--accumulate-allreduce-grads-in-fp32",
-             reason="gradients are reduced and accumulated in float32 already (float32 master weights with --bf16)"),
+    Accepted(
+        "--accumulate-allreduce-grads-in-fp32",
+        reason="gradients are reduced and accumulated in float32 already (float32 master weights with --bf16)",
+    ),
     Accepted("--attention-softmax-in-fp32", reason="the attention softmax runs in float32 already"),
     Accepted("--deterministic-mode", reason="deterministic kernels are not forced; --seed fixes the random state"),
     Accepted("--fp8-format", type=str, reason=_FP8),
     Accepted("--fp8-recipe", type=str, reason=_FP8),
     Accepted("--fp8-param-gather", reason=_FP8),
     # MoE runtime
-    *(Accepted(flag, type=str, reason=_MOE_RUNTIME) for flag in (
-        "--moe-token-dispatcher-type", "--moe-token-drop-policy", "--moe-router-dtype")),
-    Accepted("--moe-aux-loss-coeff", type=float,
-             reason="no MoE auxiliary load-balancing loss is added in RL training here"),
-    Accepted("--moe-router-bias-update-rate", type=float,
-             reason="the expert bias is not updated during training here"),
+    *(
+        Accepted(flag, type=str, reason=_MOE_RUNTIME)
+        for flag in ("--moe-token-dispatcher-type", "--moe-token-drop-policy", "--moe-router-dtype")
+    ),
+    Accepted(
+        "--moe-aux-loss-coeff", type=float, reason="no MoE auxiliary load-balancing loss is added in RL training here"
+    ),
+    Accepted("--moe-router-bias-update-rate", type=float, reason="the expert bias is not updated during training here"),
     # optimizer
-    Accepted("--optimizer", type=str,
-             reason="the backends always use AdamW (--adam-beta1/--adam-beta2/--adam-eps, --weight-decay), "
-             "which is Megatron-LM's 'adam'"),
-    *(Accepted(flag, reason=_OPTIMIZER_PLACEMENT) for flag in (
-        "--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d", "--use-precision-aware-optimizer")),
-    Accepted("--lr-warmup-fraction", type=float,
-             reason="warmup is counted in optimizer steps: give --lr-warmup-iters N instead"),
+    Accepted(
+        "--optimizer",
+        type=str,
+        reason="the backends always use AdamW (--adam-beta1/--adam-beta2/--adam-eps, --weight-decay), "
+        "which is Megatron-LM's 'adam'",
+    ),
+    *(
+        Accepted(flag, reason=_OPTIMIZER_PLACEMENT)
+        for flag in ("--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d", "--use-precision-aware-optimizer")
+    ),
+    Accepted(
+        "--lr-warmup-fraction",
+        type=float,
+        reason="warmup is counted in optimizer steps: give --lr-warmup-iters N instead",
+    ),
     # dropout, pipeline layout (MTP: slime-megatron's --mtp-num-layers, --mtp-loss-scaling-factor)
     Accepted("--attention-dropout", type=float, reason=_DROPOUT),
     Accepted("--hidden-dropout", type=float, reason=_DROPOUT),
-    Accepted("--decoder-first-pipeline-num-layers", type=int,
-             reason="slime-megatron splits the layers evenly over the pipeline stages"),
-    Accepted("--decoder-last-pipeline-num-layers", type=int,
-             reason="slime-megatron splits the layers evenly over the pipeline stages"),
+    Accepted(
+        "--decoder-first-pipeline-num-layers",
+        type=int,
+        reason="slime-megatron splits the layers evenly over the pipeline stages",
+    ),
+    Accepted(
+        "--decoder-last-pipeline-num-layers",
+        type=int,
+        reason="slime-megatron splits the layers evenly over the pipeline stages",
+    ),
 )

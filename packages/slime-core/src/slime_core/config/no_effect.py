@@ -9,78 +9,128 @@ configurations at once.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from slime_core.config.options import key_to_flag
 
-_MISMATCH_OFF = ("the rollout/train mismatch weights are computed with --use-tis "
-                 "(or reported with --get-mismatch-metrics)")
+_MISMATCH_OFF = (
+    "the rollout/train mismatch weights are computed with --use-tis (or reported with --get-mismatch-metrics)"
+)
 _SFT_NO_RATIO = "supervised training (--loss-type sft_loss) has no ratio"
 
 #: option -> (whether it acts in this config, why not / what makes it act)
 RULES: dict[str, tuple[Callable, str]] = {
-    "max_staleness": (lambda c: c.train_mode == "async",
-                      "only asynchronous runs train on samples from older weights (--train-mode async)"),
-    "update_weights_interval": (lambda c: c.train_mode == "async",
-                                "synchronous runs push weights after every rollout (it applies with --train-mode async)"),
+    "max_staleness": (
+        lambda c: c.train_mode == "async",
+        "only asynchronous runs train on samples from older weights (--train-mode async)",
+    ),
+    "update_weights_interval": (
+        lambda c: c.train_mode == "async",
+        "synchronous runs push weights after every rollout (it applies with --train-mode async)",
+    ),
     "mask_offpolicy_in_partial_rollout": (lambda c: c.partial_rollout, "it masks what --partial-rollout continues"),
-    "sample_hook": (lambda c: c.rollout_function == "default",
-                    "only the default rollout (--rollout-function default) applies sample hooks"),
-    "all_groups_hook": (lambda c: c.rollout_function == "default",
-                        "only the default rollout (--rollout-function default) calls all-groups hooks"),
-    "partial_rollout": (lambda c: (c.over_sampling_batch_size or 0) > c.rollout_batch_size or c.get("dynamic_sampling_filter"),
-                        "groups are aborted and continued only when more are in flight than the batch takes "
-                        "(--over-sampling-batch-size above --rollout-batch-size, or --dynamic-sampling-filter)"),
-    "dynamic_sampling_max_groups": (lambda c: c.get("dynamic_sampling_filter"),
-                                    "it bounds the groups a --dynamic-sampling-filter may reject"),
-    "rollout_node_resource": (lambda c: not c.colocate and c.actor_runtime == "ray",
-                              "colocated engines share the train ranks' bundles (leave out --colocate to place them apart)"),
+    "sample_hook": (
+        lambda c: c.rollout_function == "default",
+        "only the default rollout (--rollout-function default) applies sample hooks",
+    ),
+    "all_groups_hook": (
+        lambda c: c.rollout_function == "default",
+        "only the default rollout (--rollout-function default) calls all-groups hooks",
+    ),
+    "partial_rollout": (
+        lambda c: (c.over_sampling_batch_size or 0) > c.rollout_batch_size or c.get("dynamic_sampling_filter"),
+        "groups are aborted and continued only when more are in flight than the batch takes "
+        "(--over-sampling-batch-size above --rollout-batch-size, or --dynamic-sampling-filter)",
+    ),
+    "dynamic_sampling_max_groups": (
+        lambda c: c.get("dynamic_sampling_filter"),
+        "it bounds the groups a --dynamic-sampling-filter may reject",
+    ),
+    "rollout_node_resource": (
+        lambda c: not c.colocate and c.actor_runtime == "ray",
+        "colocated engines share the train ranks' bundles (leave out --colocate to place them apart)",
+    ),
     "train_node_resource": (lambda c: c.actor_runtime == "ray", "--actor-runtime inprocess places nothing on Ray"),
     "ray_address": (lambda c: c.actor_runtime == "ray", "--actor-runtime inprocess runs without Ray"),
     "kl_loss_coef": (lambda c: c.use_kl_loss, "the KL loss is added with --use-kl-loss"),
-    "distributed_timeout_minutes": (lambda c: c.actor_num_nodes * c.actor_num_gpus_per_node > 1,
-                                    "it bounds the train ranks' collectives, and one rank has no peer to wait for"),
+    "distributed_timeout_minutes": (
+        lambda c: c.actor_num_nodes * c.actor_num_gpus_per_node > 1,
+        "it bounds the train ranks' collectives, and one rank has no peer to wait for",
+    ),
     "ckpt_step": (lambda c: c.get("load"), "it picks the checkpoint under --load that the run resumes from"),
-    "save_retain_count": (lambda c: c.get("save") and c.get("save_interval"),
-                          "it deletes old checkpoints under --save, which a run writes with --save and --save-interval"),
+    "save_retain_count": (
+        lambda c: c.get("save") and c.get("save_interval"),
+        "it deletes old checkpoints under --save, which a run writes with --save and --save-interval",
+    ),
     "use_unbiased_kl": (lambda c: c.use_kl_loss, "it weights the KL loss, which needs --use-kl-loss"),
     "tis_mode": (lambda c: c.use_tis or c.get_mismatch_metrics, _MISMATCH_OFF),
     "tis_clip": (lambda c: c.use_tis or c.get_mismatch_metrics, _MISMATCH_OFF),
     "tis_clip_low": (lambda c: c.use_tis or c.get_mismatch_metrics, _MISMATCH_OFF),
-    "get_mismatch_metrics": (lambda c: not c.use_tis and c.loss_type != "sft_loss",
-                             "--use-tis reports the mismatch metrics already, and supervised training "
-                             "(--loss-type sft_loss) has no rollout log-probs to compare"),
+    "get_mismatch_metrics": (
+        lambda c: not c.use_tis and c.loss_type != "sft_loss",
+        "--use-tis reports the mismatch metrics already, and supervised training "
+        "(--loss-type sft_loss) has no rollout log-probs to compare",
+    ),
     "use_rollout_logprobs": (lambda c: c.loss_type != "sft_loss", _SFT_NO_RATIO),
     "use_opsm": (lambda c: c.loss_type != "sft_loss", _SFT_NO_RATIO),
     "opsm_delta": (lambda c: c.use_opsm and c.loss_type != "sft_loss", "it is the threshold of --use-opsm"),
-    "rollout_id_key": (lambda c: not c.calculate_per_token_loss,
-                       "--calculate-per-token-loss divides by the batch's tokens, not per sample or rollout"),
-    "disable_rewards_normalization": (lambda c: c.advantage_estimator not in ("ppo", "reinforce_plus_plus"),
-                                      "only group estimators (grpo, gspo, cispo, dr_grpo, reinforce_plus_plus_baseline) "
-                                      "normalise the rewards per group"),
-    "disable_grpo_std_normalization": (lambda c: c.advantage_estimator not in ("dr_grpo", "reinforce_plus_plus",
-                                                                               "reinforce_plus_plus_baseline", "ppo")
-                                       and not c.disable_rewards_normalization,
-                                       "only grpo, gspo and cispo divide by the group std, and not with "
-                                       "--disable-rewards-normalization"),
-    "value_clip": (lambda c: c.advantage_estimator == "ppo", "only PPO's critic (--advantage-estimator ppo) has a value loss"),
+    "rollout_id_key": (
+        lambda c: not c.calculate_per_token_loss,
+        "--calculate-per-token-loss divides by the batch's tokens, not per sample or rollout",
+    ),
+    "disable_rewards_normalization": (
+        lambda c: c.advantage_estimator not in ("ppo", "reinforce_plus_plus"),
+        "only group estimators (grpo, gspo, cispo, dr_grpo, reinforce_plus_plus_baseline) "
+        "normalise the rewards per group",
+    ),
+    "disable_grpo_std_normalization": (
+        lambda c: (
+            c.advantage_estimator not in ("dr_grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo")
+            and not c.disable_rewards_normalization
+        ),
+        "only grpo, gspo and cispo divide by the group std, and not with --disable-rewards-normalization",
+    ),
+    "value_clip": (
+        lambda c: c.advantage_estimator == "ppo",
+        "only PPO's critic (--advantage-estimator ppo) has a value loss",
+    ),
     "critic_lr": (lambda c: c.advantage_estimator == "ppo", "only PPO (--advantage-estimator ppo) trains a critic"),
     "critic_load": (lambda c: c.advantage_estimator == "ppo", "only PPO (--advantage-estimator ppo) trains a critic"),
     "opd_kl_coef": (lambda c: c.get("opd_teacher_load"), "on-policy distillation needs a teacher (--opd-teacher-load)"),
-    "max_tokens_per_gpu": (lambda c: c.use_dynamic_batch_size,
-                           "micro-batches are packed up to it with --use-dynamic-batch-size"),
-    "micro_batch_size": (lambda c: not c.use_dynamic_batch_size,
-                         "--use-dynamic-batch-size packs micro-batches by --max-tokens-per-gpu instead"),
-    "eps_clip_c": (lambda c: c.loss_type != "sft_loss", "supervised training (--loss-type sft_loss) has no ratio to clip"),
+    "max_tokens_per_gpu": (
+        lambda c: c.use_dynamic_batch_size,
+        "micro-batches are packed up to it with --use-dynamic-batch-size",
+    ),
+    "micro_batch_size": (
+        lambda c: not c.use_dynamic_batch_size,
+        "--use-dynamic-batch-size packs micro-batches by --max-tokens-per-gpu instead",
+    ),
+    "eps_clip_c": (
+        lambda c: c.loss_type != "sft_loss",
+        "supervised training (--loss-type sft_loss) has no ratio to clip",
+    ),
     "max_engine_restarts": (lambda c: c.use_fault_tolerance, "engines are replaced with --use-fault-tolerance"),
     "generate_max_retries": (lambda c: c.use_fault_tolerance, "samples are generated again with --use-fault-tolerance"),
-    "mtp_loss_scaling_factor": (lambda c: c.get("enable_mtp_training"),
-                                "it weights the MTP loss, which --enable-mtp-training adds (slime-megatron)"),
-    "fsdp_torch_compile": (lambda c: c.train_backend == "fsdp", "it compiles the FSDP backend's layers (--train-backend fsdp)"),
+    "mtp_loss_scaling_factor": (
+        lambda c: c.get("enable_mtp_training"),
+        "it weights the MTP loss, which --enable-mtp-training adds (slime-megatron)",
+    ),
+    "fsdp_torch_compile": (
+        lambda c: c.train_backend == "fsdp",
+        "it compiles the FSDP backend's layers (--train-backend fsdp)",
+    ),
     # slime-megatron's layer options (its model-parallel sizes are refused with another backend)
-    **dict.fromkeys(("sequence_parallel", "recompute_granularity", "recompute_method", "recompute_num_layers",
-                     "use_distributed_optimizer", "megatron_config"),
-                    (lambda c: c.train_backend == "megatron", "it configures the Megatron backend (--train-backend megatron)")),
+    **dict.fromkeys(
+        (
+            "sequence_parallel",
+            "recompute_granularity",
+            "recompute_method",
+            "recompute_num_layers",
+            "use_distributed_optimizer",
+            "megatron_config",
+        ),
+        (lambda c: c.train_backend == "megatron", "it configures the Megatron backend (--train-backend megatron)"),
+    ),
 }
 
 

@@ -19,8 +19,9 @@ _DEEPGEMM = "a DeepGEMM forward path of slime's Megatron backend; the backends c
 _DELTA = f"delta weight sync (--update-weight-mode delta) is {_NOT_YET}; every update sends the full weights"
 _EVAL_KEYS = f"per-evaluation record keys are {_NOT_YET}: evaluation prompts use --input-key/--label-key/--tool-key"
 _EVAL_LEN = f"{_NOT_YET}: evaluation uses --rollout-max-prompt-len and --eval-max-response-len"
-_OFFLOAD = ("colocated runs (--colocate) take turns on the devices as the loop decides; there is no "
-            "separate offload switch")
+_OFFLOAD = (
+    "colocated runs (--colocate) take turns on the devices as the loop decides; there is no separate offload switch"
+)
 _PD = f"prefill/decode disaggregation of the engines is {_NOT_YET}"
 _TRAIN_SUBSET = f"training a subset of the parameters is {_NOT_YET}; every parameter is trained"
 _LOGPROBS_MEMORY = "the backends bound log-prob memory by --max-tokens-per-gpu (there is no separate chunking)"
@@ -31,56 +32,89 @@ SLIME_FLAGS: tuple[Accepted, ...] = (
     # checkpoint retention as slime's open pull requests name it (THUDM/slime#1914, #1798)
     Accepted("--max-checkpoint-count", type=int, alias="save_retain_count"),
     Accepted("--max-actor-ckpt-to-keep", type=int, alias="save_retain_count"),
-    Accepted("--max-critic-ckpt-to-keep", type=int,
-             reason="a critic's checkpoints are kept and deleted with the policy's: --save-retain-count counts both"),
+    Accepted(
+        "--max-critic-ckpt-to-keep",
+        type=int,
+        reason="a critic's checkpoints are kept and deleted with the policy's: --save-retain-count counts both",
+    ),
     # data and rollout
     Accepted("--balance-data", reason="train data is always split over the data-parallel ranks balanced by tokens"),
     Accepted("--balance-by-flops", reason="train data is balanced by tokens, not by estimated FLOPs"),
-    Accepted("--rollout-skip-special-tokens",
-             reason="responses are decoded as the engine returns them (special tokens kept)"),
-    Accepted("--disable-rollout-global-dataset",
-             reason="prompts always come from the --data-source (the global dataset)"),
-    Accepted("--start-rollout-id", type=int, reason="the first rollout id comes from the checkpoint in --load (0 without)"),
+    Accepted(
+        "--rollout-skip-special-tokens", reason="responses are decoded as the engine returns them (special tokens kept)"
+    ),
+    Accepted(
+        "--disable-rollout-global-dataset", reason="prompts always come from the --data-source (the global dataset)"
+    ),
+    Accepted(
+        "--start-rollout-id", type=int, reason="the first rollout id comes from the checkpoint in --load (0 without)"
+    ),
     Accepted("--min-batch-collection-ratio", type=float, reason=_NOT_YET),
     Accepted("--rollout-task-type", type=str, reason="the reward function is chosen by --rm-type"),
-    Accepted("--loss-mask-type", type=str,
-             reason="the loss mask comes from the chat template's rendering of each turn, for every model family"),
+    Accepted(
+        "--loss-mask-type",
+        type=str,
+        reason="the loss mask comes from the chat template's rendering of each turn, for every model family",
+    ),
     Accepted("--apply-chat-template-kwargs", type=str, reason=f"extra chat-template arguments are {_NOT_YET}"),
     Accepted("--multimodal-keys", type=str, reason=f"multimodal prompts are {_NOT_YET}"),
     Accepted("--fetch-trajectory-retry-times", type=int, reason="samples are retried by --generate-max-retries"),
     Accepted("--rollout-buffer-url", type=str, reason=f"an external rollout buffer service is {_NOT_YET}"),
-    Accepted("--rollout-data-transport", type=str,
-             reason="rollout data reaches the train ranks through Ray's object store"),
+    Accepted(
+        "--rollout-data-transport", type=str, reason="rollout data reaches the train ranks through Ray's object store"
+    ),
     Accepted("--use-rollout-entropy", reason=f"entropy from the engine's log-probs is {_NOT_YET}"),
-    Accepted("--rollout-health-check-first-wait", type=float,
-             reason="engines are health-checked once they answer (--rollout-health-check-interval)"),
+    Accepted(
+        "--rollout-health-check-first-wait",
+        type=float,
+        reason="engines are health-checked once they answer (--rollout-health-check-interval)",
+    ),
     Accepted("--http-proxy", type=str, reason="the engines are reached directly or through --router"),
     Accepted("--use-distributed-post", reason="requests are sent from the rollout process"),
-    Accepted("--load-forge-rollout-data", type=str,
-             reason=f"{_NOT_YET}: replay saved rollouts with --load-debug-rollout-data"),
-    Accepted("--load-debug-rollout-data-subsample", type=float,
-             reason=f"{_NOT_YET}: every saved sample is replayed"),
-    Accepted("--save-debug-train-data", type=str, reason="save the rollouts with --save-debug-rollout-data or --dump-rollouts"),
+    Accepted(
+        "--load-forge-rollout-data",
+        type=str,
+        reason=f"{_NOT_YET}: replay saved rollouts with --load-debug-rollout-data",
+    ),
+    Accepted("--load-debug-rollout-data-subsample", type=float, reason=f"{_NOT_YET}: every saved sample is replayed"),
+    Accepted(
+        "--save-debug-train-data",
+        type=str,
+        reason="save the rollouts with --save-debug-rollout-data or --dump-rollouts",
+    ),
     Accepted("--dump-details", type=str, reason="write every rollout's samples with --dump-rollouts"),
     # evaluation
-    Accepted("--eval-config", type=str,
-             reason=f"YAML evaluation configs are {_NOT_YET}: give --eval-prompt-data NAME PATH pairs"),
+    Accepted(
+        "--eval-config",
+        type=str,
+        reason=f"YAML evaluation configs are {_NOT_YET}: give --eval-prompt-data NAME PATH pairs",
+    ),
     Accepted("--skip-eval-before-train", reason=f"{_NOT_YET}: evaluation runs before the first rollout"),
-    *(Accepted(flag, type=str, reason=_EVAL_KEYS) for flag in (
-        "--eval-input-key", "--eval-label-key", "--eval-tool-key", "--eval-reward-key")),
+    *(
+        Accepted(flag, type=str, reason=_EVAL_KEYS)
+        for flag in ("--eval-input-key", "--eval-label-key", "--eval-tool-key", "--eval-reward-key")
+    ),
     *(Accepted(flag, type=int, reason=_EVAL_LEN) for flag in ("--eval-max-prompt-len", "--eval-max-context-len")),
     Accepted("--eval-min-new-tokens", type=int, reason=f"a minimum response length is {_NOT_YET}"),
     # algorithm and training
-    Accepted("--disable-compute-advantages-and-returns",
-             reason="advantages are always computed; supervised training (--loss-type sft_loss) does not use them"),
+    Accepted(
+        "--disable-compute-advantages-and-returns",
+        reason="advantages are always computed; supervised training (--loss-type sft_loss) does not use them",
+    ),
     Accepted("--log-probs-chunk-size", type=int, reason=_LOGPROBS_MEMORY),
     Accepted("--log-probs-max-tokens-per-gpu", type=int, reason=_LOGPROBS_MEMORY),
     Accepted("--use-opd", reason="on-policy distillation is on when --opd-teacher-load names the teacher"),
-    Accepted("--opd-type", type=str,
-             reason="the teacher's log-probs are computed by the train backend from --opd-teacher-load"),
+    Accepted(
+        "--opd-type",
+        type=str,
+        reason="the teacher's log-probs are computed by the train backend from --opd-teacher-load",
+    ),
     Accepted("--opd-teacher-ckpt-step", type=int, reason="--opd-teacher-load is a Hugging Face directory"),
-    Accepted("--ref-ckpt-step", type=int,
-             reason="a Megatron --ref-load is read at the iteration its latest_checkpointed_iteration.txt names"),
+    Accepted(
+        "--ref-ckpt-step",
+        type=int,
+        reason="a Megatron --ref-load is read at the iteration its latest_checkpointed_iteration.txt names",
+    ),
     Accepted("--ref-update-interval", type=int, reason=f"updating the reference model from the actor is {_NOT_YET}"),
     Accepted("--keep-old-actor", reason="π_old is recomputed by the actor before each train step"),
     Accepted("--num-critic-only-steps", type=int, reason=f"critic warm-up steps are {_NOT_YET}"),
@@ -94,26 +128,44 @@ SLIME_FLAGS: tuple[Accepted, ...] = (
     Accepted("--qwen-gdn-backend", type=str, reason=_DEEPGEMM),
     Accepted("--freeze-params-name-list", type=str, nargs="+", reason=_TRAIN_SUBSET),
     Accepted("--only-train-params-name-list", type=str, nargs="+", reason=_TRAIN_SUBSET),
-    *(Accepted(flag, type=str, nargs="+", reason=_DEEPGEMM) for flag in (
-        "--megatron-deepgemm-forward-layers", "--megatron-deepgemm-forward-modules",
-        "--megatron-deepgemm-moe-forward-layers", "--megatron-deepgemm-moe-forward-modules")),
+    *(
+        Accepted(flag, type=str, nargs="+", reason=_DEEPGEMM)
+        for flag in (
+            "--megatron-deepgemm-forward-layers",
+            "--megatron-deepgemm-forward-modules",
+            "--megatron-deepgemm-moe-forward-layers",
+            "--megatron-deepgemm-moe-forward-modules",
+        )
+    ),
     Accepted("--model-name", type=str, reason="the model family comes from config.json's model_type"),
     Accepted("--train-env-vars", type=str, reason="set environment variables before `slime run`; Ray passes them on"),
     # placement, offload, weight updates
-    Accepted("--num-gpus-per-node", type=int,
-             reason="engines are placed by --rollout-num-gpus and --rollout-num-gpus-per-engine"),
-    *(Accepted(flag, reason=_OFFLOAD) for flag in ("--offload", "--offload-train", "--offload-rollout", "--release-train")),
+    Accepted(
+        "--num-gpus-per-node",
+        type=int,
+        reason="engines are placed by --rollout-num-gpus and --rollout-num-gpus-per-engine",
+    ),
+    *(
+        Accepted(flag, reason=_OFFLOAD)
+        for flag in ("--offload", "--offload-train", "--offload-rollout", "--release-train")
+    ),
     Accepted("--prefill-num-servers", type=int, reason=_PD),
     Accepted("--update-weight-mode", type=str, reason=_DELTA),
     Accepted("--update-weight-delta-encoding", type=str, reason=_DELTA),
     Accepted("--update-weight-delta-checksum", type=str, reason=_DELTA),
     Accepted("--update-weight-local-checkpoint-dir", type=str, reason=_DELTA),
-    Accepted("--update-weight-disk-dir", type=str,
-             reason="--update-weight-transport disk writes under <output-dir>/weights"),
-    Accepted("--update-weight-disk-keep-files",
-             reason="the disk transport keeps only the newest update's directory (under <output-dir>/weights)"),
-    Accepted("--sglang-router-request-timeout-secs", type=int,
-             reason="requests are bounded by the router's own timeouts (--router-* options)"),
+    Accepted(
+        "--update-weight-disk-dir", type=str, reason="--update-weight-transport disk writes under <output-dir>/weights"
+    ),
+    Accepted(
+        "--update-weight-disk-keep-files",
+        reason="the disk transport keeps only the newest update's directory (under <output-dir>/weights)",
+    ),
+    Accepted(
+        "--sglang-router-request-timeout-secs",
+        type=int,
+        reason="requests are bounded by the router's own timeouts (--router-* options)",
+    ),
     # observability and CI
     *(Accepted(flag, type=str, reason=_WANDB) for flag in ("--wandb-key", "--wandb-team", "--wandb-host")),
     Accepted("--wandb-run-id", type=str, reason="each run is a new W&B run named by --wandb-run-name"),

@@ -33,8 +33,11 @@ def validate(config: Config, options: OptionSet) -> list[str]:
 
 def _check_top_p(config: Config) -> list[str]:
     """Nucleus thresholds are probabilities."""
-    return [f"{key_to_flag(key)} must be in (0, 1] (1: no nucleus), got {config.get(key)}"
-            for key in ("rollout_top_p", "eval_top_p") if config.get(key) is not None and not 0 < config.get(key) <= 1]
+    return [
+        f"{key_to_flag(key)} must be in (0, 1] (1: no nucleus), got {config.get(key)}"
+        for key in ("rollout_top_p", "eval_top_p")
+        if config.get(key) is not None and not 0 < config.get(key) <= 1
+    ]
 
 
 def _check_context_len(config: Config) -> list[str]:
@@ -50,8 +53,10 @@ def _check_context_len(config: Config) -> list[str]:
         config.rollout_max_prompt_len = context - 1
         config.sources["rollout_max_prompt_len"] = f"--rollout-max-context-len {context} minus 1"
     elif prompt > context - 1:
-        return [f"--rollout-max-prompt-len {prompt} leaves no room for a response within --rollout-max-context-len "
-                f"{context}: lower it to at most {context - 1} (or raise the context length)"]
+        return [
+            f"--rollout-max-prompt-len {prompt} leaves no room for a response within --rollout-max-context-len "
+            f"{context}: lower it to at most {context - 1} (or raise the context length)"
+        ]
     return []
 
 
@@ -61,15 +66,23 @@ def _check_debug(config: Config) -> list[str]:
     for key in ("save_debug_rollout_data", "load_debug_rollout_data"):
         template = config.get(key)
         if template and "{rollout_id}" not in template:
-            errors.append(f"{key_to_flag(key)} {template}: put {{rollout_id}} in the path (one file per rollout), "
-                          "e.g. dbg/rollout_{rollout_id}.json")
+            errors.append(
+                f"{key_to_flag(key)} {template}: put {{rollout_id}} in the path (one file per rollout), "
+                "e.g. dbg/rollout_{rollout_id}.json"
+            )
     if config.get("load_debug_rollout_data"):
         config.debug_train_only = True
-    if config.get("debug_train_only") and not config.get("load_debug_rollout_data") \
-            and config.get("rollout_function") == "default" and not config.get("rollout_function_path"):
-        errors.append("--debug-train-only starts no engines, and the default rollout function needs them: replay "
-                      "saved rollouts with --load-debug-rollout-data PATH_{rollout_id} (written by a run with "
-                      "--save-debug-rollout-data), or use a rollout function that needs none (--rollout-function sft)")
+    if (
+        config.get("debug_train_only")
+        and not config.get("load_debug_rollout_data")
+        and config.get("rollout_function") == "default"
+        and not config.get("rollout_function_path")
+    ):
+        errors.append(
+            "--debug-train-only starts no engines, and the default rollout function needs them: replay "
+            "saved rollouts with --load-debug-rollout-data PATH_{rollout_id} (written by a run with "
+            "--save-debug-rollout-data), or use a rollout function that needs none (--rollout-function sft)"
+        )
     if config.get("debug_train_only") and config.get("debug_rollout_only"):
         errors.append("--debug-rollout-only and --debug-train-only (or --load-debug-rollout-data) exclude each other")
     return errors
@@ -80,19 +93,26 @@ def _check_resume(config: Config) -> list[str]:
     if (config.get("ckpt_step") or 0) < 0:
         errors.append(f"--ckpt-step must be a rollout id (0 or more), got {config.ckpt_step}")
     if config.get("save_retain_count") is not None and config.save_retain_count < 1:
-        errors.append(f"--save-retain-count keeps the newest N checkpoints, N 1 or more (got {config.save_retain_count}); "
-                      "leave it out to keep every checkpoint")
+        errors.append(
+            f"--save-retain-count keeps the newest N checkpoints, N 1 or more (got {config.save_retain_count}); "
+            "leave it out to keep every checkpoint"
+        )
     return errors
 
 
 def _check_fault_tolerance(config: Config) -> list[str]:
     if not config.get("use_fault_tolerance"):
         return []
-    errors = [f"{key_to_flag(key)} must be positive, got {config.get(key)}"
-              for key in ("rollout_health_check_interval", "rollout_health_check_timeout") if config.get(key) <= 0]
+    errors = [
+        f"{key_to_flag(key)} must be positive, got {config.get(key)}"
+        for key in ("rollout_health_check_interval", "rollout_health_check_timeout")
+        if config.get(key) <= 0
+    ]
     if config.get("rollout_external_engine_addrs"):
-        errors.append("--use-fault-tolerance restarts the engines slime started; engines given by "
-                      "--rollout-external-engine-addrs are not slime's to restart (drop one of the two options)")
+        errors.append(
+            "--use-fault-tolerance restarts the engines slime started; engines given by "
+            "--rollout-external-engine-addrs are not slime's to restart (drop one of the two options)"
+        )
     return errors
 
 
@@ -101,8 +121,10 @@ def _check_nonfinite(config: Config) -> list[str]:
     errors = []
     failure_reward = config.get("rm_failure_reward")
     if failure_reward is not None and not math.isfinite(failure_reward):
-        errors.append(f"--rm-failure-reward {failure_reward}: failed samples would be trained on a non-finite reward; "
-                      "give a finite number")
+        errors.append(
+            f"--rm-failure-reward {failure_reward}: failed samples would be trained on a non-finite reward; "
+            "give a finite number"
+        )
     limit = config.get("max_consecutive_skipped_steps")
     if limit is not None and limit < 1:
         errors.append(f"--max-consecutive-skipped-steps must be at least 1, got {limit}")
@@ -112,7 +134,10 @@ def _check_nonfinite(config: Config) -> list[str]:
 def _check_batching(config: Config) -> list[str]:
     """Packed micro-batches need a token budget."""
     if config.get("use_dynamic_batch_size") and not config.get("max_tokens_per_gpu"):
-        return ["--use-dynamic-batch-size packs micro-batches up to --max-tokens-per-gpu tokens; set --max-tokens-per-gpu too"]
+        return [
+            "--use-dynamic-batch-size packs micro-batches up to --max-tokens-per-gpu tokens; set --max-tokens-per-gpu "
+            "too"
+        ]
     return []
 
 
@@ -137,11 +162,17 @@ def _check_batch(config: Config) -> list[str]:
     if gb is None:
         steps = steps or 1
         if total % steps:
-            return [f"{per_rollout}, which does not split into {steps} optimizer steps; pick --num-steps-per-rollout dividing {total}"]
+            return [
+                f"{per_rollout}, which does not split into {steps} optimizer steps; pick --num-steps-per-rollout "
+                f"dividing {total}"
+            ]
         config.global_batch_size, config.num_steps_per_rollout = total // steps, steps
     elif steps is None:
         if total % gb:
-            return [f"{per_rollout}, which is not a multiple of --global-batch-size {gb}; pick a global batch size dividing {total}"]
+            return [
+                f"{per_rollout}, which is not a multiple of --global-batch-size {gb}; pick a global batch size "
+                f"dividing {total}"
+            ]
         config.num_steps_per_rollout = total // gb
     elif gb * steps != total:
         return [
@@ -169,4 +200,6 @@ def _missing_file(flag: str, spec: str) -> list[str]:
     path, _ = split_path_slice(spec)
     if Path(path).is_file():
         return []
-    return [f"{flag}: data file '{path}' does not exist; check the path (relative paths start at the current directory)"]
+    return [
+        f"{flag}: data file '{path}' does not exist; check the path (relative paths start at the current directory)"
+    ]

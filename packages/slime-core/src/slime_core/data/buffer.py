@@ -8,7 +8,7 @@ buffer filter: ``buffer_filter(groups, num_groups) -> chosen groups`` (registere
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from slime_core.sample import Sample
 

@@ -58,16 +58,22 @@ def record_problems(config, plugins) -> list[str]:
             continue
         if not selected:
             held = "holds no record" if not records else f"selects none of the file's {len(records)} records"
-            problems.append(f"{flag} {spec}: no prompts: the file {held}; give a file (or slice) with at least one "
-                            "JSON object per line")
+            problems.append(
+                f"{flag} {spec}: no prompts: the file {held}; give a file (or slice) with at least one "
+                "JSON object per line"
+            )
     return problems
 
 
 def budget_problems(budgets: set[PromptBudget | None]) -> list[str]:
     """A response limit that leaves no room for any prompt in the engine's context."""
-    return [f"{budget.response_flag} {budget.response} leaves no room for a prompt in the engine's context of "
-            f"{budget.context} tokens ({budget.source}); lower it to at most {budget.context - 2}, or give the engines "
-            "a longer context with --sglang-context-length" for budget in budgets if budget is not None and budget.tokens < 1]
+    return [
+        f"{budget.response_flag} {budget.response} leaves no room for a prompt in the engine's context of "
+        f"{budget.context} tokens ({budget.source}); lower it to at most {budget.context - 2}, or give the engines "
+        "a longer context with --sglang-context-length"
+        for budget in budgets
+        if budget is not None and budget.tokens < 1
+    ]
 
 
 def prompt_length_problems(config, plugins) -> tuple[list[str], list[str]]:
@@ -110,9 +116,11 @@ def over_budget(dataset: PromptDataset, budget: PromptBudget | None) -> list[str
         return []
     more = f" (and {len(over) - 1} more prompts in this file)" if len(over) > 1 else ""
     rendered = " after the chat template" if dataset.format.apply_chat_template else ""
-    return [f"{over[0].metadata['source']}: the prompt has {len(over[0].tokens)} tokens{rendered}, more than the "
-            f"engine takes with a whole response: {budget.why}{more}; shorten it, or drop such prompts when the "
-            f"data is loaded with --rollout-max-prompt-len {budget.tokens}"]
+    return [
+        f"{over[0].metadata['source']}: the prompt has {len(over[0].tokens)} tokens{rendered}, more than the "
+        f"engine takes with a whole response: {budget.why}{more}; shorten it, or drop such prompts when the "
+        f"data is loaded with --rollout-max-prompt-len {budget.tokens}"
+    ]
 
 
 def describe_lengths(dataset: PromptDataset, budget: PromptBudget | None) -> str:
@@ -122,6 +130,8 @@ def describe_lengths(dataset: PromptDataset, budget: PromptBudget | None) -> str
     if budget is not None:
         line += f" (the engine takes {budget.why})"
     if dataset.dropped_too_long:
-        line += (f"; {dataset.dropped_too_long} dropped as longer than {dataset.format.max_prompt_len} tokens "
-                 "(--rollout-max-prompt-len)")
+        line += (
+            f"; {dataset.dropped_too_long} dropped as longer than {dataset.format.max_prompt_len} tokens "
+            "(--rollout-max-prompt-len)"
+        )
     return line

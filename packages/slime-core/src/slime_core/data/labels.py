@@ -11,7 +11,8 @@ rollouts) checks nothing.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from slime_core.components import run_generates
 from slime_core.data.records import DataError
@@ -38,8 +39,10 @@ def label_checker(config, plugins) -> LabelCheck:
         expected = declared(label, metadata) if declared else None
         if expected:
             entry, key = registry.entry(name), label_key or "''"
-            raise DataError(f"{where}: label {label!r:.60} ({type(label).__name__}) is not what reward function "
-                            f"'{name}' (plugin '{entry.plugin}', {entry.distribution}) grades: it expects {expected}; "
-                            f"fix the label (--label-key {key}) or choose another --rm-type")
+            raise DataError(
+                f"{where}: label {label!r:.60} ({type(label).__name__}) is not what reward function "
+                f"'{name}' (plugin '{entry.plugin}', {entry.distribution}) grades: it expects {expected}; "
+                f"fix the label (--label-key {key}) or choose another --rm-type"
+            )
 
     return check

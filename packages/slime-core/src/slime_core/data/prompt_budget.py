@@ -19,9 +19,9 @@ Only runs that generate (not SFT, not replayed rollouts) have a budget.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from slime_core.components import run_generates
 

@@ -28,21 +28,33 @@ class PromptFormat:
     @classmethod
     def from_config(cls, config) -> PromptFormat:
         """From slime's options (``--input-key``, ``--apply-chat-template``, ...)."""
-        return cls(input_key=config.input_key, label_key=config.label_key or None,
-                   metadata_key=config.metadata_key or None, tool_key=config.tool_key or None,
-                   apply_chat_template=config.apply_chat_template, max_prompt_len=config.rollout_max_prompt_len)
+        return cls(
+            input_key=config.input_key,
+            label_key=config.label_key or None,
+            metadata_key=config.metadata_key or None,
+            tool_key=config.tool_key or None,
+            apply_chat_template=config.apply_chat_template,
+            max_prompt_len=config.rollout_max_prompt_len,
+        )
 
 
 def check_record(where: str, record: dict[str, Any], fmt: PromptFormat) -> None:
     """Raise `DataError` naming ``where`` if ``record`` lacks the prompt (text or chat
     messages) or the label that ``fmt`` asks for."""
     if fmt.input_key not in record:
-        raise DataError(f"{where}: no '{fmt.input_key}' key (keys: {', '.join(record)}); set --input-key to the prompt's key")
+        raise DataError(
+            f"{where}: no '{fmt.input_key}' key (keys: {', '.join(record)}); set --input-key to the prompt's key"
+        )
     prompt = record[fmt.input_key]
     if not isinstance(prompt, (str, list)):
-        raise DataError(f"{where}: '{fmt.input_key}' must be text or a list of chat messages, got {type(prompt).__name__}")
+        raise DataError(
+            f"{where}: '{fmt.input_key}' must be text or a list of chat messages, got {type(prompt).__name__}"
+        )
     if fmt.label_key and fmt.label_key not in record:
-        raise DataError(f"{where}: no '{fmt.label_key}' key (keys: {', '.join(record)}); set --label-key, or --label-key '' for none")
+        raise DataError(
+            f"{where}: no '{fmt.label_key}' key (keys: {', '.join(record)}); set --label-key, or --label-key '' for "
+            "none"
+        )
 
 
 class PromptDataset:
@@ -77,7 +89,9 @@ class PromptDataset:
         self.format = fmt
         self.tokenizer = tokenizer
         if (fmt.apply_chat_template or fmt.max_prompt_len) and tokenizer is None:
-            raise ValueError("a tokenizer is needed to apply the chat template or to filter by --rollout-max-prompt-len")
+            raise ValueError(
+                "a tokenizer is needed to apply the chat template or to filter by --rollout-max-prompt-len"
+            )
         records = list(read_records(path))[part]
         samples = [self._to_sample(where, record) for where, record in records]
         self.samples = [s for s in samples if not self._too_long(s)]
@@ -86,11 +100,18 @@ class PromptDataset:
             first = next(s for s in samples if self._too_long(s)).metadata["source"]
             logger.warning(
                 "%s: dropped %d of %d prompts longer than %d tokens (--rollout-max-prompt-len), the first at %s",
-                path, self.dropped_too_long, len(samples), fmt.max_prompt_len, first,
+                path,
+                self.dropped_too_long,
+                len(samples),
+                fmt.max_prompt_len,
+                first,
             )
         if not self.samples:
-            why = (f"all {len(samples)} are longer than {fmt.max_prompt_len} tokens (--rollout-max-prompt-len); raise it"
-                   if samples else "the file (or its slice) holds no record")
+            why = (
+                f"all {len(samples)} are longer than {fmt.max_prompt_len} tokens (--rollout-max-prompt-len); raise it"
+                if samples
+                else "the file (or its slice) holds no record"
+            )
             raise DataError(f"{spec}: no prompts left: {why}")
 
     def __len__(self) -> int:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 
 class DataError(ValueError):
@@ -22,7 +23,9 @@ def read_records(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
     elif suffix == ".parquet":
         yield from _read_parquet(path)
     else:
-        raise DataError(f"{path}: unsupported data format '{suffix}'; use .jsonl (one JSON object per line) or .parquet")
+        raise DataError(
+            f"{path}: unsupported data format '{suffix}'; use .jsonl (one JSON object per line) or .parquet"
+        )
 
 
 def _read_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -38,7 +41,9 @@ def _read_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise DataError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno}); fix or remove this line") from None
+                raise DataError(
+                    f"{where}: invalid JSON ({exc.msg} at column {exc.colno}); fix or remove this line"
+                ) from None
             if not isinstance(record, dict):
                 raise DataError(f"{where}: expected a JSON object per line, got {type(record).__name__}")
             yield where, record
@@ -48,8 +53,10 @@ def _utf8(raw: bytes, where: str) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DataError(f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line); save the "
-                        "file as UTF-8 (e.g. iconv -f latin1 -t utf-8), or fix this line") from None
+        raise DataError(
+            f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line); save the "
+            "file as UTF-8 (e.g. iconv -f latin1 -t utf-8), or fix this line"
+        ) from None
 
 
 def _read_parquet(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:

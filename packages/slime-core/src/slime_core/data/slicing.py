@@ -12,7 +12,9 @@ def split_path_slice(spec: str) -> tuple[str, slice]:
     match = _SLICE.match(spec)
     if not match:
         if "@[" in spec:
-            raise ValueError(f"'{spec}': a slice is written path@[start:end] with integer bounds, e.g. data.jsonl@[0:1000]")
+            raise ValueError(
+                f"'{spec}': a slice is written path@[start:end] with integer bounds, e.g. data.jsonl@[0:1000]"
+            )
         return spec, slice(None)
     bound = lambda text: int(text) if text else None  # noqa: E731
     return match["path"], slice(bound(match["start"]), bound(match["end"]))

@@ -3,7 +3,6 @@
 from slime_core.hookspecs.marker import hookspec
 
 
-
 @hookspec
 def slime_add_options(options):
     """Add this plugin's options to ``slime run`` (command line and YAML config).

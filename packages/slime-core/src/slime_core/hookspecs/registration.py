@@ -4,7 +4,6 @@ the config selects by name."""
 from slime_core.hookspecs.marker import hookspec
 
 
-
 @hookspec
 def slime_register_train_backends(register):
     """Register train backends, selected with ``--train-backend NAME``.

@@ -26,8 +26,11 @@ def save_rollout(template: str, rollout_id: int, result: RolloutResult) -> Path:
     """Write rollout ``rollout_id`` to ``template`` with ``{rollout_id}`` filled in."""
     path = rollout_path(template, rollout_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"rollout_id": rollout_id, "metrics": result.metrics,
-              "groups": [[sample.to_dict() for sample in group] for group in result.groups]}
+    record = {
+        "rollout_id": rollout_id,
+        "metrics": result.metrics,
+        "groups": [[sample.to_dict() for sample in group] for group in result.groups],
+    }
     path.write_text(json.dumps(record))
     return path
 
@@ -35,8 +38,10 @@ def save_rollout(template: str, rollout_id: int, result: RolloutResult) -> Path:
 def load_rollout(template: str, rollout_id: int) -> RolloutResult:
     path = rollout_path(template, rollout_id)
     if not path.is_file():
-        raise FileNotFoundError(f"--load-debug-rollout-data: no saved rollout {rollout_id} at {path}; the saving run "
-                                "wrote one file per rollout it made (lower --num-rollout, or save more rollouts)")
+        raise FileNotFoundError(
+            f"--load-debug-rollout-data: no saved rollout {rollout_id} at {path}; the saving run "
+            "wrote one file per rollout it made (lower --num-rollout, or save more rollouts)"
+        )
     record = json.loads(path.read_text())
     groups = [[Sample.from_dict(sample) for sample in group] for group in record["groups"]]
     return RolloutResult(groups, record["metrics"])

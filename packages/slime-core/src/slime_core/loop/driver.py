@@ -2,7 +2,8 @@
 
 `run` is the whole recipe; `Run` holds the parts (`slime_core.loop.parts.Parts`: train
 ranks, engines, router, rollout manager, weight sync) and one method per phase, each a few
-lines. Synchronous mode does the phases in turn. Asynchronous mode (``--train-mode async``) generates rollout k+1 while it
+lines. Synchronous mode does the phases in turn. Asynchronous mode (``--train-mode async``) generates rollout k+1
+while it
 trains on rollout k, pushes weights every ``--update-weights-interval`` rollouts, and drops
 groups older than ``--max-staleness`` weight versions (counted).
 """
@@ -74,10 +75,13 @@ def _import_torch_before_ray() -> None:
 def _sigterm_as_interrupt():
     """SIGTERM (a scheduler stopping the job) unwinds like Ctrl-C, so the parts are stopped.
     Installed after `ray.init`, which sets a SIGTERM handler of its own that aborts."""
+
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt) if threading.current_thread() is threading.main_thread() else None
+    previous = (
+        signal.signal(signal.SIGTERM, interrupt) if threading.current_thread() is threading.main_thread() else None
+    )
     try:
         yield
     finally:
@@ -93,8 +97,9 @@ class Run:
         self.config, self.plugins, self.run_dir = config, plugins, run_dir
         self.sample_filters = SampleFilters.from_config(config, plugins)
         self.monitor = None  # slime_core.loop.fault_tolerance.EngineMonitor, when the run has engines
-        self.skipped_steps = SkippedSteps(config.max_consecutive_skipped_steps if config.check_for_nan_in_loss_and_grad
-                                          else None)
+        self.skipped_steps = SkippedSteps(
+            config.max_consecutive_skipped_steps if config.check_for_nan_in_loss_and_grad else None
+        )
         self.source_states: dict[int, dict] = {}  # the data source as it was before each rollout started
         self._stack = ExitStack()
 
@@ -146,10 +151,14 @@ class Run:
         groups, dropped = drop_stale_groups(result.groups, self.version, self.config.max_staleness)
         filtered = self.sample_filters.apply(groups)  # before the batch: it zeroes loss masks
         batch = train_batch(in_prompt_order(groups), self.config, self.plugins)
-        metrics = {**self.rollout_log(rollout_id, result, groups, batch), **timings, **filtered,
-                   **self.parts.rollouts.reward_metrics(),
-                   "rollout/stale_groups_dropped": float(dropped),
-                   "rollout/staleness_max": float(max((staleness(g, self.version) for g in groups), default=0))}
+        metrics = {
+            **self.rollout_log(rollout_id, result, groups, batch),
+            **timings,
+            **filtered,
+            **self.parts.rollouts.reward_metrics(),
+            "rollout/stale_groups_dropped": float(dropped),
+            "rollout/staleness_max": float(max((staleness(g, self.version) for g in groups), default=0)),
+        }
         trainer, critic, weights = self.parts.trainer, self.parts.critic, self.parts.weights
         if len(batch) == 0 or trainer is None:  # nothing to train on, or --debug-rollout-only
             return metrics
@@ -165,8 +174,14 @@ class Run:
         tokens = sum(len(t) for t in batch.tokens)
         metrics.update({f"train/{k}": v for k, v in train.items()})
         metrics.update(self.skipped_steps.metrics())
-        metrics.update({"time/train": seconds, "perf/train_tokens_per_second": tokens / max(seconds, 1e-9),
-                        "perf/tokens": float(tokens), "weight_version": float(self.version)})
+        metrics.update(
+            {
+                "time/train": seconds,
+                "perf/train_tokens_per_second": tokens / max(seconds, 1e-9),
+                "perf/tokens": float(tokens),
+                "weight_version": float(self.version),
+            }
+        )
         return metrics
 
     def rollout_log(self, rollout_id: int, result, groups, batch) -> dict[str, float]:
@@ -224,8 +239,10 @@ class Run:
         if self.parts.rollouts.eval_datasets and self.config.eval_interval and self.start == 0:
             metrics = self.evaluate(-1)
             self.run_dir.log_metrics(-1, metrics)
-            self.run_dir.log("[before training]  " + "  ".join(
-                f"{k[5:]} {v:.3f}" for k, v in metrics.items() if k.endswith("/reward_mean")))
+            self.run_dir.log(
+                "[before training]  "
+                + "  ".join(f"{k[5:]} {v:.3f}" for k, v in metrics.items() if k.endswith("/reward_mean"))
+            )
 
     def evaluate(self, rollout_id: int) -> dict[str, float]:
         self.parts.colocation.for_rollout()
@@ -274,8 +291,10 @@ class Run:
             self.run_dir.log(f"slime run: warning: --save-retain-count could not delete an old checkpoint: {exc}")
             return
         if deleted:
-            self.run_dir.log(f"--save-retain-count {self.config.save_retain_count}: deleted the checkpoints of "
-                             f"rollouts {', '.join(map(str, deleted))} under {self.config.save}")
+            self.run_dir.log(
+                f"--save-retain-count {self.config.save_retain_count}: deleted the checkpoints of "
+                f"rollouts {', '.join(map(str, deleted))} under {self.config.save}"
+            )
 
     # ---------------------------------------------------------------- helpers
 
@@ -286,8 +305,12 @@ class Run:
 
     def save_due(self, rollout_id: int) -> bool:
         interval = self.config.save_interval
-        return bool(self.config.save) and bool(interval) and self.parts.trainer is not None and (
-            (rollout_id + 1) % interval == 0 or rollout_id + 1 == self.config.num_rollout)
+        return (
+            bool(self.config.save)
+            and bool(interval)
+            and self.parts.trainer is not None
+            and ((rollout_id + 1) % interval == 0 or rollout_id + 1 == self.config.num_rollout)
+        )
 
     # ---------------------------------------------------------------- start and stop
 
@@ -302,8 +325,12 @@ class Run:
         except BaseException:
             self._stack.close()
             raise
-        self.progress = Progress(self.start, self.config.num_rollout, show_reward=self.config.loss_type != "sft_loss",
-                                 show_loss=self.parts.trainer is not None)
+        self.progress = Progress(
+            self.start,
+            self.config.num_rollout,
+            show_reward=self.config.loss_type != "sft_loss",
+            show_loss=self.parts.trainer is not None,
+        )
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -314,13 +341,20 @@ class Run:
         """The monitor over the run's engines (replacing failed ones with --use-fault-tolerance,
         else stopping the run), stopped before them."""
         from slime_core.loop.fault_tolerance import EngineMonitor
-
         from slime_core.loop.parts import placement_record
 
         parts = self.parts
-        monitor = EngineMonitor(self.config, parts.engines, parts.router, parts.weights, parts.colocation,
-                                parts.rollouts.run, lambda: self.version, self.run_dir.log,
-                                lambda: self.run_dir.write_placement(placement_record(parts.placement, parts.router)))
+        monitor = EngineMonitor(
+            self.config,
+            parts.engines,
+            parts.router,
+            parts.weights,
+            parts.colocation,
+            parts.rollouts.run,
+            lambda: self.version,
+            self.run_dir.log,
+            lambda: self.run_dir.write_placement(placement_record(parts.placement, parts.router)),
+        )
         monitor.start()
         try:
             yield monitor
@@ -352,8 +386,12 @@ def _save_failed(save_dir: str, rollout_id: int, exc: Exception) -> CheckpointEr
         kept = latest_checkpoint(save_dir)
     except OSError:
         kept = None
-    left = f"the latest complete checkpoint, {kept}, is intact: fix the cause and resume with --load {save_dir}" \
-        if kept else f"{save_dir} holds no complete checkpoint yet"
+    left = (
+        f"the latest complete checkpoint, {kept}, is intact: fix the cause and resume with --load {save_dir}"
+        if kept
+        else f"{save_dir} holds no complete checkpoint yet"
+    )
     named = "" if isinstance(cause, CheckpointError) else f"{type(cause).__name__}: "
-    return CheckpointError(f"saving the checkpoint of rollout {rollout_id} under {save_dir} failed: {named}{cause}\n  {left}")
-
+    return CheckpointError(
+        f"saving the checkpoint of rollout {rollout_id} under {save_dir} failed: {named}{cause}\n  {left}"
+    )

@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from slime_core.engine import EngineUnavailable
 from slime_core.run_fault import RunFault, stop_run
@@ -67,8 +67,18 @@ class EngineMonitor:
     each replacement (the driver records the engines' nodes again: a replaced engine may run on
     another node when its own was lost)."""
 
-    def __init__(self, config, engines, router, weights, colocation, run: Callable, version: Callable[[], int],
-                 log: Callable[[str], None], replaced: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        config,
+        engines,
+        router,
+        weights,
+        colocation,
+        run: Callable,
+        version: Callable[[], int],
+        log: Callable[[str], None],
+        replaced: Callable[[], None] | None = None,
+    ):
         self.engines, self.router, self.weights, self.colocation = engines, router, weights, colocation
         self.run, self.version, self.log, self.replaced = run, version, log, replaced
         self.replaces = bool(config.get("use_fault_tolerance"))  # else a failed engine stops the run
@@ -175,11 +185,15 @@ class EngineMonitor:
             if waited and self.engines.health_problem(index, self.timeout) is None:
                 return  # it recovered while an update held the lock
             if not self.replaces:
-                raise EngineFailed(f"rollout engine {index} failed: {problem}. The run stopped; "
-                                   "--use-fault-tolerance replaces failed engines")
+                raise EngineFailed(
+                    f"rollout engine {index} failed: {problem}. The run stopped; "
+                    "--use-fault-tolerance replaces failed engines"
+                )
             if self.restarts >= self.max_restarts:
-                raise EngineFailed(f"rollout engine {index} failed ({problem}) after {self.restarts} replacements "
-                                   f"(--max-engine-restarts {self.max_restarts}); the run stopped")
+                raise EngineFailed(
+                    f"rollout engine {index} failed ({problem}) after {self.restarts} replacements "
+                    f"(--max-engine-restarts {self.max_restarts}); the run stopped"
+                )
             start, old = time.perf_counter(), self.engines.urls[index]
             self.router.remove_worker(old)
             new = self.engines.restart(index)
@@ -188,7 +202,9 @@ class EngineMonitor:
                 self.run(self.engines.only(index).release_memory())
             self.router.add_worker(new)
             self.restarts += 1
-        self.log(f"[fault tolerance] engine {index} failed ({problem}): replaced by {new} on weight version "
-                 f"{self.version()} in {time.perf_counter() - start:.1f} s")
+        self.log(
+            f"[fault tolerance] engine {index} failed ({problem}): replaced by {new} on weight version "
+            f"{self.version()} in {time.perf_counter() - start:.1f} s"
+        )
         if self.replaced is not None:
             self.replaced()

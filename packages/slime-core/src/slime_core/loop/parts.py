@@ -14,12 +14,13 @@ name in the plugin registries: nothing here knows which package provides it.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from slime_core.rollout_parts import needs_engines
 
@@ -69,11 +70,24 @@ def start_parts(config, plugins, run_dir, stack: ExitStack) -> Parts:
     if engines is not None and trainer is not None:
         from slime_core.loop.weight_sync import WeightSync
 
-        weights = _stopped_by(stack, WeightSync(config, trainer, engines, rollouts.run, Path(run_dir.path) / "weights",
-                                                  gpu=placement.gpu),
-                              "close")
-    parts = Parts(placement, trainer, critic, engine_side, engines, router, rollouts, colocation, weights,
-                  training.get("start", 0), training.get("version", 0))
+        weights = _stopped_by(
+            stack,
+            WeightSync(config, trainer, engines, rollouts.run, Path(run_dir.path) / "weights", gpu=placement.gpu),
+            "close",
+        )
+    parts = Parts(
+        placement,
+        trainer,
+        critic,
+        engine_side,
+        engines,
+        router,
+        rollouts,
+        colocation,
+        weights,
+        training.get("start", 0),
+        training.get("version", 0),
+    )
     run_dir.write_placement(placement_record(placement, router))
     if parts.start > 0:
         _resume(config, parts)
@@ -168,16 +182,18 @@ def _start_training(config, plugins, placement, stack: ExitStack) -> dict[str, A
     if config.debug_rollout_only:
         return {}
     rank_class = plugins.registry("train_backends").get(config.train_backend)
-    trainer = _stopped_by(stack, _train_group(config, plugins, rank_class, placement, placement.train_options),
-                          "shutdown")
+    trainer = _stopped_by(
+        stack, _train_group(config, plugins, rank_class, placement, placement.train_options), "shutdown"
+    )
     started = {"trainer": trainer, "start": trainer.init()["rollout_id"], "version": trainer.weight_version()}
     if config.advantage_estimator == "ppo":
         from slime_core.checkpoint_dir import role_config
 
         critic_class = plugins.registry("critics").get(config.train_backend)
         critic_config = role_config(config, "critic", started["start"])  # its own checkpoints, the policy's rollout
-        started["critic"] = _stopped_by(stack, _train_group(critic_config, plugins, critic_class, placement,
-                                                             placement.critic_options), "shutdown")
+        started["critic"] = _stopped_by(
+            stack, _train_group(critic_config, plugins, critic_class, placement, placement.critic_options), "shutdown"
+        )
         started["critic"].init()
     return started
 
@@ -189,9 +205,15 @@ def _train_group(config, plugins, rank_class, placement, actor_options):
     from slime_core.train_backend import TrainGroup
 
     ranks = config.actor_num_nodes * config.actor_num_gpus_per_node
-    return TrainGroup(rank_class, config, ranks, actor_options=actor_options,
-                      in_process=config.actor_runtime == "inprocess", env=plugins.worker_env(),
-                      master=placement.rendezvous())
+    return TrainGroup(
+        rank_class,
+        config,
+        ranks,
+        actor_options=actor_options,
+        in_process=config.actor_runtime == "inprocess",
+        env=plugins.worker_env(),
+        master=placement.rendezvous(),
+    )
 
 
 def _engines_and_router(config, plugins, backend, placement, run_dir, stack: ExitStack):
@@ -267,8 +289,10 @@ def _resume(config, parts: Parts) -> None:
 
     state_file = rollout_state_path(config.load, parts.start - 1)
     if not state_file.is_file():
-        raise FileNotFoundError(f"--load {config.load}: the checkpoint of rollout {parts.start - 1} has no "
-                                f"data-source state ({state_file}); was it written by `slime run`?")
+        raise FileNotFoundError(
+            f"--load {config.load}: the checkpoint of rollout {parts.start - 1} has no "
+            f"data-source state ({state_file}); was it written by `slime run`?"
+        )
     parts.rollouts.load_state_dict(json.loads(state_file.read_text())["data_source"])
     if parts.weights is not None:
         parts.weights.push(parts.version)

@@ -20,14 +20,20 @@ class Progress:
         done = rollout_id + 1 - self.first
         elapsed = time.monotonic() - self.started
         eta = elapsed / max(done, 1) * (self.total - rollout_id - 1)
-        parts = [f"[rollout {rollout_id + 1}/{self.total}]",
-                 *([f"reward {metrics.get('rollout/reward_mean', float('nan')):.3f}"] if self.show_reward else []),
-                 f"len {metrics.get('rollout/response_length_mean', float('nan')):.1f}",
-                 *([f"loss {metrics.get('train/loss', float('nan')):.4f}"] if self.show_loss else []),
-                 f"{metrics.get('perf/step_seconds', 0.0):.2f} s/step",
-                 f"{metrics.get('perf/tokens_per_second', 0.0):,.0f} tok/s",
-                 f"ETA {_clock(eta)}"]
-        evals = [f"{key[5:]} {value:.3f}" for key, value in metrics.items() if key.startswith("eval/") and key.endswith("/reward_mean")]
+        parts = [
+            f"[rollout {rollout_id + 1}/{self.total}]",
+            *([f"reward {metrics.get('rollout/reward_mean', float('nan')):.3f}"] if self.show_reward else []),
+            f"len {metrics.get('rollout/response_length_mean', float('nan')):.1f}",
+            *([f"loss {metrics.get('train/loss', float('nan')):.4f}"] if self.show_loss else []),
+            f"{metrics.get('perf/step_seconds', 0.0):.2f} s/step",
+            f"{metrics.get('perf/tokens_per_second', 0.0):,.0f} tok/s",
+            f"ETA {_clock(eta)}",
+        ]
+        evals = [
+            f"{key[5:]} {value:.3f}"
+            for key, value in metrics.items()
+            if key.startswith("eval/") and key.endswith("/reward_mean")
+        ]
         return "  ".join(parts + evals + _nonfinite(metrics))
 
 
@@ -36,8 +42,10 @@ def _nonfinite(metrics: dict[str, float]) -> list[str]:
     (this rollout's, and in a row) and samples dropped for a non-finite reward (the run's)."""
     out = []
     if metrics.get("train/skipped_steps"):
-        out.append(f"SKIPPED {metrics['train/skipped_steps']:.0f} non-finite steps "
-                   f"({metrics.get('train/skipped_steps_in_a_row', 0.0):.0f} in a row)")
+        out.append(
+            f"SKIPPED {metrics['train/skipped_steps']:.0f} non-finite steps "
+            f"({metrics.get('train/skipped_steps_in_a_row', 0.0):.0f} in a row)"
+        )
     if metrics.get("reward/non_finite"):
         out.append(f"dropped {metrics['reward/non_finite']:.0f} non-finite rewards so far")
     return out

@@ -9,7 +9,9 @@ from slime_core.rollout_batch import RolloutBatch
 from slime_core.sample import Sample
 
 
-def rollout_metrics(groups: list[list[Sample]], reward_key: str | None, batch: RolloutBatch | None = None) -> dict[str, float]:
+def rollout_metrics(
+    groups: list[list[Sample]], reward_key: str | None, batch: RolloutBatch | None = None
+) -> dict[str, float]:
     """Reward mean / std, the share of groups whose rewards are all equal (no GRPO signal),
     response lengths and the share of samples cut at the length limit. With a ``batch``
     whose rewards were post-processed (``raw_rewards`` set), the reward statistics are those
@@ -19,8 +21,10 @@ def rollout_metrics(groups: list[list[Sample]], reward_key: str | None, batch: R
         return {"rollout/samples": 0.0}
     lengths = [sample.response_length for sample in samples]
     if batch is not None and batch.raw_rewards:
-        rewards = {**reward_metrics(batch.raw_rewards, batch.group_ids),
-                   "rollout/post_processed_reward_mean": statistics.fmean(batch.rewards)}
+        rewards = {
+            **reward_metrics(batch.raw_rewards, batch.group_ids),
+            "rollout/post_processed_reward_mean": statistics.fmean(batch.rewards),
+        }
     else:
         rewards = reward_metrics([scalar_reward(s, reward_key) for s in samples], [s.group_index for s in samples])
     return {
@@ -45,7 +49,9 @@ def reward_metrics(rewards: list[float], group_ids: list[int]) -> dict[str, floa
     }
 
 
-def drop_stale_groups(groups: list[list[Sample]], version: int, max_staleness: int | None) -> tuple[list[list[Sample]], int]:
+def drop_stale_groups(
+    groups: list[list[Sample]], version: int, max_staleness: int | None
+) -> tuple[list[list[Sample]], int]:
     """The groups none of whose tokens came from weights more than ``max_staleness``
     versions older than ``version`` (the trainer's), and how many were dropped."""
     if max_staleness is None:

@@ -14,7 +14,8 @@ import asyncio
 import concurrent.futures
 import threading
 import time
-from typing import Any, Callable, Coroutine
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from slime_core.rollout_parts import GenerateContext, RolloutParts
 from slime_core.rollout_result import EvalResult, RolloutResult
@@ -30,8 +31,16 @@ class RolloutManager:
     rollout function that needs no engine (``sft``). ``tokenizer``: the model's (`slime_core.loop.parts`
     loads it while the engines start)."""
 
-    def __init__(self, config, plugins, rollout_fn, make_client: Callable[[], Coroutine] | None = None,
-                 engines=None, *, tokenizer):
+    def __init__(
+        self,
+        config,
+        plugins,
+        rollout_fn,
+        make_client: Callable[[], Coroutine] | None = None,
+        engines=None,
+        *,
+        tokenizer,
+    ):
         from slime_core.reward_hub import RewardHub
 
         self.config, self.rollout_fn = config, rollout_fn

@@ -1,21 +1,21 @@
 """`RunDir`: the one directory a run writes into.
 
-    runs/20261122-171500/            (--output-dir, default a new timestamped folder)
-      config.yaml                    the resolved config
-      plugins.json                   the installed plugins with their versions
-      placement.json                 the Ray node (id, IP) of each train rank, engine, the driver
-                                     and the router (rewritten when an engine is replaced)
-      metrics.jsonl                  one line per rollout (and one per evaluation)
-      status.json                    running, then completed / failed (a fault: its message says
-                                     which part) / interrupted (Ctrl-C, SIGTERM)
-      slime.log                      what the console showed (with the start-up timeline)
-      engines/engine_N.log           each engine's output (slime-sglang; on the engine's node)
-      router/                        the router's logs (slime-router)
-      rollouts/                      each rollout's samples, with --dump-rollouts
-      checkpoints/                   when --save-interval is given without --save
-      weights/                       the Hugging Face directories of --update-weight-transport disk
-      tensorboard/, wandb/           with --use-tensorboard, --use-wandb (slime_core.loop.trackers)
-      report/                        what `slime report` writes (slime_core.report)
+runs/20261122-171500/            (--output-dir, default a new timestamped folder)
+  config.yaml                    the resolved config
+  plugins.json                   the installed plugins with their versions
+  placement.json                 the Ray node (id, IP) of each train rank, engine, the driver
+                                 and the router (rewritten when an engine is replaced)
+  metrics.jsonl                  one line per rollout (and one per evaluation)
+  status.json                    running, then completed / failed (a fault: its message says
+                                 which part) / interrupted (Ctrl-C, SIGTERM)
+  slime.log                      what the console showed (with the start-up timeline)
+  engines/engine_N.log           each engine's output (slime-sglang; on the engine's node)
+  router/                        the router's logs (slime-router)
+  rollouts/                      each rollout's samples, with --dump-rollouts
+  checkpoints/                   when --save-interval is given without --save
+  weights/                       the Hugging Face directories of --update-weight-transport disk
+  tensorboard/, wandb/           with --use-tensorboard, --use-wandb (slime_core.loop.trackers)
+  report/                        what `slime report` writes (slime_core.report)
 """
 
 from __future__ import annotations

@@ -12,13 +12,13 @@ from slime_core.ray_watch import watching
 @contextmanager
 def ray_runtime(config):
     """Use the Ray instance this process is already connected to, or the cluster named by
-    ``--ray-address`` or ``RAY_ADDRESS`` (set by ``ray job submit`` for the job's command), or
-    start a local one for the run (`start_local_ray`; shut down after it). Attached, the run starts no Ray of its
-    own and at its end only disconnects: its actors and placement group are gone by then (the
-    run's parts stop them), so the cluster is left as it was found. A local Ray keeps its files
-    under ``RAY_TMPDIR`` when that is set. ``--actor-runtime inprocess`` needs none. A Ray that this
-run connected to or started is watched (`slime_core.ray_watch`): when its GCS stops answering,
-the run stops within about `LOST_AFTER_S` plus its parts' stop, naming the cluster."""
+        ``--ray-address`` or ``RAY_ADDRESS`` (set by ``ray job submit`` for the job's command), or
+        start a local one for the run (`start_local_ray`; shut down after it). Attached, the run starts no Ray of its
+        own and at its end only disconnects: its actors and placement group are gone by then (the
+        run's parts stop them), so the cluster is left as it was found. A local Ray keeps its files
+        under ``RAY_TMPDIR`` when that is set. ``--actor-runtime inprocess`` needs none. A Ray that this
+    run connected to or started is watched (`slime_core.ray_watch`): when its GCS stops answering,
+    the run stops within about `LOST_AFTER_S` plus its parts' stop, naming the cluster."""
     if config.actor_runtime == "inprocess":
         yield
         return
@@ -38,8 +38,12 @@ the run stops within about `LOST_AFTER_S` plus its parts' stop, naming the clust
         # them the engine's actor starts its worker on demand, and start-up used 1.5-2 CPU-s less
         # on 2 cores (benchmarks/startup.py).
         temp_dir = {"_temp_dir": os.environ["RAY_TMPDIR"]} if os.environ.get("RAY_TMPDIR") else {}
-        start_local_ray(num_cpus=max(os.cpu_count() or 1, _actors_needed(config)), log_to_driver=True,
-                        _system_config={"worker_niceness": 0, "prestart_worker_first_driver": False}, **temp_dir)
+        start_local_ray(
+            num_cpus=max(os.cpu_count() or 1, _actors_needed(config)),
+            log_to_driver=True,
+            _system_config={"worker_niceness": 0, "prestart_worker_first_driver": False},
+            **temp_dir,
+        )
     local_groups = [] if address else ray_process_groups()
     try:
         with watching(ray.get_runtime_context().gcs_address):

@@ -12,8 +12,8 @@ becomes all zeros: it contributes no gradient. The count is logged as
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from slime_core.sample import Sample, SampleStatus
 

@@ -35,8 +35,10 @@ def tracker_problems(config) -> list[str]:
     problems = []
     for flag, (module, extra) in LIBRARIES.items():
         if config.get(flag) and importlib.util.find_spec(module) is None:
-            problems.append(f"--{flag.replace('_', '-')} needs the '{module}' package, which is not installed; "
-                            f"install it with: pip install \"slime-core[{extra}]\"")
+            problems.append(
+                f"--{flag.replace('_', '-')} needs the '{module}' package, which is not installed; "
+                f'install it with: pip install "slime-core[{extra}]"'
+            )
     return problems
 
 
@@ -110,12 +112,19 @@ class WandbTracker:
         plugins = {p["name"]: {"distribution": p["distribution"], "version": p["version"]} for p in described}
         try:
             self.run = wandb.init(
-                project=config.wandb_project, group=config.wandb_group, name=config.wandb_run_name or run_path.name,
-                mode=config.wandb_mode, dir=str(directory), config={**config.to_dict(), "slime_plugins": plugins})
+                project=config.wandb_project,
+                group=config.wandb_group,
+                name=config.wandb_run_name or run_path.name,
+                mode=config.wandb_mode,
+                dir=str(directory),
+                config={**config.to_dict(), "slime_plugins": plugins},
+            )
         except wandb.errors.UsageError as exc:  # no API key for an online run, mostly
-            raise TrackerError(f"--use-wandb could not start a W&B run: {exc}\n"
-                               "log in (`wandb login` or WANDB_API_KEY), or pass --wandb-mode offline "
-                               "and upload later with `wandb sync`") from exc
+            raise TrackerError(
+                f"--use-wandb could not start a W&B run: {exc}\n"
+                "log in (`wandb login` or WANDB_API_KEY), or pass --wandb-mode offline "
+                "and upload later with `wandb sync`"
+            ) from exc
         self.run.define_metric("rollout_id")
         self.run.define_metric("*", step_metric="rollout_id")
 

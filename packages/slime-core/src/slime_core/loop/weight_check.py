@@ -23,9 +23,13 @@ def max_logprob_diff(parts, config, version: int) -> float:
     probes = parts.rollouts.run(_probe_engines(parts.backend, parts.engines.urls, prompt, config))
     results = probes * -(-parts.trainer.num_ranks // len(probes))  # a probe group for every train rank
     batch = RolloutBatch(
-        tokens=[prompt + r.output_ids for r in results], response_lengths=[len(r.output_ids) for r in results],
-        loss_masks=[[1] * len(r.output_ids) for r in results], rewards=[0.0] * len(results),
-        group_ids=list(range(len(results))), rollout_log_probs=[list(r.log_probs) for r in results])
+        tokens=[prompt + r.output_ids for r in results],
+        response_lengths=[len(r.output_ids) for r in results],
+        loss_masks=[[1] * len(r.output_ids) for r in results],
+        rewards=[0.0] * len(results),
+        group_ids=list(range(len(results))),
+        rollout_log_probs=[list(r.log_probs) for r in results],
+    )
     trainer = parts.trainer.compute_log_probs(batch)
     diff = max(abs(a - b) for engine, ours in zip(batch.rollout_log_probs, trainer) for a, b in zip(engine, ours))
     tolerance = 5e-2 if config.bf16 else 1e-3
@@ -33,7 +37,8 @@ def max_logprob_diff(parts, config, version: int) -> float:
         raise RuntimeError(
             f"--check-weight-update-equal: after the update to version {version} an engine's log-probs differ "
             f"from the trainer's by {diff:.4g} (> {tolerance}); the weights did not arrive intact: check the "
-            "train backend's weight export names/shapes and --update-weight-transport")
+            "train backend's weight export names/shapes and --update-weight-transport"
+        )
     return diff
 
 

@@ -46,8 +46,10 @@ class WeightSync:
     def __init__(self, config, trainer, engines, run, weights_dir: Path, gpu: bool):
         self.transport = default_transport(config, tuple(engines.transports), gpu)
         if self.transport not in engines.transports:
-            raise ValueError(f"--update-weight-transport {self.transport}: these engines take "
-                             f"{', '.join(engines.transports)}; pick one of those")
+            raise ValueError(
+                f"--update-weight-transport {self.transport}: these engines take "
+                f"{', '.join(engines.transports)}; pick one of those"
+            )
         self.trainer, self.engines, self.run = trainer, engines, run
         self.bucket_bytes = config.update_weight_buffer_size
         self.weights_dir = weights_dir
@@ -80,8 +82,11 @@ class WeightSync:
         finally:
             self.run(engines.resume_generation())
         seconds = time.perf_counter() - start
-        return {"weight_update/seconds": seconds, "weight_update/bytes": float(sent),
-                "weight_update/gbps": sent / max(seconds, 1e-9) / 1e9}
+        return {
+            "weight_update/seconds": seconds,
+            "weight_update/bytes": float(sent),
+            "weight_update/gbps": sent / max(seconds, 1e-9) / 1e9,
+        }
 
     def _by_tensor(self, engines, version: str) -> int:
         return self._each_bucket(lambda bucket: self.run(engines.update_weights_from_tensor(bucket, version)))

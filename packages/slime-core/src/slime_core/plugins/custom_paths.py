@@ -58,7 +58,10 @@ def apply_custom_paths(config, plugins) -> None:
     """Register the import paths the config gives instead of registered names."""
     if PLUGIN_NAME in plugins.info:
         return
-    given = {option: config.get(option) for option in CUSTOM_PATHS
-             if is_import_path(config.get(option)) and config.get(option) not in plugins.registry(CUSTOM_PATHS[option])}
+    given = {
+        option: config.get(option)
+        for option in CUSTOM_PATHS
+        if is_import_path(config.get(option)) and config.get(option) not in plugins.registry(CUSTOM_PATHS[option])
+    }
     if given:
         plugins.register_object(PLUGIN_NAME, CustomPathsPlugin(given))

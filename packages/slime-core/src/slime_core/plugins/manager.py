@@ -25,11 +25,12 @@ import inspect
 import os
 import sys
 import traceback
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from types import CodeType, FrameType, ModuleType
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import pluggy
 
@@ -117,7 +118,8 @@ class Plugins:
             module = importlib.import_module(module_name)
         except ImportError as exc:
             raise PluginError(
-                f"-p {module_name}: cannot import it ({exc}); check the module name and that its folder is on PYTHONPATH"
+                f"-p {module_name}: cannot import it ({exc}); check the module name and that its folder is on "
+                "PYTHONPATH"
             ) from exc
         except Exception as exc:
             raise PluginError(f"-p {module_name}: importing it failed ({type(exc).__name__}: {exc})") from exc
@@ -139,8 +141,11 @@ class Plugins:
         """Environment variables with which a process this run starts (a Ray actor, a server)
         loads the same local ``-p`` plugins: ``SLIME_PLUGINS`` names them, ``PYTHONPATH``
         holds the folders they were imported from."""
-        local = {name: info.module for name, info in self.info.items()
-                 if info.distribution is None and isinstance(info.module, ModuleType) and info.module.__name__ == name}
+        local = {
+            name: info.module
+            for name, info in self.info.items()
+            if info.distribution is None and isinstance(info.module, ModuleType) and info.module.__name__ == name
+        }
         names = list(dict.fromkeys(_env_list(ENV_PLUGINS) + list(local)))
         folders = [str(_import_root(module)) for module in local.values() if getattr(module, "__file__", None)]
         paths = list(dict.fromkeys(folders + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
@@ -300,8 +305,16 @@ class Plugins:
 
     def log_rollout(self, rollout_id: int, config, groups, metrics: dict, seconds: float) -> bool:
         """Whether a plugin leaves out the rollout's default metrics (``slime_log_rollout``)."""
-        return any(self._call("slime_log_rollout", rollout_id=rollout_id, config=config, groups=groups,
-                              metrics=metrics, seconds=seconds))
+        return any(
+            self._call(
+                "slime_log_rollout",
+                rollout_id=rollout_id,
+                config=config,
+                groups=groups,
+                metrics=metrics,
+                seconds=seconds,
+            )
+        )
 
     def before_train_step(self, rollout_id: int, step: int) -> None:
         self._call("slime_before_train_step", rollout_id=rollout_id, step=step)

@@ -68,15 +68,20 @@ class Registry:
         """Add ``name``; registering a name twice is an error that names both plugins.
         ``label``: what a reward function grades (`Entry.label`)."""
         if not isinstance(name, str) or not name:
-            raise RegistryError(f"plugin '{plugin}' ({distribution}) registered a {self.label} with an invalid name {name!r}")
+            raise RegistryError(
+                f"plugin '{plugin}' ({distribution}) registered a {self.label} with an invalid name {name!r}"
+            )
         if label is not None and self.kind != "reward_functions":
-            raise RegistryError(f"plugin '{plugin}' ({distribution}) declared a label check for {self.label} '{name}'; "
-                                "only reward functions declare one")
+            raise RegistryError(
+                f"plugin '{plugin}' ({distribution}) declared a label check for {self.label} '{name}'; "
+                "only reward functions declare one"
+            )
         if name in self._entries:
             first = self._entries[name]
             raise RegistryError(
                 f"{self.label} '{name}' is registered twice: by plugin '{first.plugin}' ({first.distribution}) "
-                f"and by plugin '{plugin}' ({distribution}); uninstall one, or block it with SLIME_BLOCK_PLUGINS={plugin}"
+                f"and by plugin '{plugin}' ({distribution}); uninstall one, or block it with "
+                f"SLIME_BLOCK_PLUGINS={plugin}"
             )
         self._entries[name] = Entry(name, target, plugin, distribution, label)
 
@@ -109,12 +114,13 @@ class Registry:
             entry.target = resolve_reference(entry.target, f"{self.label} '{name}' of plugin '{entry.plugin}'")
         return entry.target
 
-
     def label_check(self, name: str):
         """The label check ``name`` declared (`Entry.label`, imported on first use), or None."""
         entry = self.entry(name)
         if isinstance(entry.label, str):
-            entry.label = resolve_reference(entry.label, f"the label check of {self.label} '{name}' of plugin '{entry.plugin}'")
+            entry.label = resolve_reference(
+                entry.label, f"the label check of {self.label} '{name}' of plugin '{entry.plugin}'"
+            )
         return entry.label
 
 
@@ -128,7 +134,9 @@ def resolve_reference(ref: str, what: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise RegistryError(f"{what}: cannot import module '{module_name}' ({exc}); is it installed and on PYTHONPATH?") from exc
+        raise RegistryError(
+            f"{what}: cannot import module '{module_name}' ({exc}); is it installed and on PYTHONPATH?"
+        ) from exc
     try:
         obj = module
         for part in attribute.split("."):

@@ -62,8 +62,11 @@ def write_hf(path, hf_config_dir: str, out: str) -> None:
 
     weights = read_hf_weights(path, AutoConfig.from_pretrained(hf_config_dir))
     _copy_config_and_tokenizer(Path(hf_config_dir), Path(out))
-    save_file({name: tensor.contiguous() for name, tensor in weights.items()}, str(Path(out) / "model.safetensors"),
-              metadata={"format": "pt"})
+    save_file(
+        {name: tensor.contiguous() for name, tensor in weights.items()},
+        str(Path(out) / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
 
 
 def _copy_config_and_tokenizer(source: Path, out: Path) -> None:
@@ -77,5 +80,12 @@ def _copy_config_and_tokenizer(source: Path, out: Path) -> None:
 
 def _sizes(tp: int = 1, ep: int = 1) -> SimpleNamespace:
     """The Megatron options the conversion's ranks need (float32, no recomputation)."""
-    return SimpleNamespace(tensor_model_parallel_size=tp, pipeline_model_parallel_size=1, context_parallel_size=1,
-                           expert_model_parallel_size=ep, expert_tensor_parallel_size=None, seed=1234, bf16=False)
+    return SimpleNamespace(
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=1,
+        context_parallel_size=1,
+        expert_model_parallel_size=ep,
+        expert_tensor_parallel_size=None,
+        seed=1234,
+        bf16=False,
+    )

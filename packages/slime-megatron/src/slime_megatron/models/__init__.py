@@ -26,6 +26,17 @@ from slime_megatron.models.weights import (
 )
 
 __all__ = [
-    "Family", "Ranks", "WeightRule", "build_model", "export_hf_weights", "hf_to_megatron", "load_hf_weights",
-    "megatron_to_hf", "model_family", "provide_model", "register_family", "shard_for_rank", "unwrap",
+    "Family",
+    "Ranks",
+    "WeightRule",
+    "build_model",
+    "export_hf_weights",
+    "hf_to_megatron",
+    "load_hf_weights",
+    "megatron_to_hf",
+    "model_family",
+    "provide_model",
+    "register_family",
+    "shard_for_rank",
+    "unwrap",
 ]

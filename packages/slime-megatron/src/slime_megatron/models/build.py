@@ -89,5 +89,7 @@ def _check_vocab(vocab_size: int, tp: int) -> None:
     """Megatron splits the vocabulary evenly over tensor-parallel ranks, without padding
     (padded rows would add logits the Hugging Face model does not have)."""
     if vocab_size % tp:
-        raise ValueError(f"vocab_size {vocab_size} is not divisible by --tensor-model-parallel-size {tp}; "
-                         "pick a tensor-parallel size that divides the vocabulary")
+        raise ValueError(
+            f"vocab_size {vocab_size} is not divisible by --tensor-model-parallel-size {tp}; "
+            "pick a tensor-parallel size that divides the vocabulary"
+        )

@@ -20,8 +20,15 @@ their decoder layer's rules; the rest is `slime_megatron.models.mtp`).
 from __future__ import annotations
 
 from slime_megatron.models.families import (
-    attention_rules, decoder_rules, dense_mlp_rules, layer_rules, mlp_rules, moe_rules, moe_runtime,
-    partial_rotary_kwargs, rope_parameters,
+    attention_rules,
+    decoder_rules,
+    dense_mlp_rules,
+    layer_rules,
+    mlp_rules,
+    moe_rules,
+    moe_runtime,
+    partial_rotary_kwargs,
+    rope_parameters,
 )
 from slime_megatron.models.family import Family, num_routed_experts, register_family
 from slime_megatron.models.weight_map import WeightRule
@@ -69,13 +76,17 @@ def _check_router(hf_config, family: str) -> None:
     """The two points where megatron's sigmoid router is narrower than DeepSeek-V3's."""
     fix = "; use --train-backend fsdp for this model"
     if not hf_config.norm_topk_prob:
-        raise ValueError(f"{family} with norm_topk_prob false is not supported by the Megatron backend (megatron-core "
-                         f"always renormalises the chosen sigmoid scores){fix}")
+        raise ValueError(
+            f"{family} with norm_topk_prob false is not supported by the Megatron backend (megatron-core "
+            f"always renormalises the chosen sigmoid scores){fix}"
+        )
     groups, top_k, top_groups = hf_config.n_group or 1, hf_config.num_experts_per_tok, hf_config.topk_group
     if groups > 1 and top_k // top_groups != 2:
-        raise ValueError(f"{family} with n_group {groups}: megatron-core ranks expert groups by their best "
-                         f"num_experts_per_tok // topk_group = {top_k // top_groups} experts, Hugging Face by their "
-                         f"best 2{fix}")
+        raise ValueError(
+            f"{family} with n_group {groups}: megatron-core ranks expert groups by their best "
+            f"num_experts_per_tok // topk_group = {top_k // top_groups} experts, Hugging Face by their "
+            f"best 2{fix}"
+        )
 
 
 # ------------------------------------------------------------------ GLM-4.5+ MoE
@@ -91,23 +102,36 @@ def _glm4_moe_config(hf_config) -> dict:
 
 def _glm4_moe_parts(hf_config):
     """GLM-4.5's attention and MLP rules, by layer index."""
-    attention = lambda i: attention_rules(i, qkv_bias=hf_config.attention_bias, qk_norm=hf_config.use_qk_norm)
+
+    def attention(i):
+        return attention_rules(i, qkv_bias=hf_config.attention_bias, qk_norm=hf_config.use_qk_norm)
+
     return attention, lambda i: deepseek_moe_rules(i, hf_config)
 
 
-GLM4_MOE = Family("glm4_moe", ("glm4_moe",), _glm4_moe_config, lambda c: decoder_rules(c, *_glm4_moe_parts(c)),
-                  partial_rotary_kwargs, mtp_layer=lambda c, i: layer_rules(i, *_glm4_moe_parts(c)))
+GLM4_MOE = Family(
+    "glm4_moe",
+    ("glm4_moe",),
+    _glm4_moe_config,
+    lambda c: decoder_rules(c, *_glm4_moe_parts(c)),
+    partial_rotary_kwargs,
+    mtp_layer=lambda c, i: layer_rules(i, *_glm4_moe_parts(c)),
+)
 
 # ------------------------------------------------------------------ DeepSeek-V3 (multi-latent attention)
 
 
 def _deepseek_v3_config(hf_config) -> dict:
     if hf_config.attention_bias:
-        raise ValueError("deepseek_v3 with attention_bias is not supported by the Megatron backend (megatron-core's "
-                         "multi-latent attention has no biases); use --train-backend fsdp")
+        raise ValueError(
+            "deepseek_v3 with attention_bias is not supported by the Megatron backend (megatron-core's "
+            "multi-latent attention has no biases); use --train-backend fsdp"
+        )
     if not getattr(hf_config, "rope_interleave", True):
-        raise ValueError("deepseek_v3 with rope_interleave false is not supported by the Megatron backend (megatron-"
-                         "core's multi-latent attention rotates interleaved channels); use --train-backend fsdp")
+        raise ValueError(
+            "deepseek_v3 with rope_interleave false is not supported by the Megatron backend (megatron-"
+            "core's multi-latent attention rotates interleaved channels); use --train-backend fsdp"
+        )
     return {
         "multi_latent_attention": True,
         "q_lora_rank": hf_config.q_lora_rank,
@@ -130,13 +154,19 @@ def mla_rope(hf_config) -> dict:
         return {"rope_type": "rope", "rotary_base": theta}
     if kind == "yarn":
         return {
-            "rope_type": "yarn", "rotary_base": theta, "rotary_scaling_factor": rope["factor"],
+            "rope_type": "yarn",
+            "rotary_base": theta,
+            "rotary_scaling_factor": rope["factor"],
             "original_max_position_embeddings": rope["original_max_position_embeddings"],
-            "beta_fast": rope.get("beta_fast", 32.0), "beta_slow": rope.get("beta_slow", 1.0),
-            "mscale": rope.get("mscale", 1.0), "mscale_all_dim": rope.get("mscale_all_dim", 0.0),
+            "beta_fast": rope.get("beta_fast", 32.0),
+            "beta_slow": rope.get("beta_slow", 1.0),
+            "mscale": rope.get("mscale", 1.0),
+            "mscale_all_dim": rope.get("mscale_all_dim", 0.0),
         }
-    raise ValueError(f"rope {rope} is not supported by the Megatron backend for deepseek_v3: megatron-core's "
-                     "multi-latent attention has plain RoPE and YaRN; use --train-backend fsdp")
+    raise ValueError(
+        f"rope {rope} is not supported by the Megatron backend for deepseek_v3: megatron-core's "
+        "multi-latent attention has plain RoPE and YaRN; use --train-backend fsdp"
+    )
 
 
 def mla_rules(i: int, hf_config) -> list[WeightRule]:
@@ -144,9 +174,11 @@ def mla_rules(i: int, hf_config) -> list[WeightRule]:
     kv compression with the shared rope key, its norm, the kv up-projection, the output."""
     hf, attn = f"model.layers.{i}.self_attn.", f"decoder.layers.{i}.self_attention."
     if hf_config.q_lora_rank:
-        rules = [WeightRule(attn + "linear_q_down_proj.weight", (hf + "q_a_proj.weight",), "column"),
-                 WeightRule(attn + "q_layernorm.weight", (hf + "q_a_layernorm.weight",), "copy"),
-                 WeightRule(attn + "linear_q_up_proj.weight", (hf + "q_b_proj.weight",), "column")]
+        rules = [
+            WeightRule(attn + "linear_q_down_proj.weight", (hf + "q_a_proj.weight",), "column"),
+            WeightRule(attn + "q_layernorm.weight", (hf + "q_a_layernorm.weight",), "copy"),
+            WeightRule(attn + "linear_q_up_proj.weight", (hf + "q_b_proj.weight",), "column"),
+        ]
     else:
         rules = [WeightRule(attn + "linear_q_proj.weight", (hf + "q_proj.weight",), "column")]
     return rules + [
@@ -171,9 +203,14 @@ def _deepseek_v3_parts(hf_config):
     return lambda i: mla_rules(i, hf_config), lambda i: deepseek_moe_rules(i, hf_config)
 
 
-DEEPSEEK_V3 = Family("deepseek_v3", ("deepseek_v3",), _deepseek_v3_config,
-                     lambda c: decoder_rules(c, *_deepseek_v3_parts(c)), layer_spec=_mla_layer_spec,
-                     mtp_layer=lambda c, i: layer_rules(i, *_deepseek_v3_parts(c)))
+DEEPSEEK_V3 = Family(
+    "deepseek_v3",
+    ("deepseek_v3",),
+    _deepseek_v3_config,
+    lambda c: decoder_rules(c, *_deepseek_v3_parts(c)),
+    layer_spec=_mla_layer_spec,
+    mtp_layer=lambda c, i: layer_rules(i, *_deepseek_v3_parts(c)),
+)
 
 for _family in (GLM4_MOE, DEEPSEEK_V3):
     register_family(_family)

@@ -5,7 +5,7 @@ GLM-4.5+ MoE, DeepSeek-V3; :mod:`slime_megatron.models.glm4`: GLM-4) share with 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -31,8 +31,12 @@ def layer_rules(i: int, attention: LayerRules, mlp: LayerRules) -> list[WeightRu
     """Decoder layer ``i``: its two pre-norms, attention and MLP (also the decoder layer inside
     a multi-token prediction layer: `slime_megatron.models.mtp`)."""
     hf, mg = f"model.layers.{i}.", f"decoder.layers.{i}."
-    return [WeightRule(mg + "input_layernorm.weight", (hf + "input_layernorm.weight",), "copy"), *attention(i),
-            WeightRule(mg + "pre_mlp_layernorm.weight", (hf + "post_attention_layernorm.weight",), "copy"), *mlp(i)]
+    return [
+        WeightRule(mg + "input_layernorm.weight", (hf + "input_layernorm.weight",), "copy"),
+        *attention(i),
+        WeightRule(mg + "pre_mlp_layernorm.weight", (hf + "post_attention_layernorm.weight",), "copy"),
+        *mlp(i),
+    ]
 
 
 def attention_rules(i: int, qkv_bias: bool = False, qk_norm: bool = False) -> list[WeightRule]:
@@ -95,8 +99,10 @@ def rope_kwargs(hf_config) -> dict:
     llama3 = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
     if kind == "llama3" and all(rope.get(key) == value for key, value in llama3.items()):
         return {"rotary_base": theta, "rope_scaling": True, "rope_scaling_factor": rope["factor"]}
-    raise ValueError(f"rope {rope} is not supported by the Megatron backend: megatron-core's GPTModel has plain "
-                     f"RoPE and Llama 3.1 scaling with {llama3}; use --train-backend fsdp for this model")
+    raise ValueError(
+        f"rope {rope} is not supported by the Megatron backend: megatron-core's GPTModel has plain "
+        f"RoPE and Llama 3.1 scaling with {llama3}; use --train-backend fsdp for this model"
+    )
 
 
 def partial_rotary_kwargs(hf_config) -> dict:
@@ -108,8 +114,10 @@ def partial_rotary_kwargs(hf_config) -> dict:
 def no_linear_biases(hf_config, family: str) -> None:
     """Megatron has one switch for the biases of all linear layers; these families have none."""
     if getattr(hf_config, "attention_bias", False) or getattr(hf_config, "mlp_bias", False):
-        raise ValueError(f"{family} with attention_bias or mlp_bias is not supported by the Megatron backend "
-                         "(megatron-core cannot give q/k/v/o or MLP biases separately); use --train-backend fsdp")
+        raise ValueError(
+            f"{family} with attention_bias or mlp_bias is not supported by the Megatron backend "
+            "(megatron-core cannot give q/k/v/o or MLP biases separately); use --train-backend fsdp"
+        )
 
 
 def moe_runtime() -> dict:

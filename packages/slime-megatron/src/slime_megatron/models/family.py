@@ -14,8 +14,8 @@ build are in `MISSING`, each with what megatron-core lacks for it. A plugin adds
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from slime_megatron.models.weight_map import WeightRule
 
@@ -47,21 +47,24 @@ def register_family(family: Family) -> None:
     """Make ``family`` available for its model types; a type registered twice is an error."""
     for model_type in family.model_types:
         if model_type in _FAMILIES:
-            raise ValueError(f"model_type '{model_type}' is registered twice: by family "
-                             f"'{_FAMILIES[model_type].name}' and by family '{family.name}'")
+            raise ValueError(
+                f"model_type '{model_type}' is registered twice: by family "
+                f"'{_FAMILIES[model_type].name}' and by family '{family.name}'"
+            )
     for model_type in family.model_types:
         _FAMILIES[model_type] = family
 
 
 #: Hugging Face model types the FSDP backend trains and megatron-core cannot build, with what it lacks.
 MISSING = {
-    "qwen3_next": "megatron-core has no gated delta-net (linear attention) layer that runs without flash-linear-attention "
-                  "(its experimental GatedDeltaNet, experimental_attention_variant 'gated_delta_net', needs that "
-                  "Triton/CUDA package), and slime-megatron maps no Qwen3-Next checkpoint onto it yet",
+    "qwen3_next": "megatron-core has no gated delta-net (linear attention) layer that runs without "
+    "flash-linear-attention "
+    "(its experimental GatedDeltaNet, experimental_attention_variant 'gated_delta_net', needs that "
+    "Triton/CUDA package), and slime-megatron maps no Qwen3-Next checkpoint onto it yet",
     "glm_moe_dsa": "megatron-core 0.16's sparse attention (experimental_attention_variant 'dsa') is DeepSeek-V3.2's, "
-                   "not GLM-5's: its indexer always applies a Hadamard rotation (bf16 only, fast_hadamard_transform) "
-                   "that GLM-5's indexer does not, and no layer can reuse the previous layer's top-k (GLM-5's "
-                   "'shared' indexer layers)",
+    "not GLM-5's: its indexer always applies a Hadamard rotation (bf16 only, fast_hadamard_transform) "
+    "that GLM-5's indexer does not, and no layer can reuse the previous layer's top-k (GLM-5's "
+    "'shared' indexer layers)",
 }
 
 
@@ -80,13 +83,17 @@ def unsupported_reason(model_type) -> str | None:
     if model_type in families:
         return None
     if model_type in MISSING:
-        return (f"the Megatron backend cannot build model_type '{model_type}': {MISSING[model_type]}; "
-                "use --train-backend fsdp, which trains it")
+        return (
+            f"the Megatron backend cannot build model_type '{model_type}': {MISSING[model_type]}; "
+            "use --train-backend fsdp, which trains it"
+        )
     close = difflib.get_close_matches(str(model_type), list(families), n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return (f"the Megatron backend cannot build model_type '{model_type}'{hint}: supported are "
-            f"{', '.join(sorted(families))}; use --train-backend fsdp, or add a family with "
-            "slime_megatron.models.register_family")
+    return (
+        f"the Megatron backend cannot build model_type '{model_type}'{hint}: supported are "
+        f"{', '.join(sorted(families))}; use --train-backend fsdp, or add a family with "
+        "slime_megatron.models.register_family"
+    )
 
 
 def num_routed_experts(hf_config) -> int:

@@ -25,13 +25,16 @@ def _glm4_rules(hf_config) -> list[WeightRule]:
     def attention(i):
         hf, proj = f"model.layers.{i}.", f"decoder.layers.{i}.self_attention.linear_proj."
         return attention_rules(i, qkv_bias=hf_config.attention_bias) + [
-            WeightRule(proj + "post_layernorm.weight", (hf + "post_self_attn_layernorm.weight",), "copy")]
+            WeightRule(proj + "post_layernorm.weight", (hf + "post_self_attn_layernorm.weight",), "copy")
+        ]
 
     def mlp(i):
         hf, mg = f"model.layers.{i}.", f"decoder.layers.{i}.mlp."
-        return [WeightRule(mg + "linear_fc1.weight", (hf + "mlp.gate_up_proj.weight",), "fused_gate_up"),
-                WeightRule(mg + "linear_fc2.weight", (hf + "mlp.down_proj.weight",), "row"),
-                WeightRule(mg + "linear_fc2.post_layernorm.weight", (hf + "post_mlp_layernorm.weight",), "copy")]
+        return [
+            WeightRule(mg + "linear_fc1.weight", (hf + "mlp.gate_up_proj.weight",), "fused_gate_up"),
+            WeightRule(mg + "linear_fc2.weight", (hf + "mlp.down_proj.weight",), "row"),
+            WeightRule(mg + "linear_fc2.post_layernorm.weight", (hf + "post_mlp_layernorm.weight",), "copy"),
+        ]
 
     return decoder_rules(hf_config, attention, mlp)
 

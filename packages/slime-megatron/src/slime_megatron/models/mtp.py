@@ -62,14 +62,22 @@ def mtp_problem(hf_config, hf_dir, num_layers: int) -> str | None:
     """Why ``num_layers`` MTP layers cannot be built from the checkpoint ``hf_dir``; None if they can."""
     family = model_family(hf_config)
     if family.mtp_layer is None:
-        return (f"--mtp-num-layers {num_layers}: the Megatron backend's {family.name} family has no multi-token "
-                "prediction layers (glm4_moe and deepseek_v3 have); drop --mtp-num-layers")
+        return (
+            f"--mtp-num-layers {num_layers}: the Megatron backend's {family.name} family has no multi-token "
+            "prediction layers (glm4_moe and deepseek_v3 have); drop --mtp-num-layers"
+        )
     held = checkpoint_mtp_layers(hf_dir, hf_config)
     if num_layers > held:
-        fix = f"set --mtp-num-layers {held}" if held else "drop --mtp-num-layers, or give the checkpoint with its MTP layers"
-        return (f"--mtp-num-layers {num_layers}: {hf_dir} holds {held} MTP layer(s) (config.json declares "
-                f"num_nextn_predict_layers {declared_mtp_layers(hf_config)}, each needs its weights, such as "
-                f"model.layers.{hf_config.num_hidden_layers}.eh_proj.weight); {fix}")
+        fix = (
+            f"set --mtp-num-layers {held}"
+            if held
+            else "drop --mtp-num-layers, or give the checkpoint with its MTP layers"
+        )
+        return (
+            f"--mtp-num-layers {num_layers}: {hf_dir} holds {held} MTP layer(s) (config.json declares "
+            f"num_nextn_predict_layers {declared_mtp_layers(hf_config)}, each needs its weights, such as "
+            f"model.layers.{hf_config.num_hidden_layers}.eh_proj.weight); {fix}"
+        )
     return None
 
 
@@ -88,8 +96,10 @@ def mtp_rules(hf_config, num_layers: int) -> list[WeightRule]:
             WeightRule(mg + "final_layernorm.weight", (hf + "shared_head.norm.weight",), "copy"),
         ]
         layer = f"decoder.layers.{first + i}."
-        rules += [WeightRule(mg + "transformer_layer." + r.megatron.removeprefix(layer), r.hf, r.kind, r.expert)
-                  for r in model_family(hf_config).mtp_layer(hf_config, first + i)]
+        rules += [
+            WeightRule(mg + "transformer_layer." + r.megatron.removeprefix(layer), r.hf, r.kind, r.expert)
+            for r in model_family(hf_config).mtp_layer(hf_config, first + i)
+        ]
         output = "embedding.word_embeddings.weight" if hf_config.tie_word_embeddings else "output_layer.weight"
         heads.append(WeightRule(output, (hf + "shared_head.head.weight",), "column"))
     return rules + heads

@@ -21,8 +21,15 @@ import torch
 from slime_megatron.logprobs import vocab_parallel_log_probs
 
 
-def mtp_losses(depths: list[torch.Tensor], input_ids: torch.Tensor, lengths: list[int], response_lengths: list[int],
-               mask: torch.Tensor, group, vocab_size: int) -> torch.Tensor:
+def mtp_losses(
+    depths: list[torch.Tensor],
+    input_ids: torch.Tensor,
+    lengths: list[int],
+    response_lengths: list[int],
+    mask: torch.Tensor,
+    group,
+    vocab_size: int,
+) -> torch.Tensor:
     """(D,) L_k for each depth's logits in ``depths`` ((B, W, V/tp) each, depth 1 first).
 
     ``input_ids`` (B, W) the micro-batch's rows; ``lengths`` / ``response_lengths`` each sample's
@@ -39,7 +46,8 @@ def mtp_losses(depths: list[torch.Tensor], input_ids: torch.Tensor, lengths: lis
         positions = torch.cat(positions).to(input_ids.device)
         weight = torch.cat(weights).to(device=logits.device, dtype=torch.float32)
         targets = input_ids.reshape(-1)[positions + 1 + k]
-        log_probs = vocab_parallel_log_probs(logits.reshape(-1, logits.shape[-1])[positions], targets, 1.0, group,
-                                             vocab_size)
+        log_probs = vocab_parallel_log_probs(
+            logits.reshape(-1, logits.shape[-1])[positions], targets, 1.0, group, vocab_size
+        )
         losses.append(-(log_probs * weight).sum() / weight.sum().clamp(min=1.0))
     return torch.stack(losses)

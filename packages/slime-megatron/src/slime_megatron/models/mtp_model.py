@@ -28,21 +28,45 @@ class MTPGPTModel(GPTModel):
 
     train_mtp: bool = False  # run the MTP layers in training forwards (--enable-mtp-training)
 
-    def _postprocess(self, hidden_states, input_ids, position_ids, labels, rotary_pos_emb, rotary_pos_cos,
-                     rotary_pos_sin, mtp_in_postprocess=None, loss_mask=None, decoder_input=None, attention_mask=None,
-                     inference_params=None, packed_seq_params=None, sequence_len_offset=None,
-                     runtime_gather_output=None, extra_block_kwargs=None, inference_context=None):
+    def _postprocess(
+        self,
+        hidden_states,
+        input_ids,
+        position_ids,
+        labels,
+        rotary_pos_emb,
+        rotary_pos_cos,
+        rotary_pos_sin,
+        mtp_in_postprocess=None,
+        loss_mask=None,
+        decoder_input=None,
+        attention_mask=None,
+        inference_params=None,
+        packed_seq_params=None,
+        sequence_len_offset=None,
+        runtime_gather_output=None,
+        extra_block_kwargs=None,
+        inference_context=None,
+    ):
         if labels is not None or inference_context is not None:
             raise NotImplementedError("MTPGPTModel returns logits: it takes no labels and no inference context")
         if not self.post_process:
             return hidden_states
         depths = [hidden_states]
         if mtp_in_postprocess and self.train_mtp and self.training and torch.is_grad_enabled():
-            stacked = self.mtp(input_ids=input_ids, position_ids=position_ids, hidden_states=hidden_states,
-                               attention_mask=attention_mask, rotary_pos_emb=rotary_pos_emb,
-                               rotary_pos_cos=rotary_pos_cos, rotary_pos_sin=rotary_pos_sin,
-                               packed_seq_params=packed_seq_params, sequence_len_offset=sequence_len_offset,
-                               embedding=self.embedding, **(extra_block_kwargs or {}))
+            stacked = self.mtp(
+                input_ids=input_ids,
+                position_ids=position_ids,
+                hidden_states=hidden_states,
+                attention_mask=attention_mask,
+                rotary_pos_emb=rotary_pos_emb,
+                rotary_pos_cos=rotary_pos_cos,
+                rotary_pos_sin=rotary_pos_sin,
+                packed_seq_params=packed_seq_params,
+                sequence_len_offset=sequence_len_offset,
+                embedding=self.embedding,
+                **(extra_block_kwargs or {}),
+            )
             depths = stacked.chunk(1 + len(self.mtp.layers), dim=0)  # (S, B, H) each, sequence first
         weight = self.shared_embedding_or_output_weight() if self.share_embeddings_and_output_weights else None
         logits = [self.output_layer(h, weight=weight, runtime_gather_output=runtime_gather_output)[0] for h in depths]

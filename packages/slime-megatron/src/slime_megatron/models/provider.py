@@ -28,8 +28,12 @@ def provide_model(hf_config, config, mtp_layers: int = 0):
         return build_model(hf_config, config, mtp_layers)
     provider = resolve_reference(path, "--megatron-model-provider")
     _without_transformer_engine()
-    model = provider(hf_config, config, pre_process=parallel_state.is_pipeline_first_stage(),
-                     post_process=parallel_state.is_pipeline_last_stage())
+    model = provider(
+        hf_config,
+        config,
+        pre_process=parallel_state.is_pipeline_first_stage(),
+        post_process=parallel_state.is_pipeline_last_stage(),
+    )
     check_provided_model(model, hf_config, path)
     if torch.cuda.is_available():
         model.cuda(torch.cuda.current_device())
@@ -50,20 +54,31 @@ def check_provided_model(model, hf_config, path: str) -> None:
     where = f"--megatron-model-provider {path}"
     config = getattr(model, "config", None)
     if not isinstance(model, torch.nn.Module) or not isinstance(config, TransformerConfig):
-        raise TypeError(f"{where} returned {type(model).__name__}, not a megatron-core model with a TransformerConfig; "
-                        "return a GPTModel (megatron.core.models.gpt.GPTModel)")
-    expected = {"num_layers": hf_config.num_hidden_layers,
-                "tensor_model_parallel_size": parallel_state.get_tensor_model_parallel_world_size(),
-                "pipeline_model_parallel_size": parallel_state.get_pipeline_model_parallel_world_size()}
-    wrong = [f"{key} {getattr(config, key)} (the run has {value})" for key, value in expected.items()
-             if getattr(config, key) != value]
+        raise TypeError(
+            f"{where} returned {type(model).__name__}, not a megatron-core model with a TransformerConfig; "
+            "return a GPTModel (megatron.core.models.gpt.GPTModel)"
+        )
+    expected = {
+        "num_layers": hf_config.num_hidden_layers,
+        "tensor_model_parallel_size": parallel_state.get_tensor_model_parallel_world_size(),
+        "pipeline_model_parallel_size": parallel_state.get_pipeline_model_parallel_world_size(),
+    }
+    wrong = [
+        f"{key} {getattr(config, key)} (the run has {value})"
+        for key, value in expected.items()
+        if getattr(config, key) != value
+    ]
     if wrong:
-        raise ValueError(f"{where} returned a model with {', '.join(wrong)}; build its TransformerConfig from "
-                         "--hf-checkpoint's config.json and the run's parallel sizes")
+        raise ValueError(
+            f"{where} returned a model with {', '.join(wrong)}; build its TransformerConfig from "
+            "--hf-checkpoint's config.json and the run's parallel sizes"
+        )
     unfilled, unknown = unmatched_weights(model, hf_config)
     if unfilled or unknown:
         family = model_family(hf_config).name
-        raise ValueError(f"{where} returned a model the {family} weights of --hf-checkpoint do not fit: no weight for "
-                         f"{unfilled[:5]}, no parameter for {unknown[:5]}; build the {family} architecture "
-                         "(as slime_megatron.models.build_model does), or register a family for yours "
-                         "(slime_megatron.models.register_family)")
+        raise ValueError(
+            f"{where} returned a model the {family} weights of --hf-checkpoint do not fit: no weight for "
+            f"{unfilled[:5]}, no parameter for {unknown[:5]}; build the {family} architecture "
+            "(as slime_megatron.models.build_model does), or register a family for yours "
+            "(slime_megatron.models.register_family)"
+        )

@@ -24,6 +24,7 @@ from slime_megatron.models.norms import RMSNorm
 def replace_module(spec, old: type, new: type):
     """``spec`` (a megatron block or layer spec, changed in place and returned) with every
     ``old`` class replaced by ``new``."""
+
     def visit(node):
         if node is old:
             return new
@@ -46,15 +47,17 @@ def with_fused_core_attention(spec):
 class MLACoreAttention(SDPACoreAttention):
     """megatron-core 0.16's multi-latent attention builds its core attention with the key and
     value head sizes (``k_channels``, ``v_channels``), which only Transformer Engine's accepts;
-    this is the local core attention (fused, :class:`SDPACoreAttention`) taking them: its output is ``v_channels`` wide per
+    this is the local core attention (fused, :class:`SDPACoreAttention`) taking them: its output is ``v_channels``
+    wide per
     head (the keys' size needs nothing: the scale comes from MLA as ``softmax_scale``). Without
     them (megatron's ``Attention`` base builds one first, which MLA replaces) it is the local one."""
 
     def __init__(self, config, *args, k_channels: int | None = None, v_channels: int | None = None, **kwargs):
         super().__init__(config, *args, **kwargs)
         if v_channels is not None:
-            self.hidden_size_per_partition = divide(v_channels * config.num_attention_heads,
-                                                    config.tensor_model_parallel_size)
+            self.hidden_size_per_partition = divide(
+                v_channels * config.num_attention_heads, config.tensor_model_parallel_size
+            )
 
 
 def with_mla_core_attention(spec):

@@ -46,7 +46,9 @@ def transformer_config(hf_config, config, mtp_layers: int = 0):
 def _decoder(hf_config) -> dict:
     """What Qwen2/3 and Llama share: pre-norm RMSNorm decoder layers with SwiGLU MLPs."""
     if getattr(hf_config, "hidden_act", "silu") != "silu":
-        raise ValueError(f"hidden_act '{hf_config.hidden_act}' is not supported by the Megatron backend (only silu, as SwiGLU)")
+        raise ValueError(
+            f"hidden_act '{hf_config.hidden_act}' is not supported by the Megatron backend (only silu, as SwiGLU)"
+        )
     return {
         "num_layers": hf_config.num_hidden_layers,
         "hidden_size": hf_config.hidden_size,
@@ -136,7 +138,9 @@ def _parse_value(raw: str, annotation):
         return None
     expected = _scalar_types(annotation)
     items = value if isinstance(value, list) else [value]
-    if expected and not all(isinstance(item, expected) or (float in expected and isinstance(item, int)) for item in items):
+    if expected and not all(
+        isinstance(item, expected) or (float in expected and isinstance(item, int)) for item in items
+    ):
         raise ValueError(f"expected {' or '.join(t.__name__ for t in expected)}, got {raw!r}")
     return value
 

@@ -42,8 +42,10 @@ class WeightRule:
             raise ValueError(f"weight rule for {self.megatron}: kind '{self.kind}' is not one of {', '.join(KINDS)}")
         expected = {"qkv": 3, "gate_up": 2}.get(self.kind, 1)
         if len(self.hf) != expected:
-            raise ValueError(f"weight rule for {self.megatron}: kind '{self.kind}' fuses {expected} Hugging Face "
-                             f"tensors, got {len(self.hf)}: {self.hf}")
+            raise ValueError(
+                f"weight rule for {self.megatron}: kind '{self.kind}' fuses {expected} Hugging Face "
+                f"tensors, got {len(self.hf)}: {self.hf}"
+            )
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ names with global layer and expert indices (one pipeline stage, one expert-paral
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
 
 import torch
 
@@ -44,10 +44,14 @@ class Ranks:
         from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
 
         return cls(
-            ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size(),
-            ps.get_expert_model_parallel_rank(), ps.get_expert_model_parallel_world_size(),
-            ps.get_expert_tensor_parallel_rank(), ps.get_expert_tensor_parallel_world_size(),
-            get_transformer_layer_offset(model.config), len(model.decoder.layers),
+            ps.get_tensor_model_parallel_rank(),
+            ps.get_tensor_model_parallel_world_size(),
+            ps.get_expert_model_parallel_rank(),
+            ps.get_expert_model_parallel_world_size(),
+            ps.get_expert_tensor_parallel_rank(),
+            ps.get_expert_tensor_parallel_world_size(),
+            get_transformer_layer_offset(model.config),
+            len(model.decoder.layers),
         )
 
 
@@ -60,11 +64,15 @@ def hf_to_megatron(hf_state: Mapping[str, torch.Tensor], hf_config, mtp_layers: 
     ``mtp_layers`` multi-token prediction layers (`slime_megatron.models.mtp`)."""
     hf_state = split_fused_experts(hf_state, hf_config)
     heads = Heads.of(hf_config)
-    return {rule.megatron: fuse(rule, [hf_state[name] for name in rule.hf], heads)
-            for rule in loading_rules(hf_config, mtp_layers)}
+    return {
+        rule.megatron: fuse(rule, [hf_state[name] for name in rule.hf], heads)
+        for rule in loading_rules(hf_config, mtp_layers)
+    }
 
 
-def megatron_to_hf(megatron_state: Mapping[str, torch.Tensor], hf_config, mtp_layers: int = 0) -> dict[str, torch.Tensor]:
+def megatron_to_hf(
+    megatron_state: Mapping[str, torch.Tensor], hf_config, mtp_layers: int = 0
+) -> dict[str, torch.Tensor]:
     """The Hugging Face state dict (checkpoint names) of a full megatron state, with its
     first ``mtp_layers`` multi-token prediction layers."""
     heads = Heads.of(hf_config)
@@ -74,8 +82,9 @@ def megatron_to_hf(megatron_state: Mapping[str, torch.Tensor], hf_config, mtp_la
     return out
 
 
-def shard_for_rank(megatron_state: Mapping[str, torch.Tensor], hf_config, ranks: Ranks,
-                   mtp_layers: int = 0) -> dict[str, torch.Tensor]:
+def shard_for_rank(
+    megatron_state: Mapping[str, torch.Tensor], hf_config, ranks: Ranks, mtp_layers: int = 0
+) -> dict[str, torch.Tensor]:
     """One rank's part of a full megatron state: its tensor-parallel shards, its experts
     (renumbered locally) and its pipeline stage's layers (renumbered from 0)."""
     out = {}
@@ -94,7 +103,7 @@ def local_name(rule: WeightRule, hf_config, ranks: Ranks) -> str | None:
         index = int(layer.group(1)) - ranks.layer_offset
         if index < 0 or (ranks.num_layers is not None and index >= ranks.num_layers):
             return None
-        name = f"decoder.layers.{index}." + name[layer.end():]
+        name = f"decoder.layers.{index}." + name[layer.end() :]
     elif ranks.num_layers is not None and not _on_stage(name, ranks):
         return None
     if rule.expert is not None:
@@ -170,13 +179,20 @@ def load_hf_weights(model, hf_dir_or_state_dict, hf_config) -> None:
     model = unwrap(model)
     unfilled, unknown = unmatched_weights(model, hf_config)
     if unfilled or unknown:
-        raise RuntimeError(f"the {model_family(hf_config).name} conversion does not match the built model: "
-                           f"unfilled {unfilled[:5]}, unknown {unknown[:5]}")
-    source = _SafetensorsDir(hf_dir_or_state_dict) if isinstance(hf_dir_or_state_dict, (str, Path)) \
+        raise RuntimeError(
+            f"the {model_family(hf_config).name} conversion does not match the built model: "
+            f"unfilled {unfilled[:5]}, unknown {unknown[:5]}"
+        )
+    source = (
+        _SafetensorsDir(hf_dir_or_state_dict)
+        if isinstance(hf_dir_or_state_dict, (str, Path))
         else split_fused_experts(hf_dir_or_state_dict, hf_config)
+    )
     ranks, heads = Ranks.current(model), Heads.of(hf_config)
-    local = {name: _shard(rule, fuse(rule, [_read(source, n) for n in rule.hf], heads), ranks)
-             for name, rule in _local_rules(model, hf_config).items()}
+    local = {
+        name: _shard(rule, fuse(rule, [_read(source, n) for n in rule.hf], heads), ranks)
+        for name, rule in _local_rules(model, hf_config).items()
+    }
     model.load_state_dict(local, strict=False)
 
 
@@ -226,7 +242,9 @@ class _SafetensorsDir:
 
 def _read(source, name: str) -> torch.Tensor:
     if name not in source:
-        raise KeyError(f"Hugging Face weight '{name}' is missing from the checkpoint; is it the model the config describes?")
+        raise KeyError(
+            f"Hugging Face weight '{name}' is missing from the checkpoint; is it the model the config describes?"
+        )
     return source[name]
 
 
@@ -296,5 +314,7 @@ def _with_expert(rule: WeightRule, expert: int) -> WeightRule:
     old_hf, new_hf = f"experts.{rule.expert}.", f"experts.{expert}."
     return WeightRule(
         _EXPERT.sub(f"local_experts.{expert}.", rule.megatron),
-        tuple(name.replace(old_hf, new_hf) for name in rule.hf), rule.kind, expert,
+        tuple(name.replace(old_hf, new_hf) for name in rule.hf),
+        rule.kind,
+        expert,
     )

@@ -10,8 +10,12 @@ choice) do not pay for importing sympy.
 import importlib
 
 _EXPORTS = {
-    "grade_math": "grader", "answers_match": "grader", "reference_answers": "grader",
-    "extract_answer": "extract", "last_boxed": "extract", "normalize_answer": "normalize",
+    "grade_math": "grader",
+    "answers_match": "grader",
+    "reference_answers": "grader",
+    "extract_answer": "extract",
+    "last_boxed": "extract",
+    "normalize_answer": "normalize",
     "equivalent": "equivalence",
 }
 __all__ = sorted(_EXPORTS)

@@ -43,10 +43,13 @@ _TEST_POINTS = 5
 _DECIMAL = re.compile(r"-?\d*\.(\d+)")
 _VARIABLE = re.compile(r"[a-zA-Z](?:_\{?\w+\}?)?")
 _CLOCK = re.compile(r"(\d{1,2}):([0-5]\d)\s*(?:([apAP])\.?\s*[mM]\.?)?")
-_NUMBER_WORDS = {word: str(n) for n, word in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
-    "sixteen seventeen eighteen nineteen twenty".split()
-)}
+_NUMBER_WORDS = {
+    word: str(n)
+    for n, word in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+        "sixteen seventeen eighteen nineteen twenty".split()
+    )
+}
 
 
 def equivalent(pred: str, gold: str) -> bool:
@@ -57,8 +60,18 @@ def equivalent(pred: str, gold: str) -> bool:
     """
     try:
         return nodes_equal(parse_structure(pred), parse_structure(gold))
-    except (LatexError, RecursionError, ValueError, TypeError, ArithmeticError, AttributeError,
-            NotImplementedError, IndexError, KeyError, sympy.SympifyError):
+    except (
+        LatexError,
+        RecursionError,
+        ValueError,
+        TypeError,
+        ArithmeticError,
+        AttributeError,
+        NotImplementedError,
+        IndexError,
+        KeyError,
+        sympy.SympifyError,
+    ):
         return False
 
 
@@ -263,6 +276,7 @@ def is_text(value: str) -> bool:
 
 def text_equal(pred: str, gold: str) -> bool:
     """Word answers: case, punctuation, spacing and articles ignored."""
+
     def key(s: str) -> str:
         s = re.sub(r"\b(?:a|an|the)\b", " ", s.lower())
         s = re.sub(r"\bdne\b", "does not exist", s)

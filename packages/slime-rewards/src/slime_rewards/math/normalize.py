@@ -16,9 +16,29 @@ import re
 
 # Commands whose braced argument is kept and the command dropped.
 _UNWRAP = (
-    "boxed", "fbox", "text", "textbf", "textit", "textrm", "textsf", "texttt", "textnormal",
-    "mathrm", "mathbf", "mathit", "mathsf", "mathtt", "mathnormal", "mbox", "hbox",
-    "operatorname", "emph", "bm", "boldsymbol", "pmb", "underline",
+    "boxed",
+    "fbox",
+    "text",
+    "textbf",
+    "textit",
+    "textrm",
+    "textsf",
+    "texttt",
+    "textnormal",
+    "mathrm",
+    "mathbf",
+    "mathit",
+    "mathsf",
+    "mathtt",
+    "mathnormal",
+    "mbox",
+    "hbox",
+    "operatorname",
+    "emph",
+    "bm",
+    "boldsymbol",
+    "pmb",
+    "underline",
 )
 # Commands (and their arguments, if any) that only change how things look.
 _SIZING = re.compile(r"\\(?:left|right|middle|[bB]igg?[lrm]?)(?![a-zA-Z])")
@@ -26,11 +46,33 @@ _DISPLAY = re.compile(r"\\(?:displaystyle|textstyle|scriptstyle|limits|nolimits)
 _SPACING = re.compile(r"(?<!\\)\\(?:quad|qquad|enspace|thinspace|medspace|thickspace|[,:;! ])|~")
 _HSPACE = re.compile(r"\\[hv]space\*?\{[^{}]*\}|\\phantom\{[^{}]*\}")
 _UNICODE = {
-    "−": "-", "–": "-", "—": "-", "×": r"\times ", "÷": r"\div ", "·": r"\cdot ",
-    "⋅": r"\cdot ", "π": r"\pi ", "∞": r"\infty ", "≤": r"\le ", "≥": r"\ge ",
-    "≠": r"\ne ", "√": r"\sqrt", "∪": r"\cup ", "∩": r"\cap ", "∈": r"\in ", "ℝ": r"\mathbb{R}",
-    "∅": r"\emptyset ", "⁰": "^0", "¹": "^1", "²": "^2", "³": "^3", "º": "°", "’": "'",
-    "\u00a0": " ", "\u2009": " ", "\u202f": " ",
+    "−": "-",
+    "–": "-",
+    "—": "-",
+    "×": r"\times ",
+    "÷": r"\div ",
+    "·": r"\cdot ",
+    "⋅": r"\cdot ",
+    "π": r"\pi ",
+    "∞": r"\infty ",
+    "≤": r"\le ",
+    "≥": r"\ge ",
+    "≠": r"\ne ",
+    "√": r"\sqrt",
+    "∪": r"\cup ",
+    "∩": r"\cap ",
+    "∈": r"\in ",
+    "ℝ": r"\mathbb{R}",
+    "∅": r"\emptyset ",
+    "⁰": "^0",
+    "¹": "^1",
+    "²": "^2",
+    "³": "^3",
+    "º": "°",
+    "’": "'",
+    "\u00a0": " ",
+    "\u2009": " ",
+    "\u202f": " ",
 }
 _RELATIONS = [
     (r"\\(?:leq?slant|leqq|leq?)(?![a-zA-Z])|<=", r"\\le "),
@@ -84,7 +126,7 @@ def strip_math_delimiters(s: str) -> str:
 
 def unwrap_commands(s: str, names: tuple[str, ...]) -> str:
     """Replace ``\\name{arg}`` by `` arg `` for every name, innermost braces kept balanced."""
-    pattern = re.compile(r"\\(?:%s)\s*(?=\{)" % "|".join(names))
+    pattern = re.compile(r"\\(?:" + "|".join(names) + r")\s*(?=\{)")
     while True:
         match = pattern.search(s)
         if match is None:

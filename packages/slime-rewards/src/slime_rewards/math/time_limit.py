@@ -44,7 +44,10 @@ class _Worker:
         code = "from slime_rewards.math.time_limit import serve; serve()"
         self.process = subprocess.Popen(
             [sys.executable, "-c", code, *preload],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
             bufsize=0,  # unbuffered, so select() on the pipe sees every pending byte
         )
         status, _ = self._receive(_STARTUP_SECONDS)

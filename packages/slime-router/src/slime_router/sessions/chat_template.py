@@ -63,8 +63,9 @@ class ChatTemplate:
         """Token ids of the first turn: the whole conversation and the generation prompt."""
         return self.encode(self.render(messages, tools, options, generation_prompt=True))
 
-    def continuation(self, history: list[dict], new: list[dict], last_token: int | None, tools: list | None,
-                     options: dict) -> str:
+    def continuation(
+        self, history: list[dict], new: list[dict], last_token: int | None, tools: list | None, options: dict
+    ) -> str:
         """The text that follows a session's tokens when ``new`` messages arrive after ``history``
         (which ends with the model's reply, whose last sampled token is ``last_token``)."""
         before_reply = self.render(history[:-1], tools, options, generation_prompt=True)
@@ -72,10 +73,11 @@ class ChatTemplate:
         whole = self.render(history + new, tools, options, generation_prompt=True)
         if not (with_reply.startswith(before_reply) and whole.startswith(with_reply)):
             raise TemplateError(
-                422, "the chat template renders the earlier turns differently once the new messages are added, so the "
-                "session cannot keep its tokens; use a template that only appends (or a new session per turn)"
+                422,
+                "the chat template renders the earlier turns differently once the new messages are added, so the "
+                "session cannot keep its tokens; use a template that only appends (or a new session per turn)",
             )
-        return self._turn_end(with_reply[len(before_reply):], last_token) + whole[len(with_reply):]
+        return self._turn_end(with_reply[len(before_reply) :], last_token) + whole[len(with_reply) :]
 
     def _turn_end(self, reply_text: str, last_token: int | None) -> str:
         """What the template puts after the model's output in ``reply_text`` (the rendered reply)."""
@@ -83,19 +85,25 @@ class ChatTemplate:
         for marker in self.end_markers:
             at = reply_text.rfind(marker)
             if at >= 0:
-                return reply_text[at + len(marker):] if marker == produced else reply_text[at:]
+                return reply_text[at + len(marker) :] if marker == produced else reply_text[at:]
         return ""
 
     def render(self, messages: list[dict], tools: list | None, options: dict, generation_prompt: bool) -> str:
         from jinja2 import TemplateError as JinjaError
 
         if not self.tokenizer.chat_template:
-            raise TemplateError(500, f"the tokenizer of {self.tokenizer.name_or_path} has no chat template; give the "
-                                     "model directory one (tokenizer_config.json) or use /v1/completions")
+            raise TemplateError(
+                500,
+                f"the tokenizer of {self.tokenizer.name_or_path} has no chat template; give the "
+                "model directory one (tokenizer_config.json) or use /v1/completions",
+            )
         try:
             return self.tokenizer.apply_chat_template(
-                [_for_template(message) for message in messages], tools=tools or None, tokenize=False,
-                add_generation_prompt=generation_prompt, **options,
+                [_for_template(message) for message in messages],
+                tools=tools or None,
+                tokenize=False,
+                add_generation_prompt=generation_prompt,
+                **options,
             )
         except (JinjaError, TypeError) as exc:
             raise TemplateError(400, f"the chat template refused the messages: {type(exc).__name__}: {exc}") from None

@@ -21,20 +21,23 @@ class SessionError(RuntimeError):
     """The router could not hand out the session."""
 
 
-def session_sample(router_url: str, session_id: str, forget: bool = True, timeout: float = 30.0,
-                   api_key: str | None = None) -> Sample:
+def session_sample(
+    router_url: str, session_id: str, forget: bool = True, timeout: float = 30.0, api_key: str | None = None
+) -> Sample:
     """The session ``session_id`` as a `Sample`; ``forget`` (default) also deletes it from the router."""
     url = f"{router_url.rstrip('/')}/sessions/{session_id}"
     try:
-        answer = httpx.request("DELETE" if forget else "GET", url, timeout=timeout, trust_env=False,
-                               headers=_auth(api_key))
+        answer = httpx.request(
+            "DELETE" if forget else "GET", url, timeout=timeout, trust_env=False, headers=_auth(api_key)
+        )
     except httpx.HTTPError as exc:
         raise SessionError(f"the router at {router_url} did not answer {url} ({exc}); is it running?") from exc
     return _sample(answer, router_url)
 
 
-async def asession_sample(router_url: str, session_id: str, forget: bool = True, timeout: float = 30.0,
-                          api_key: str | None = None) -> Sample:
+async def asession_sample(
+    router_url: str, session_id: str, forget: bool = True, timeout: float = 30.0, api_key: str | None = None
+) -> Sample:
     """`session_sample` for async code (a rollout function)."""
     url = f"{router_url.rstrip('/')}/sessions/{session_id}"
     async with httpx.AsyncClient(timeout=timeout, trust_env=False, headers=_auth(api_key)) as client:
@@ -51,7 +54,9 @@ def _auth(api_key: str | None) -> dict[str, str]:
 
 def _sample(answer: httpx.Response, router_url: str) -> Sample:
     if answer.status_code == 404 and "no session" not in answer.text:
-        raise SessionError(f"the router at {router_url} has no /sessions route; start it with --router-middleware sessions")
+        raise SessionError(
+            f"the router at {router_url} has no /sessions route; start it with --router-middleware sessions"
+        )
     if answer.status_code != 200:
         asked = f"{answer.request.method} {answer.request.url}"
         raise SessionError(f"the router refused {asked}: {answer.status_code} {answer.text[:300]}")

@@ -18,7 +18,7 @@ stays on one engine. A request without a session is answered and not recorded.
 from __future__ import annotations
 
 import contextlib
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from slime_core.engine import parse_generate
 from slime_router.handlers import ROUTING_KEY_HEADER, SESSION_HEADER, HTTPError, Request, Response, json_request
@@ -54,9 +54,11 @@ class Sessions:
         except TemplateError as exc:
             raise HTTPError(exc.status, str(exc)) from None
         if route == ("GET", "/v1/models"):
-            return Response.json({"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "slime"}]})
+            return Response.json(
+                {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "slime"}]}
+            )
         if request.path.startswith(SESSIONS_PREFIX) and request.method in ("GET", "DELETE"):
-            return self.session(request.path[len(SESSIONS_PREFIX):], forget=request.method == "DELETE")
+            return self.session(request.path[len(SESSIONS_PREFIX) :], forget=request.method == "DELETE")
         return await self.next_handler(request)
 
     async def chat(self, request: Request) -> Response:
@@ -68,8 +70,9 @@ class Sessions:
             reply = openai_api.normalise_messages([assistant_message(result.text, asked.tools)])[0]
             if session is not None:
                 trajectory.record(turn, result, prompt=asked.messages, reply=reply)
-        answer = openai_api.chat_answer(asked, asked.model or self.model, reply, result, len(turn.prompt_ids),
-                                        self._token_text)
+        answer = openai_api.chat_answer(
+            asked, asked.model or self.model, reply, result, len(turn.prompt_ids), self._token_text
+        )
         return openai_api.respond(asked, answer, _session_headers(session))
 
     async def completion(self, request: Request) -> Response:
@@ -80,8 +83,9 @@ class Sessions:
             result = await self._generate(turn.prompt_ids, asked.sampling, session)
             if session is not None:
                 trajectory.record(turn, result, prompt=turn.new_text, reply=None)
-        answer = openai_api.completion_answer(asked, asked.model or self.model, result, len(turn.prompt_ids),
-                                              self._token_text)
+        answer = openai_api.completion_answer(
+            asked, asked.model or self.model, result, len(turn.prompt_ids), self._token_text
+        )
         return openai_api.respond(asked, answer, _session_headers(session))
 
     @contextlib.asynccontextmanager
@@ -111,8 +115,11 @@ class Sessions:
     def session(self, session: str, forget: bool) -> Response:
         trajectory = self.trajectories.get(session)
         if trajectory is None:
-            raise HTTPError(404, f"no session {session!r} ({len(self.trajectories)} sessions are kept); a session "
-                                 "exists once a request naming it was answered, until it is deleted")
+            raise HTTPError(
+                404,
+                f"no session {session!r} ({len(self.trajectories)} sessions are kept); a session "
+                "exists once a request naming it was answered, until it is deleted",
+            )
         sample = trajectory.to_sample()
         if forget:
             del self.trajectories[session]
@@ -125,12 +132,16 @@ class Sessions:
 def _session_id(request: Request, body: dict) -> str | None:
     header, field = request.headers.get(SESSION_HEADER), body.get("session_id")
     if header and field and header != field:
-        raise HTTPError(400, f"the {SESSION_HEADER} header ({header!r}) and the session_id field ({field!r}) differ; "
-                             "give one")
+        raise HTTPError(
+            400, f"the {SESSION_HEADER} header ({header!r}) and the session_id field ({field!r}) differ; give one"
+        )
     session = header or field
-    if session is not None and (not isinstance(session, str) or not 0 < len(session) <= MAX_SESSION_ID or "/" in session):
-        raise HTTPError(400, f"a session id must be a string of 1 to {MAX_SESSION_ID} characters without '/', "
-                             f"got {session!r}")
+    if session is not None and (
+        not isinstance(session, str) or not 0 < len(session) <= MAX_SESSION_ID or "/" in session
+    ):
+        raise HTTPError(
+            400, f"a session id must be a string of 1 to {MAX_SESSION_ID} characters without '/', got {session!r}"
+        )
     return session
 
 

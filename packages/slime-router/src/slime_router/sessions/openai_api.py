@@ -22,15 +22,30 @@ from slime_router.handlers import HTTPError, Response
 
 #: OpenAI (and SGLang) request fields -> SGLang sampling params.
 SAMPLING_FIELDS = {
-    "temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
-    "max_tokens": "max_new_tokens", "max_completion_tokens": "max_new_tokens", "stop": "stop", "seed": "sampling_seed",
-    "stop_token_ids": "stop_token_ids", "ignore_eos": "ignore_eos", "frequency_penalty": "frequency_penalty",
-    "presence_penalty": "presence_penalty", "repetition_penalty": "repetition_penalty",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "max_tokens": "max_new_tokens",
+    "max_completion_tokens": "max_new_tokens",
+    "stop": "stop",
+    "seed": "sampling_seed",
+    "stop_token_ids": "stop_token_ids",
+    "ignore_eos": "ignore_eos",
+    "frequency_penalty": "frequency_penalty",
+    "presence_penalty": "presence_penalty",
+    "repetition_penalty": "repetition_penalty",
 }
 #: Fields accepted on both routes without changing the generation.
 COMMON_FIELDS = {"model", "n", "stream", "stream_options", "logprobs", "user", "session_id", "store", "metadata"}
-CHAT_FIELDS = COMMON_FIELDS | {"messages", "tools", "tool_choice", "parallel_tool_calls", "top_logprobs",
-                               "chat_template_kwargs"}
+CHAT_FIELDS = COMMON_FIELDS | {
+    "messages",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "top_logprobs",
+    "chat_template_kwargs",
+}
 COMPLETION_FIELDS = COMMON_FIELDS | {"prompt", "echo"}
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -81,9 +96,11 @@ def _common(body: dict) -> GenerationRequest:
         raise HTTPError(400, f"n must be 1, got {body['n']!r}: send one request (and one session) per sample")
     stream_options = body.get("stream_options") or {}
     return GenerationRequest(
-        sampling={SAMPLING_FIELDS[key]: value for key, value in body.items()
-                  if key in SAMPLING_FIELDS and value is not None},
-        model=body.get("model"), stream=bool(body.get("stream")),
+        sampling={
+            SAMPLING_FIELDS[key]: value for key, value in body.items() if key in SAMPLING_FIELDS and value is not None
+        },
+        model=body.get("model"),
+        stream=bool(body.get("stream")),
         include_usage=bool(isinstance(stream_options, dict) and stream_options.get("include_usage")),
         logprobs=bool(body.get("logprobs")),
     )
@@ -92,8 +109,11 @@ def _common(body: dict) -> GenerationRequest:
 def _refuse_unknown(body: dict, known: set[str], route: str) -> None:
     unknown = sorted(set(body) - known - set(SAMPLING_FIELDS))
     if unknown:
-        raise HTTPError(400, f"{route} does not support {', '.join(map(repr, unknown))}; "
-                             f"supported: {', '.join(sorted(known | set(SAMPLING_FIELDS)))}")
+        raise HTTPError(
+            400,
+            f"{route} does not support {', '.join(map(repr, unknown))}; "
+            f"supported: {', '.join(sorted(known | set(SAMPLING_FIELDS)))}",
+        )
 
 
 def _prompt(prompt) -> str | list[int]:
@@ -113,7 +133,7 @@ def normalise_messages(raw) -> list[dict]:
     """Messages with only what the template and the session compare: role, text content,
     tool calls (arguments as JSON text), tool_call_id, name."""
     if not isinstance(raw, list) or not raw:
-        raise HTTPError(400, "messages must be a non-empty list of {\"role\": ..., \"content\": ...} objects")
+        raise HTTPError(400, 'messages must be a non-empty list of {"role": ..., "content": ...} objects')
     return [_message(message, i) for i, message in enumerate(raw)]
 
 
@@ -142,24 +162,33 @@ def _text(content, i: int) -> str:
             return "".join(part.get("text", "") for part in content)
         kind = parts[0].get("type") if isinstance(parts[0], dict) else type(parts[0]).__name__
         raise HTTPError(400, f"messages[{i}].content: only text parts are supported, got {kind!r}")
-    raise HTTPError(400, f"messages[{i}].content must be a string or a list of text parts, got {type(content).__name__}")
+    raise HTTPError(
+        400, f"messages[{i}].content must be a string or a list of text parts, got {type(content).__name__}"
+    )
 
 
 def _tool_call(call, i: int, j: int) -> dict:
     function = call.get("function") if isinstance(call, dict) else None
     if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-        raise HTTPError(400, f'messages[{i}].tool_calls[{j}] must be {{"type": "function", "function": {{"name": ..., '
-                             f'"arguments": ...}}}}')
+        raise HTTPError(
+            400,
+            f'messages[{i}].tool_calls[{j}] must be {{"type": "function", "function": {{"name": ..., '
+            f'"arguments": ...}}}}',
+        )
     arguments = function.get("arguments", "{}")
-    function = {"name": function["name"], "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)}
+    function = {
+        "name": function["name"],
+        "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+    }
     return {"id": str(call.get("id") or ""), "type": "function", "function": function}
 
 
 # ---- answers ----------------------------------------------------------------------------
 
 
-def chat_answer(request: GenerationRequest, model: str, reply: dict, result: GenerateResult, prompt_tokens: int,
-                token_text) -> dict:
+def chat_answer(
+    request: GenerationRequest, model: str, reply: dict, result: GenerateResult, prompt_tokens: int, token_text
+) -> dict:
     """A ``chat.completion`` object; ``token_text(id)`` spells one token for the log-probs."""
     tokens = [token_text(token) for token in result.output_ids]
     logprobs = {"content": [_token_logprob(text, logprob) for text, logprob in zip(tokens, result.log_probs)]}
@@ -168,21 +197,35 @@ def chat_answer(request: GenerationRequest, model: str, reply: dict, result: Gen
     return _answer("chat.completion", "chatcmpl", model, choice, prompt_tokens, len(result.output_ids))
 
 
-def completion_answer(request: GenerationRequest, model: str, result: GenerateResult, prompt_tokens: int,
-                      token_text) -> dict:
+def completion_answer(
+    request: GenerationRequest, model: str, result: GenerateResult, prompt_tokens: int, token_text
+) -> dict:
     """A ``text_completion`` object."""
     tokens = [token_text(token) for token in result.output_ids]
     offsets = [0, *itertools.accumulate(map(len, tokens))][: len(tokens)]
     logprobs = {"tokens": tokens, "token_logprobs": result.log_probs, "top_logprobs": None, "text_offset": offsets}
-    choice = {"index": 0, "text": result.text, "finish_reason": result.finish_reason,
-              "logprobs": logprobs if request.logprobs else None}
+    choice = {
+        "index": 0,
+        "text": result.text,
+        "finish_reason": result.finish_reason,
+        "logprobs": logprobs if request.logprobs else None,
+    }
     return _answer("text_completion", "cmpl", model, choice, prompt_tokens, len(result.output_ids))
 
 
 def _answer(kind: str, prefix: str, model: str, choice: dict, prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"id": f"{prefix}-{uuid.uuid4().hex}", "object": kind, "created": int(time.time()), "model": model,
-            "choices": [choice], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                                           "total_tokens": prompt_tokens + completion_tokens}}
+    return {
+        "id": f"{prefix}-{uuid.uuid4().hex}",
+        "object": kind,
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
 
 
 def _token_logprob(text: str, logprob: float) -> dict:

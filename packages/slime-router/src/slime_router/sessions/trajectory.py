@@ -52,8 +52,9 @@ class Trajectory:
             ids = template.first_prompt(messages, tools, options)
             return Turn(ids, ids, template.tokenizer.decode(ids), messages)
         self._check_history(messages)
-        text = template.continuation(messages[: len(self.messages)], messages[len(self.messages):],
-                                     self._last_token(), tools, options)
+        text = template.continuation(
+            messages[: len(self.messages)], messages[len(self.messages) :], self._last_token(), tools, options
+        )
         new_ids = template.encode(text)
         return Turn(self.sample.tokens + new_ids, new_ids, text, messages)
 
@@ -65,33 +66,43 @@ class Trajectory:
         recorded = self.sample.tokens if isinstance(prompt, list) else self.sample.prompt + self.sample.response
         if prompt[: len(recorded)] != recorded:
             what = "token ids" if isinstance(prompt, list) else "text"
-            raise HTTPError(409, f"session {self.session_id!r}: the prompt does not start with the session's {what} so far "
-                                 "(its prompt and completions); continue it, or start a new session")
+            raise HTTPError(
+                409,
+                f"session {self.session_id!r}: the prompt does not start with the session's {what} so far "
+                "(its prompt and completions); continue it, or start a new session",
+            )
         if isinstance(prompt, list):
-            new_ids = prompt[len(recorded):]
+            new_ids = prompt[len(recorded) :]
             return Turn(self.sample.tokens + new_ids, new_ids, template.tokenizer.decode(new_ids))
-        text = prompt[len(recorded):]
+        text = prompt[len(recorded) :]
         new_ids = template.encode(text)
         return Turn(self.sample.tokens + new_ids, new_ids, text)
 
     def _check_kind(self, kind: str) -> None:
         if self.kind not in (None, kind):
-            raise HTTPError(409, f"session {self.session_id!r} is a {self.kind} session; "
-                                 f"send {kind} requests in a new session")
+            raise HTTPError(
+                409, f"session {self.session_id!r} is a {self.kind} session; send {kind} requests in a new session"
+            )
 
     def _check_history(self, messages: list[dict]) -> None:
         recorded = self.messages
         for i, (sent, kept) in enumerate(zip(messages, recorded)):
             if sent != kept:
-                raise HTTPError(409, f"session {self.session_id!r}: messages[{i}] ({sent['role']}) differs from what the "
-                                     f"session recorded ({str(kept)[:200]}); send the history unchanged, or start a "
-                                     "new session")
+                raise HTTPError(
+                    409,
+                    f"session {self.session_id!r}: messages[{i}] ({sent['role']}) differs from what the "
+                    f"session recorded ({str(kept)[:200]}); send the history unchanged, or start a "
+                    "new session",
+                )
         if len(messages) <= len(recorded):
-            raise HTTPError(409, f"session {self.session_id!r} already has these {len(recorded)} messages and the reply "
-                                 "to them; add the next message (a tool result or a user turn), or start a new session")
+            raise HTTPError(
+                409,
+                f"session {self.session_id!r} already has these {len(recorded)} messages and the reply "
+                "to them; add the next message (a tool result or a user turn), or start a new session",
+            )
 
     def _last_token(self) -> int | None:
-        response = self.sample.tokens[self.sample.prompt_length:]
+        response = self.sample.tokens[self.sample.prompt_length :]
         return response[-1] if response and self.sample.loss_mask[-1] == 1 else None
 
     # ---- recording a generated turn -----------------------------------------------------

@@ -81,8 +81,12 @@ def merge(a: RunningBatch, b: RunningBatch) -> RunningBatch:
     """One batch holding the rows of ``a`` then ``b``."""
     length = max(a.length, b.length)
     capacity = length + max(MIN_SPARE_COLUMNS, a.capacity - a.length, b.capacity - b.length)
-    mask = torch.cat([_pad_mask(a.mask[:, : a.length], length - a.length, capacity),
-                      _pad_mask(b.mask[:, : b.length], length - b.length, capacity)])
+    mask = torch.cat(
+        [
+            _pad_mask(a.mask[:, : a.length], length - a.length, capacity),
+            _pad_mask(b.mask[:, : b.length], length - b.length, capacity),
+        ]
+    )
     return RunningBatch(
         a.requests + b.requests,
         layers=[la.join(a.length, lb, b.length, length, capacity) for la, lb in zip(a.layers, b.layers)],
@@ -116,13 +120,14 @@ def _reserve(batch: RunningBatch, columns: int) -> None:
 
 
 def _forward(model, ids, mask, positions, cache: Cache) -> torch.Tensor:
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
-                use_cache=True, logits_to_keep=1)
+    out = model(
+        input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
+    )
     return out.logits[:, -1]
 
 
 def _pad_mask(mask: torch.Tensor, left: int, capacity: int) -> torch.Tensor:
     """A (B, L) mask placed ``left`` zero columns from the start of a (B, capacity) zero mask."""
     out = mask.new_zeros((mask.shape[0], capacity))
-    out[:, left: left + mask.shape[1]] = mask
+    out[:, left : left + mask.shape[1]] = mask
     return out

@@ -13,7 +13,7 @@ generation around them, as slime does with real SGLang servers.
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from slime_sglang.cpu_engine.engine import Engine
 from slime_sglang.cpu_engine.request import BadRequest
@@ -67,7 +67,9 @@ async def update_weights_from_tensor(engine: Engine, body: dict) -> dict:
     from the raw body form, the bucket's bytes)."""
     payloads = body.get("serialized_named_tensors")
     if not isinstance(payloads, list) or not all(isinstance(p, (str, bytes)) for p in payloads):
-        raise BadRequest("serialized_named_tensors must be a list of strings from slime_sglang.tensor_payload.encode_bucket")
+        raise BadRequest(
+            "serialized_named_tensors must be a list of strings from slime_sglang.tensor_payload.encode_bucket"
+        )
     return await load_update(engine, body, lambda: asyncio.to_thread(_decode_all, payloads), complete=False)
 
 
@@ -114,7 +116,10 @@ async def load_update(engine: Engine, body: dict, read: Callable[[], Awaitable[l
         apply_update(engine.model, named)
         if version is not None:
             engine.scheduler.weight_version = version
-        return {"success": True, "message": f"updated {len(named)} tensors; weight_version {engine.scheduler.weight_version}"}
+        return {
+            "success": True,
+            "message": f"updated {len(named)} tensors; weight_version {engine.scheduler.weight_version}",
+        }
 
     return await engine.at_safe_point(apply)
 

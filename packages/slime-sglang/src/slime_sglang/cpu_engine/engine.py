@@ -4,9 +4,9 @@ asyncio side of submitting requests and calls to the scheduler thread."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from slime_sglang.cpu_engine.request import BadRequest, GenerateRequest, answer
 from slime_sglang.cpu_engine.scheduler import Scheduler
@@ -77,7 +77,9 @@ def load_engine(model_path: str, max_running_requests: int, context_length: int 
     scheduler = Scheduler(model, StopChecker(tokenizer, eos_token_ids(model, tokenizer)), max_running_requests)
     scheduler.start()
     return Engine(
-        model_path=model_path, model=model, scheduler=scheduler,
+        model_path=model_path,
+        model=model,
+        scheduler=scheduler,
         context_length=context_length or model.config.max_position_embeddings,
         vocab_size=model.get_input_embeddings().num_embeddings,
     )

@@ -10,16 +10,17 @@ import contextlib
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 
 from slime_core.ports import free_port
 
 
-def start_cpu_engine(model: str | Path, port: int | None = None, *extra: str,
-                     log_path: Path | None = None) -> tuple[subprocess.Popen, str]:
+def start_cpu_engine(
+    model: str | Path, port: int | None = None, *extra: str, log_path: Path | None = None
+) -> tuple[subprocess.Popen, str]:
     """Start the engine on 127.0.0.1 and ``port`` (None: a free one; ``extra``: more
     ``slime engine serve`` flags, not ``--host`` / ``--port``); returns the process and its URL.
 

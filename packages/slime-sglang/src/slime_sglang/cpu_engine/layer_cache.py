@@ -31,7 +31,9 @@ SUPPORTED = (DynamicLayer, DynamicIndexedLayer, LinearAttentionLayer)
 
 def unsupported_layers(config) -> list[str]:
     """The names of the cache layer kinds of ``config`` that the CPU engine cannot hold (none: [])."""
-    return sorted({type(layer).__name__ for layer in DynamicCache(config=config).layers if type(layer) not in SUPPORTED})
+    return sorted(
+        {type(layer).__name__ for layer in DynamicCache(config=config).layers if type(layer) not in SUPPORTED}
+    )
 
 
 def from_prefill(layer, row_of: torch.Tensor, capacity: int) -> Columns | Recurrent:
@@ -39,11 +41,16 @@ def from_prefill(layer, row_of: torch.Tensor, capacity: int) -> Columns | Recurr
     (``row_of[i]``: the prefill row of request i), with ``capacity`` columns for attention."""
     if isinstance(layer, LinearAttentionLayer):
         states = range(layer.number_of_states)
-        return Recurrent(conv=[_rows(layer.conv_states[i], row_of) for i in states],
-                         recurrent=[_rows(layer.recurrent_states[i], row_of) for i in states])
+        return Recurrent(
+            conv=[_rows(layer.conv_states[i], row_of) for i in states],
+            recurrent=[_rows(layer.recurrent_states[i], row_of) for i in states],
+        )
     indexer = layer.indexer_keys if isinstance(layer, DynamicIndexedLayer) else None
-    return Columns(keys=_pad(layer.keys[row_of], 2, 0, capacity), values=_pad(layer.values[row_of], 2, 0, capacity),
-                   indexer_keys=None if indexer is None else _pad(indexer[row_of], 1, 0, capacity))
+    return Columns(
+        keys=_pad(layer.keys[row_of], 2, 0, capacity),
+        values=_pad(layer.values[row_of], 2, 0, capacity),
+        indexer_keys=None if indexer is None else _pad(indexer[row_of], 1, 0, capacity),
+    )
 
 
 @dataclass
@@ -67,13 +74,20 @@ class Columns:
 
     def join(self, length: int, other: Columns, other_length: int, joined_length: int, capacity: int) -> Columns:
         """Rows of self then ``other``, each left-padded to ``joined_length`` columns in use."""
+
         def cat(mine: torch.Tensor | None, theirs: torch.Tensor | None, axis: int):
             if mine is None:
                 return None
-            return torch.cat([_pad(mine.narrow(axis, 0, length), axis, joined_length - length, capacity),
-                              _pad(theirs.narrow(axis, 0, other_length), axis, joined_length - other_length, capacity)])
+            return torch.cat(
+                [
+                    _pad(mine.narrow(axis, 0, length), axis, joined_length - length, capacity),
+                    _pad(theirs.narrow(axis, 0, other_length), axis, joined_length - other_length, capacity),
+                ]
+            )
 
-        return Columns(*(cat(mine, theirs, axis) for (mine, axis), (theirs, _) in zip(self._tensors(), other._tensors())))
+        return Columns(
+            *(cat(mine, theirs, axis) for (mine, axis), (theirs, _) in zip(self._tensors(), other._tensors()))
+        )
 
     def reserve(self, capacity: int) -> Columns:
         return self._map(lambda t, axis: _pad(t, axis, 0, capacity))
@@ -93,8 +107,10 @@ class Recurrent:
         return Recurrent([c[index] for c in self.conv], [r[index] for r in self.recurrent])
 
     def join(self, length: int, other: Recurrent, other_length: int, joined_length: int, capacity: int) -> Recurrent:
-        return Recurrent([torch.cat(pair) for pair in zip(self.conv, other.conv)],
-                         [torch.cat(pair) for pair in zip(self.recurrent, other.recurrent)])
+        return Recurrent(
+            [torch.cat(pair) for pair in zip(self.conv, other.conv)],
+            [torch.cat(pair) for pair in zip(self.recurrent, other.recurrent)],
+        )
 
     def reserve(self, capacity: int) -> Recurrent:
         return self
@@ -116,15 +132,15 @@ class _ColumnsLayer(DynamicIndexedLayer):
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         end = self.length + key_states.shape[-2]
-        self.columns.keys[:, :, self.length: end] = key_states
-        self.columns.values[:, :, self.length: end] = value_states
+        self.columns.keys[:, :, self.length : end] = key_states
+        self.columns.values[:, :, self.length : end] = value_states
         self.length = end
         self.keys, self.values = self.columns.keys[:, :, :end], self.columns.values[:, :, :end]
         return self.keys, self.values
 
     def update_indexer(self, indexer_key_states: torch.Tensor) -> torch.Tensor:
         end = self.indexer_length + indexer_key_states.shape[1]
-        self.columns.indexer_keys[:, self.indexer_length: end] = indexer_key_states
+        self.columns.indexer_keys[:, self.indexer_length : end] = indexer_key_states
         self.indexer_length = end
         return self.columns.indexer_keys[:, :end]
 

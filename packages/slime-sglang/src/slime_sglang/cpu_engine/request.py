@@ -20,8 +20,8 @@ objects, one per sample of the prompt (a GRPO group in one request).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from typing import Callable
 
 import torch
 
@@ -78,10 +78,21 @@ def parse_generate_copies(body, vocab_size: int, context_length: int) -> list[Ge
     if n == 1:
         return [first]
     rid, seed = body.get("rid"), first.params.sampling_seed
-    return [parse_generate({**body, "rid": f"{rid}-{i}" if rid else None,
-                            "sampling_params": {**sampling, "sampling_seed": None if seed is None else parallel_sample_seed(seed, i)}},
-                           vocab_size, context_length)
-            for i in range(n)]
+    return [
+        parse_generate(
+            {
+                **body,
+                "rid": f"{rid}-{i}" if rid else None,
+                "sampling_params": {
+                    **sampling,
+                    "sampling_seed": None if seed is None else parallel_sample_seed(seed, i),
+                },
+            },
+            vocab_size,
+            context_length,
+        )
+        for i in range(n)
+    ]
 
 
 def parse_generate(body, vocab_size: int, context_length: int) -> GenerateRequest:
@@ -95,7 +106,9 @@ def parse_generate(body, vocab_size: int, context_length: int) -> GenerateReques
     refuse_unknown(body, TOP_LEVEL_KEYS + IGNORED_KEYS + UNSUPPORTED_FLAGS, "request field")
     asked = [key for key in UNSUPPORTED_FLAGS if body.get(key)]
     if asked:
-        raise BadRequest(f"the CPU engine does not support {', '.join(asked)}; set {'them' if len(asked) > 1 else 'it'} to false")
+        raise BadRequest(
+            f"the CPU engine does not support {', '.join(asked)}; set {'them' if len(asked) > 1 else 'it'} to false"
+        )
     input_ids = _prompt(body.get("input_ids"), vocab_size, context_length)
     params = parse_sampling_params(body.get("sampling_params") or {}, vocab_size)
     params = replace(params, max_new_tokens=min(params.max_new_tokens, context_length - len(input_ids)))
@@ -103,7 +116,9 @@ def parse_generate(body, vocab_size: int, context_length: int) -> GenerateReques
     if rid is not None and not isinstance(rid, str):
         raise BadRequest("rid must be a string (or left out for a generated id)")
     return GenerateRequest(
-        rid=rid or uuid.uuid4().hex, input_ids=input_ids, params=params,
+        rid=rid or uuid.uuid4().hex,
+        input_ids=input_ids,
+        params=params,
         return_logprob=_boolean(body, "return_logprob", False),
         return_text_in_logprobs=_boolean(body, "return_text_in_logprobs", False),
         generator=None if params.sampling_seed is None else torch.Generator().manual_seed(params.sampling_seed),
@@ -136,7 +151,10 @@ def parse_sampling_params(raw, vocab_size: int) -> SamplingParams:
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise BadRequest(f"sampling_seed must be an integer or null, got {seed!r}")
     return SamplingParams(
-        temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        max_new_tokens=max_new_tokens,
         stop=_stop_strings(raw.get("stop")),
         stop_token_ids=frozenset(_token_ids(raw.get("stop_token_ids") or [], "stop_token_ids", vocab_size)),
         sampling_seed=seed,
@@ -159,7 +177,9 @@ def answer(request: GenerateRequest, text: str, weight_version: str, token_texts
     }
     if request.return_logprob:
         texts = token_texts or [None] * len(request.output_ids)
-        meta["output_token_logprobs"] = [list(entry) for entry in zip(request.output_logprobs, request.output_ids, texts)]
+        meta["output_token_logprobs"] = [
+            list(entry) for entry in zip(request.output_logprobs, request.output_ids, texts)
+        ]
     if request.params.return_top_p_token_ids:
         offsets = [0]
         for nucleus in request.output_nuclei:
@@ -173,18 +193,24 @@ def refuse_unknown(raw: dict, known, what: str) -> None:
     """``BadRequest`` naming the keys of ``raw`` that are not ``known`` (``what``: e.g. "field")."""
     unknown = sorted(set(raw) - set(known))
     if unknown:
-        raise BadRequest(f"unknown {what}{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-                         f"the CPU engine accepts: {', '.join(known)}")
+        raise BadRequest(
+            f"unknown {what}{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+            f"the CPU engine accepts: {', '.join(known)}"
+        )
 
 
 def _prompt(value, vocab_size: int, context_length: int) -> list[int]:
     input_ids = _token_ids(value, "input_ids", vocab_size)
     if not input_ids:
-        raise BadRequest("input_ids must be a non-empty list of token ids (tokenize the prompt first; "
-                         "batches of prompts are not supported: send one request per prompt)")
+        raise BadRequest(
+            "input_ids must be a non-empty list of token ids (tokenize the prompt first; "
+            "batches of prompts are not supported: send one request per prompt)"
+        )
     if len(input_ids) >= context_length:
-        raise BadRequest(f"the prompt has {len(input_ids)} tokens but the context length is {context_length}; "
-                         "shorten the prompt or start the engine with a larger --context-length")
+        raise BadRequest(
+            f"the prompt has {len(input_ids)} tokens but the context length is {context_length}; "
+            "shorten the prompt or start the engine with a larger --context-length"
+        )
     return input_ids
 
 
@@ -192,12 +218,20 @@ def _token_ids(value, name: str, vocab_size: int) -> list[int]:
     if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
         if value is None and name == "input_ids":
             raise BadRequest("input_ids is missing: send the prompt as a list of token ids")
-        raise BadRequest(f"{name} must be a list of integer token ids"
-                         + (" (one prompt: batches are not supported)" if isinstance(value, list) and isinstance(value[0], list) else ""))
+        raise BadRequest(
+            f"{name} must be a list of integer token ids"
+            + (
+                " (one prompt: batches are not supported)"
+                if isinstance(value, list) and isinstance(value[0], list)
+                else ""
+            )
+        )
     outside = [t for t in value if not 0 <= t < vocab_size]
     if outside:
-        raise BadRequest(f"{name} has ids outside the vocabulary [0, {vocab_size}): {outside[:5]}; "
-                         "tokenize with the tokenizer of the model this engine serves")
+        raise BadRequest(
+            f"{name} has ids outside the vocabulary [0, {vocab_size}): {outside[:5]}; "
+            "tokenize with the tokenizer of the model this engine serves"
+        )
     return value
 
 

@@ -42,8 +42,9 @@ class SamplingParams:
         return self.top_k > 0 or self.top_p < 1.0
 
 
-def sample_tokens(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]
-                  ) -> tuple[torch.Tensor, torch.Tensor, list[list[int] | None]]:
+def sample_tokens(
+    logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]
+) -> tuple[torch.Tensor, torch.Tensor, list[list[int] | None]]:
     """Draw one token per row, its log-prob and, for top-p replay, its nucleus.
 
     logits (B, V) any float dtype; ``params`` and ``generators`` have one entry per row (a
@@ -63,8 +64,10 @@ def sample_tokens(logits: torch.Tensor, params: list[SamplingParams], generators
         drawable = probs[rows] if allowed is None else probs[rows].masked_fill(~allowed[rows], 0.0)
         tokens[rows] = _draw(drawable, [generators[i] for i in rows])
     log_probs = torch.log_softmax(scaled, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
-    nuclei = [_nucleus(scaled, allowed, tokens, log_probs, row, p) if p.return_top_p_token_ids else None
-              for row, p in enumerate(params)]
+    nuclei = [
+        _nucleus(scaled, allowed, tokens, log_probs, row, p) if p.return_top_p_token_ids else None
+        for row, p in enumerate(params)
+    ]
     return tokens, log_probs, nuclei
 
 

@@ -26,7 +26,7 @@ import os
 import queue
 import threading
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -21,21 +21,39 @@ def add_engine_command(subparsers) -> None:
     serve.add_argument("--model", required=True, help="Hugging Face model directory (config, safetensors, tokenizer)")
     serve.add_argument("--port", type=int, required=True, help="TCP port to listen on")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
-    serve.add_argument("--api-key", default=None,
-                       help="require 'Authorization: Bearer KEY' on every route but /health, as SGLang's --api-key "
-                       "(a command line is readable by every local user: SLIME_API_KEY in the environment is not; "
-                       "slime passes its run's token that way when the run spans nodes)")
-    serve.add_argument("--admin-api-key", default=None,
-                       help="require 'Authorization: Bearer KEY' on the control endpoints (weight updates, pause, "
-                       "abort, flush, memory release), as SGLang's --admin-api-key (or SLIME_ADMIN_API_KEY in the "
-                       "environment, as slime passes its run's token)")
-    serve.add_argument("--max-running-requests", type=_positive, default=256,
-                       help="requests decoded together, at most (default 256, a rollout batch of 32 prompts x 8)")
-    serve.add_argument("--context-length", type=_positive, default=None,
-                       help="prompt + output tokens per request (default: the model's max_position_embeddings)")
-    serve.add_argument("--num-threads", type=_positive, default=None,
-                       help="threads of torch's CPU kernels (default: torch's choice, one per core); "
-                       "use fewer when several engines or a trainer share the cores")
+    serve.add_argument(
+        "--api-key",
+        default=None,
+        help="require 'Authorization: Bearer KEY' on every route but /health, as SGLang's --api-key "
+        "(a command line is readable by every local user: SLIME_API_KEY in the environment is not; "
+        "slime passes its run's token that way when the run spans nodes)",
+    )
+    serve.add_argument(
+        "--admin-api-key",
+        default=None,
+        help="require 'Authorization: Bearer KEY' on the control endpoints (weight updates, pause, "
+        "abort, flush, memory release), as SGLang's --admin-api-key (or SLIME_ADMIN_API_KEY in the "
+        "environment, as slime passes its run's token)",
+    )
+    serve.add_argument(
+        "--max-running-requests",
+        type=_positive,
+        default=256,
+        help="requests decoded together, at most (default 256, a rollout batch of 32 prompts x 8)",
+    )
+    serve.add_argument(
+        "--context-length",
+        type=_positive,
+        default=None,
+        help="prompt + output tokens per request (default: the model's max_position_embeddings)",
+    )
+    serve.add_argument(
+        "--num-threads",
+        type=_positive,
+        default=None,
+        help="threads of torch's CPU kernels (default: torch's choice, one per core); "
+        "use fewer when several engines or a trainer share the cores",
+    )
     serve.set_defaults(func=run_serve)
 
 
@@ -52,11 +70,19 @@ def run_serve(args) -> int:
         print(f"slime engine: serving {args.model} on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
 
     try:
-        web.run_app(create_app(engine, *keys), host=args.host, port=args.port, print=announce, access_log=None,
-                    handler_cancellation=True)
+        web.run_app(
+            create_app(engine, *keys),
+            host=args.host,
+            port=args.port,
+            print=announce,
+            access_log=None,
+            handler_cancellation=True,
+        )
     except OSError as exc:
-        print(f"slime engine serve: cannot listen on {args.host}:{args.port} ({exc.strerror}); "
-              "pick a free --port", file=sys.stderr)
+        print(
+            f"slime engine serve: cannot listen on {args.host}:{args.port} ({exc.strerror}); pick a free --port",
+            file=sys.stderr,
+        )
         return 1
     _exit_now()
 
@@ -82,8 +108,11 @@ def _exit_now() -> None:
 def _load(args):
     """The engine for ``--model`` (None, with the reason printed, when it cannot be served)."""
     if not (Path(args.model) / "config.json").is_file():
-        print(f"slime engine serve: {args.model} has no config.json; give a Hugging Face model directory "
-              "(save_pretrained output) with --model", file=sys.stderr)
+        print(
+            f"slime engine serve: {args.model} has no config.json; give a Hugging Face model directory "
+            "(save_pretrained output) with --model",
+            file=sys.stderr,
+        )
         return None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import torch

@@ -41,13 +41,27 @@ CONTROL_ROUTES = {
     "/pause_generation": (control.pause_generation, ("mode",)),
     "/continue_generation": (control.continue_generation, ()),
     "/flush_cache": (control.flush_cache, ()),
-    "/update_weights_from_disk": (control.update_weights_from_disk,
-                                  ("model_path", "weight_version", "abort_all_requests", "load_format")),
-    "/init_weights_update_group": (weight_groups.init_weights_update_group,
-                                   ("master_address", "master_port", "rank_offset", "world_size", "group_name", "backend")),
-    "/update_weights_from_distributed": (weight_groups.update_weights_from_distributed,
-                                         ("names", "dtypes", "shapes", "group_name", "weight_version", "flush_cache",
-                                          "abort_all_requests", "load_format")),
+    "/update_weights_from_disk": (
+        control.update_weights_from_disk,
+        ("model_path", "weight_version", "abort_all_requests", "load_format"),
+    ),
+    "/init_weights_update_group": (
+        weight_groups.init_weights_update_group,
+        ("master_address", "master_port", "rank_offset", "world_size", "group_name", "backend"),
+    ),
+    "/update_weights_from_distributed": (
+        weight_groups.update_weights_from_distributed,
+        (
+            "names",
+            "dtypes",
+            "shapes",
+            "group_name",
+            "weight_version",
+            "flush_cache",
+            "abort_all_requests",
+            "load_format",
+        ),
+    ),
     "/destroy_weights_update_group": (weight_groups.destroy_weights_update_group, ("group_name",)),
     "/release_memory_occupation": (control.release_memory_occupation, ("tags",)),
     "/resume_memory_occupation": (control.resume_memory_occupation, ("tags",)),
@@ -108,8 +122,13 @@ async def health(request: web.Request) -> web.Response:
         return web.json_response({"error": "the scheduler thread stopped; see this engine's log"}, status=503)
     await request.app[ENGINE].at_safe_point(lambda: None)
     if scheduler.failed_steps:
-        return web.json_response({"error": f"its last {scheduler.failed_steps} generation step(s) failed, the last "
-                                  f"with {scheduler.last_error}"}, status=503)
+        return web.json_response(
+            {
+                "error": f"its last {scheduler.failed_steps} generation step(s) failed, the last "
+                f"with {scheduler.last_error}"
+            },
+            status=503,
+        )
     return web.json_response({"status": "ok"})
 
 
@@ -117,10 +136,18 @@ async def health_generate(request: web.Request) -> web.Response:
     """200 once the engine generated one token; 503 when it cannot (paused, released, stuck)."""
     engine = request.app[ENGINE]
     if engine.scheduler.paused or engine.scheduler.held:
-        return web.json_response({"error": "generation is paused or memory is released; "
-                                  "POST /continue_generation or /resume_memory_occupation"}, status=503)
-    probe = parse_generate({"input_ids": [0], "sampling_params": {"max_new_tokens": 1, "temperature": 0}},
-                           engine.vocab_size, engine.context_length)
+        return web.json_response(
+            {
+                "error": "generation is paused or memory is released; "
+                "POST /continue_generation or /resume_memory_occupation"
+            },
+            status=503,
+        )
+    probe = parse_generate(
+        {"input_ids": [0], "sampling_params": {"max_new_tokens": 1, "temperature": 0}},
+        engine.vocab_size,
+        engine.context_length,
+    )
     try:
         await asyncio.wait_for(engine.generate(probe), HEALTH_GENERATE_TIMEOUT_S)
     except asyncio.TimeoutError:
@@ -134,7 +161,9 @@ async def server_info(request: web.Request) -> web.Response:
 
 async def model_info(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
-    return web.json_response({"model_path": engine.model_path, "tokenizer_path": engine.model_path, "is_generation": True})
+    return web.json_response(
+        {"model_path": engine.model_path, "tokenizer_path": engine.model_path, "is_generation": True}
+    )
 
 
 class RouterProbeFilter(logging.Filter):
@@ -153,7 +182,9 @@ async def update_weights_from_tensor(request: web.Request) -> web.Response:
         return await _control_route(control.update_weights_from_tensor, TENSOR_UPDATE_KEYS)(request)
     fields = {key: _query_value(key, value) for key, value in request.query.items()}
     refuse_unknown(fields, TENSOR_UPDATE_KEYS[1:], f"query field for {request.path}")
-    result = await control.update_weights_from_tensor(request.app[ENGINE], {**fields, "serialized_named_tensors": [await request.read()]})
+    result = await control.update_weights_from_tensor(
+        request.app[ENGINE], {**fields, "serialized_named_tensors": [await request.read()]}
+    )
     return web.json_response(result, status=400 if result.get("success") is False else 200)
 
 
@@ -203,12 +234,20 @@ def _key_required(api_key: str | None, admin_api_key: str | None):
     async def key_required(request: web.Request, handler):
         if request.path.startswith("/health"):
             return await handler(request)
-        key, flag = (admin_api_key, "--admin-api-key") if request.path in GUARDED_PATHS and admin_api_key \
+        key, flag = (
+            (admin_api_key, "--admin-api-key")
+            if request.path in GUARDED_PATHS and admin_api_key
             else (api_key, "--api-key")
+        )
         if key and not bearer_matches(request.headers.get("Authorization"), key):
-            return web.json_response({"error": f"{request.path} needs this engine's key: send 'Authorization: Bearer "
-                                      f"KEY' with the key given to {flag} (slime's clients send the run's token "
-                                      "themselves; a user's function finds it in config.network.token)"}, status=401)
+            return web.json_response(
+                {
+                    "error": f"{request.path} needs this engine's key: send 'Authorization: Bearer "
+                    f"KEY' with the key given to {flag} (slime's clients send the run's token "
+                    "themselves; a user's function finds it in config.network.token)"
+                },
+                status=401,
+            )
         return await handler(request)
 
     return key_required

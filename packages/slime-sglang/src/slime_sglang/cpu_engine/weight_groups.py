@@ -58,13 +58,18 @@ class WeightGroup:
 async def init_weights_update_group(engine: Engine, body: dict) -> dict:
     address, port, rank, world_size, name = _join_fields(body)
     if name in engine.weight_groups:
-        return {"success": False, "message": f"weight-update group {name!r} exists already on this engine; "
-                                             "POST /destroy_weights_update_group first, or pick another group_name"}
+        return {
+            "success": False,
+            "message": f"weight-update group {name!r} exists already on this engine; "
+            "POST /destroy_weights_update_group first, or pick another group_name",
+        }
     engine.weight_groups[name] = None  # joining: the name is taken
 
     def join() -> None:  # records the outcome itself: the caller may disconnect while it waits
         try:
-            engine.weight_groups[name] = WeightGroup(open_group(address, port, rank, world_size, name, "gloo", GROUP_TIMEOUT_S))
+            engine.weight_groups[name] = WeightGroup(
+                open_group(address, port, rank, world_size, name, "gloo", GROUP_TIMEOUT_S)
+            )
         except BaseException:
             engine.weight_groups.pop(name, None)
             raise
@@ -72,8 +77,11 @@ async def init_weights_update_group(engine: Engine, body: dict) -> dict:
     try:
         await in_daemon_thread(join)
     except Exception as exc:
-        return {"success": False, "message": f"cannot join weight-update group {name!r} at {address}:{port} as rank "
-                                             f"{rank} of {world_size}: {exc}"}
+        return {
+            "success": False,
+            "message": f"cannot join weight-update group {name!r} at {address}:{port} as rank "
+            f"{rank} of {world_size}: {exc}",
+        }
     return {"success": True, "message": f"joined weight-update group {name!r} as rank {rank} of {world_size}"}
 
 
@@ -85,7 +93,9 @@ async def update_weights_from_distributed(engine: Engine, body: dict) -> dict:
     except BadRequest as exc:  # the sender will broadcast tensors this engine cannot receive
         group.broken = f"an update it could not read ({exc})"
         raise
-    return await load_update(engine, body, lambda: in_daemon_thread(group.receive, names, dtypes, shapes), complete=False)
+    return await load_update(
+        engine, body, lambda: in_daemon_thread(group.receive, names, dtypes, shapes), complete=False
+    )
 
 
 async def destroy_weights_update_group(engine: Engine, body: dict) -> dict:
@@ -101,8 +111,10 @@ def _joined(engine: Engine, name) -> WeightGroup:
     if group is None:
         state = "is still joining" if name in engine.weight_groups else "does not exist"
         joined = sorted(n for n, g in engine.weight_groups.items() if g is not None)
-        raise BadRequest(f"weight-update group {name!r} {state} on this engine (joined: {joined}); "
-                         "POST /init_weights_update_group first and wait for its answer")
+        raise BadRequest(
+            f"weight-update group {name!r} {state} on this engine (joined: {joined}); "
+            "POST /init_weights_update_group first and wait for its answer"
+        )
     return group
 
 
@@ -115,18 +127,26 @@ def _join_fields(body: dict) -> tuple[str, int, int, int, str]:
     if not _is_int(port) or not 0 < port < 65536:
         raise BadRequest(f"master_port must be a TCP port, got {port!r}")
     if not _is_int(world_size) or not _is_int(rank) or not 0 < rank < world_size:
-        raise BadRequest(f"rank_offset must be in 1..world_size-1 (rank 0 is the sender), got {rank!r} of {world_size!r}")
+        raise BadRequest(
+            f"rank_offset must be in 1..world_size-1 (rank 0 is the sender), got {rank!r} of {world_size!r}"
+        )
     if not isinstance(name, str) or not name:
         raise BadRequest("group_name must be a non-empty string")
     if backend != "gloo":
-        raise BadRequest(f"the CPU engine receives weights over gloo; create the group with backend 'gloo' (got {backend!r})")
+        raise BadRequest(
+            f"the CPU engine receives weights over gloo; create the group with backend 'gloo' (got {backend!r})"
+        )
     return address, port, rank, world_size, name
 
 
 def _tensor_fields(body: dict) -> tuple[list[str], list[torch.dtype], list[list[int]]]:
     names, dtypes, shapes = body.get("names"), body.get("dtypes"), body.get("shapes")
-    if not (isinstance(names, list) and isinstance(dtypes, list) and isinstance(shapes, list)
-            and len(names) == len(dtypes) == len(shapes)):
+    if not (
+        isinstance(names, list)
+        and isinstance(dtypes, list)
+        and isinstance(shapes, list)
+        and len(names) == len(dtypes) == len(shapes)
+    ):
         raise BadRequest("names, dtypes and shapes must be lists of the same length (one entry per tensor)")
     if not all(isinstance(name, str) for name in names):
         raise BadRequest("names must be strings (Hugging Face parameter names)")

@@ -40,13 +40,17 @@ def load_model(model_path: str):
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
     layer_types = set(getattr(model.config, "layer_types", None) or [])
     if "sliding_attention" in layer_types:
-        raise ValueError(f"{model_path} uses sliding-window attention, which the CPU engine does not support; "
-                         "serve it with SGLang, or turn sliding windows off in its config.json")
+        raise ValueError(
+            f"{model_path} uses sliding-window attention, which the CPU engine does not support; "
+            "serve it with SGLang, or turn sliding windows off in its config.json"
+        )
     unsupported = unsupported_layers(model.config)
     if unsupported:
-        raise ValueError(f"{model_path} ({model.config.model_type}) needs transformers cache layers {', '.join(unsupported)}, "
-                         "which the CPU engine's running batch does not hold (it holds attention, DSA and linear-attention "
-                         "layers); serve it with SGLang")
+        raise ValueError(
+            f"{model_path} ({model.config.model_type}) needs transformers cache layers {', '.join(unsupported)}, "
+            "which the CPU engine's running batch does not hold (it holds attention, DSA and linear-attention "
+            "layers); serve it with SGLang"
+        )
     return model, AutoTokenizer.from_pretrained(model_path)
 
 
@@ -83,9 +87,15 @@ def check_update(model, named: NamedTensors, complete: bool = False) -> str | No
     targets = [(name, t, target(parameters, name)) for name, t in named]
     unknown = [name for name, _, found in targets if found is None]
     if unknown:
-        return (f"unknown parameter name(s) {unknown[:3]} ({len(unknown)} in all); the model's names look like "
-                f"{next(iter(parameters))!r} (use the names of model.named_parameters() of a Hugging Face model)")
-    wrong = [f"{name} {tuple(t.shape)} (model: {tuple(view.shape)})" for name, t, (view, _) in targets if t.shape != view.shape]
+        return (
+            f"unknown parameter name(s) {unknown[:3]} ({len(unknown)} in all); the model's names look like "
+            f"{next(iter(parameters))!r} (use the names of model.named_parameters() of a Hugging Face model)"
+        )
+    wrong = [
+        f"{name} {tuple(t.shape)} (model: {tuple(view.shape)})"
+        for name, t, (view, _) in targets
+        if t.shape != view.shape
+    ]
     if wrong:
         return f"wrong shape for {', '.join(wrong[:3])}; is the update for another model size?"
     if complete:
@@ -112,8 +122,10 @@ def read_checkpoint(model_path: str) -> NamedTensors:
 
     files = sorted(Path(model_path).glob("*.safetensors"))
     if not files:
-        raise FileNotFoundError(f"no *.safetensors files in {model_path}; save the model with save_pretrained "
-                                "(safe_serialization) or give the directory that holds them")
+        raise FileNotFoundError(
+            f"no *.safetensors files in {model_path}; save the model with save_pretrained "
+            "(safe_serialization) or give the directory that holds them"
+        )
     return [pair for path in files for pair in load_file(path).items()]
 
 

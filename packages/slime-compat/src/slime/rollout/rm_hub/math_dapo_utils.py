@@ -4,8 +4,9 @@ DAPO grader (``pip install slime-rewards``)."""
 from __future__ import annotations
 
 
-def compute_score(solution_str: str, ground_truth: str, strict_box_verify: bool = False,
-                  pause_tokens_index: list[int] | None = None) -> dict:
+def compute_score(
+    solution_str: str, ground_truth: str, strict_box_verify: bool = False, pause_tokens_index: list[int] | None = None
+) -> dict:
     """``{"score": 1.0 | -1.0, "acc", "pred"}`` for the last 300 characters of the solution:
     its ``Answer:`` line, or with ``strict_box_verify`` its last ``\\boxed{}`` (``pause_tokens_index``
     is accepted and not used)."""

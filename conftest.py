@@ -33,16 +33,16 @@ def ray_cluster():
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A tiny random Qwen3-architecture model with the character tokenizer, saved once."""
-    from slime_core.tiny_models import build_tiny_qwen3
+    from slime_core.tools.tiny_models import build_tiny_qwen3
 
     return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3"))
 
 
 @pytest.fixture(scope="session")
 def rank_pool():
-    """Rank processes kept for the whole session (`slime_core.rank_processes.RankPool`): each
+    """Rank processes kept for the whole session (`slime_core.rank.processes.RankPool`): each
     multi-rank test runs on them instead of spawning its own (seconds of imports each)."""
-    from slime_core.rank_processes import RankPool
+    from slime_core.rank.processes import RankPool
 
     pool = RankPool()
     try:

@@ -93,7 +93,7 @@ def run_transformers(model, requests: list[tuple[list[int], int]], batch_size: i
 
 def router_latency(engine_url: str, count: int) -> dict[str, list[float]]:
     """Milliseconds of ``count`` one-token requests, direct and through sglang-router."""
-    from slime_core.ports import free_port
+    from slime_core.cluster.ports import free_port
     from slime_sglang.cpu_engine.launch import stop
 
     port = free_port()
@@ -171,7 +171,7 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from slime_core.tiny_models import build_tiny_qwen3
+    from slime_core.tools.tiny_models import build_tiny_qwen3
     from slime_sglang.cpu_engine.launch import cpu_engine
 
     torch.set_num_threads(args.threads)

@@ -32,7 +32,7 @@ def build_model(root: Path, args) -> tuple[Path, int]:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from slime_core.tiny_models import build_char_tokenizer
+    from slime_core.tools.tiny_models import build_char_tokenizer
 
     tokenizer = build_char_tokenizer(root)
     config = Qwen3Config(

@@ -254,7 +254,7 @@ def layout(args, batch: dict[str, list], variant: str) -> tuple[int, int]:
     Σ over rows of width², as sdpa with a mask computes them all). Read
     from the micro-batches slime's planner and ``slime_fsdp.inputs`` build; the transformers
     variant pads the same micro-batches as ``slime padded`` on one rank."""
-    from slime_core.micro_batches import fixed_micro_batches, token_budget_micro_batches
+    from slime_core.rank.micro_batches import fixed_micro_batches, token_budget_micro_batches
     from slime_core.rollout_batch import RolloutBatch, dp_rank_indices
     from slime_fsdp import inputs
 
@@ -339,7 +339,7 @@ def build_model(size: str, root: Path) -> tuple[Path, int]:
     """The model of ``size`` saved under ``root``, and its parameter count."""
     from safetensors import safe_open
 
-    from slime_core.tiny_models import build_tiny_qwen3
+    from slime_core.tools.tiny_models import build_tiny_qwen3
 
     spec = SIZES[size]
     path = build_tiny_qwen3(

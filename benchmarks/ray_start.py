@@ -1,5 +1,5 @@
 """Seconds ``start_local_ray`` takes to bring up a local Ray, with and without its wait for the
-raylet's registration (``slime_core.local_ray``: without it, Ray's own check for the new node
+raylet's registration (``slime_core.cluster.local_ray``: without it, Ray's own check for the new node
 retries in whole seconds), each round a fresh interpreter, the two variants taken in turn.
 
     .venv/bin/python benchmarks/ray_start.py [--rounds 5]
@@ -23,7 +23,7 @@ import contextlib, os, shutil, sys, tempfile, time
 folder = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
 os.environ.update(HOME=folder, RAY_TMPDIR=folder)
 import ray
-from slime_core import local_ray
+from slime_core.cluster import local_ray
 if sys.argv[1] == "without":
     local_ray._once_registered = lambda check: check
 start = time.monotonic()

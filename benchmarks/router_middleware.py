@@ -75,7 +75,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from slime_core.testing import make_config
-    from slime_core.tiny_models import build_tiny_qwen3
+    from slime_core.tools.tiny_models import build_tiny_qwen3
     from slime_router.launch import start_router
     from slime_router.sessions.chat_template import ChatTemplate
     from slime_sglang.cpu_engine.launch import cpu_engine

@@ -14,7 +14,7 @@ router, Ray's own processes): on a shared machine that moves much less than wall
 Latest (2026-11-27 at ebf50e8, a noisy hour: 9.3-13.1 s for the same code): median 11.4 s over
 6 rounds against 11.55 s for cb42e19 in pairs of rounds taken in turn, within the noise; since
 ebf50e8 ``ray.init`` no longer waits in whole seconds for the raylet to register (see
-``slime_core.local_ray``). Before (2026-11-27 at 2c1887a, a slower day): median 9.95 s over 6 rounds against
+``slime_core.cluster.local_ray``). Before (2026-11-27 at 2c1887a, a slower day): median 9.95 s over 6 rounds against
 10.35 s for a553eaa taken in turn with it, 14.9 against 16.4 CPU-s by the first generation (the
 README's start-up row says where). Before (2026-11-25 at 17eb4c7, quiet machine, bytecode
 compiled): median 8.9 s over 5 rounds

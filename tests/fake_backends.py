@@ -23,9 +23,9 @@ from collections import Counter
 from pathlib import Path
 
 from slime_core import hookimpl
-from slime_core.checkpoint_dir import prepare, publish, resume_checkpoint, staging
+from slime_core.checkpoint.directory import prepare, publish, resume_checkpoint, staging
 from slime_core.engine import EngineUnavailable, GenerateResult
-from slime_core.weight_bucket import WeightBucket
+from slime_core.rank.weight_bucket import WeightBucket
 
 DIGITS = "0123456789"
 LETTERS = "abcdefghij"
@@ -89,7 +89,7 @@ class FakeTrainRank:
 
     def start_train(self, rollout_id: int, batch) -> int:
         """Group-relative advantages (reward − group mean) of the share; its steps: contiguous slices."""
-        from slime_core.micro_batches import step_slices
+        from slime_core.rank.micro_batches import step_slices
 
         assert self.resident, "trained while offloaded"
         Recorder.calls["rank.train"] += 1

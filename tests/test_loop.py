@@ -408,7 +408,7 @@ def test_external_engines_get_the_trainer_s_weights_before_the_first_rollout(sli
     """An engine the run did not start serves whatever it was last given (here: another random
     model of the same shape); as in THUDM slime the trainer's weights reach it before the first
     rollout, so that rollout's engine log-probs are the trainer's."""
-    from slime_core.tiny_models import build_tiny_qwen3
+    from slime_core.tools.tiny_models import build_tiny_qwen3
     from slime_sglang.cpu_engine.launch import start_cpu_engine, stop, wait_healthy
 
     process, url = start_cpu_engine(build_tiny_qwen3(tmp_path / "other", seed=3), None, "--num-threads", "1")

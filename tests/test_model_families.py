@@ -8,7 +8,7 @@ Qwen3-Next and GLM-5, which only the FSDP backend trains, are tests/test_new_arc
 
 import pytest
 
-from slime_core.tiny_models import build_tiny_model
+from slime_core.tools.tiny_models import build_tiny_model
 
 pytestmark = pytest.mark.integration
 

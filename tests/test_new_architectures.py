@@ -15,7 +15,7 @@ import torch
 
 from slime_core.config import ConfigError
 from slime_core.testing import log_probs_alone, make_config, synthetic_rollout_batch
-from slime_core.tiny_models import build_tiny_model
+from slime_core.tools.tiny_models import build_tiny_model
 from slime_fsdp import inputs
 from slime_fsdp.model import load_model
 

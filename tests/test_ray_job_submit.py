@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from slime_core.cluster.ports import free_port
 from slime_core.loop.run_dir import read_metrics
-from slime_core.ports import free_port
 from slime_core.testing import descendants, processes_running
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -9,9 +9,9 @@ import pytest
 
 from slime_core.data.source import PromptDataSource
 from slime_core.plugins import Plugins
-from slime_core.reward_hub import RewardHub
+from slime_core.rollout.parts import GenerateContext
+from slime_core.rollout.reward_hub import RewardHub
 from slime_core.rollout_batch import RolloutBatch
-from slime_core.rollout_parts import GenerateContext
 from slime_core.testing import make_config
 from slime_core.train_backend import TrainGroup
 from slime_fsdp.rank import FSDPTrainRank

@@ -33,7 +33,7 @@ def warmed_up(tmp_path_factory):
     import torch
 
     from examples.tool_use.warmup import warm_up
-    from slime_core.tiny_models import build_tiny_qwen3
+    from slime_core.tools.tiny_models import build_tiny_qwen3
 
     records = [json.loads(line) for line in (EXAMPLE / "data" / "multiply_train.jsonl").read_text().splitlines()]
     model_dir = build_tiny_qwen3(tmp_path_factory.mktemp("tool-model"))

@@ -118,7 +118,7 @@ def main() -> None:
 def local_router(folder: Path):
     """A tiny random model behind a CPU engine and the router with ``sessions``; yields the router's URL."""
     from slime_core.testing import make_config
-    from slime_core.tiny_models import build_tiny_qwen3
+    from slime_core.tools.tiny_models import build_tiny_qwen3
     from slime_router.launch import start_router
     from slime_sglang.cpu_engine.launch import cpu_engine
 

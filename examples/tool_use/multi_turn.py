@@ -20,7 +20,7 @@ import uuid
 
 from examples.tool_use.calculator import CALL_END, pending_call, tool_result
 from slime_core.engine import SamplingParams, append_result
-from slime_core.rollout_parts import GenerateContext
+from slime_core.rollout.parts import GenerateContext
 from slime_core.sample import Sample, SampleStatus
 
 MAX_TOOL_CALLS = 3

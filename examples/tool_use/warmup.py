@@ -79,7 +79,7 @@ def _batch(examples: list[tuple[list[int], int]], pad_id: int):
 
 
 def main(out_dir: str = "runs/tool_use/tiny-qwen3", steps: str = "300") -> None:
-    from slime_core.tiny_models import build_tiny_qwen3
+    from slime_core.tools.tiny_models import build_tiny_qwen3
 
     records = [json.loads(line) for line in (HERE / "data" / "multiply_train.jsonl").read_text().splitlines()]
     build_tiny_qwen3(out_dir)

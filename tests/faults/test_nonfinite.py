@@ -326,7 +326,7 @@ def test_on_a_gpu_in_bf16_a_nan_step_is_skipped_without_moving_a_weight(backend,
     import torch
 
     from slime_core.testing import destroy_default_group, make_config, synthetic_rollout_batch
-    from slime_core.tiny_models import build_tiny_model
+    from slime_core.tools.tiny_models import build_tiny_model
     from slime_core.train_backend import TrainGroup
 
     if backend == "fsdp":

@@ -48,7 +48,7 @@ def slime_register_rollout_engines(register):
 
 
 class RouterPortThief:
-    """Stands in for `slime_core.ports` in the router's launcher: the first port it hands out is
+    """Stands in for `slime_core.cluster.ports` in the router's launcher: the first port it hands out is
     bound (and listened on) by a socket of this test before it is returned."""
 
     def __init__(self, ports):
@@ -130,7 +130,7 @@ class _JoiningRank:
     """A stand-in train rank: joins the group's default process group as a backend's rank does."""
 
     def __init__(self, config, rank, world_size, master_addr, master_port):
-        from slime_core.process_group import init_default_group
+        from slime_core.rank.process_group import init_default_group
 
         init_default_group("gloo", master_addr, master_port, rank, world_size)
         self.rank, self.port = rank, master_port
@@ -166,7 +166,8 @@ class PickThief:
 def test_train_ranks_meet_on_a_port_bound_as_it_was_picked(ray_cluster, monkeypatch):
     """Two train ranks (Ray actors) form their group although every port picked with
     `free_port` meanwhile is taken at once; the port they meet on is held by the driver."""
-    from slime_core import ports, train_backend
+    from slime_core import train_backend
+    from slime_core.cluster import ports
     from slime_core.train_backend import TrainGroup
 
     thief = PickThief(ports.free_port)

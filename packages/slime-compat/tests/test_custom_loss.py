@@ -35,7 +35,7 @@ def pg_from_logits(args, batch, logits, sum_of_sample_mean):
 def _train_one_step(config, batch) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
     """One optimizer step of a fresh single rank of ``config.train_backend`` in this process:
     its metrics and updated weights."""
-    from slime_core.ports import free_port
+    from slime_core.cluster.ports import free_port
 
     if config.train_backend == "fsdp":
         from torch.distributed import destroy_process_group as close

@@ -118,7 +118,7 @@ def test_converted_train_data_reaches_the_rank_and_a_true_log_function_leaves_ou
 def test_the_rank_trains_on_post_processed_rewards_without_normalising_them_again(make_config):
     import torch
 
-    from slime_core.rank_step import RankStep
+    from slime_core.rank.step import RankStep
     from slime_core.rollout_batch import RolloutBatch
 
     config, _ = make_config("--advantage-estimator", "grpo", "--num-steps-per-rollout", "1", "--global-batch-size", "4")

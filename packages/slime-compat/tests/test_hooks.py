@@ -7,8 +7,8 @@ import pytest
 
 from slime_core.config import ConfigError
 from slime_core.engine import SamplingParams
-from slime_core.filters import RolloutProgress
-from slime_core.rollout_parts import GenerateContext, RolloutParts
+from slime_core.rollout.filters import RolloutProgress
+from slime_core.rollout.parts import GenerateContext, RolloutParts
 from slime_core.sample import Sample as CoreSample
 from slime_core.sample import SampleStatus
 
@@ -99,7 +99,7 @@ def _groups(n_groups=1, size=2, response="a1"):
 
 def test_custom_rm_is_called_with_args_and_a_slime_sample_and_persists_args_writes(make_config, calls):
     from slime.utils.types import Sample
-    from slime_core.reward_hub import RewardHub
+    from slime_core.rollout.reward_hub import RewardHub
 
     config, plugins = make_config("--custom-rm-path", P + "digit_reward")
     (group,) = _groups()
@@ -117,7 +117,7 @@ def test_custom_rm_is_called_with_args_and_a_slime_sample_and_persists_args_writ
 
 
 def test_group_rm_gets_the_whole_group_once(make_config, calls):
-    from slime_core.reward_hub import RewardHub
+    from slime_core.rollout.reward_hub import RewardHub
 
     config, plugins = make_config("--custom-rm-path", P + "group_reward", "--group-rm")
     (group,) = _groups(size=3)

@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestServer
 
 from slime.utils.http_utils import get, post
 from slime_compat.args import SlimeArgs
-from slime_core.network import Network
+from slime_core.cluster.network import Network
 
 
 def _echo_app() -> web.Application:

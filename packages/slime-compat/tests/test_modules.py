@@ -198,7 +198,7 @@ def _segments(tokenizer, *parts):
 
 def test_multi_turn_loss_mask_trains_assistant_turns_after_their_header():
     from slime.utils.mask_utils import MultiTurnLossMaskGenerator
-    from slime_core.tiny_models import ASSISTANT, EOS, USER, build_char_tokenizer
+    from slime_core.tools.tiny_models import ASSISTANT, EOS, USER, build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
     generator = MultiTurnLossMaskGenerator(tokenizer, tokenizer_type="qwen3")
@@ -250,7 +250,7 @@ def test_multi_turn_loss_mask_trains_assistant_turns_after_their_header():
 
 def test_multi_turn_loss_mask_refuses_a_template_that_rewrites_earlier_turns():
     from slime.utils.mask_utils import MultiTurnLossMaskGenerator
-    from slime_core.tiny_models import build_char_tokenizer
+    from slime_core.tools.tiny_models import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
     tokenizer.chat_template = (
@@ -271,7 +271,7 @@ def test_multi_turn_loss_mask_refuses_a_template_that_rewrites_earlier_turns():
 def test_slime_sft_rollout_builds_tokens_and_mask_from_the_chat_template(tiny_model_dir):
     from slime.rollout.sft_rollout import generate_rollout
     from slime.utils.types import Sample
-    from slime_core.tiny_models import ASSISTANT, EOS, USER, build_char_tokenizer
+    from slime_core.tools.tiny_models import ASSISTANT, EOS, USER, build_char_tokenizer
 
     class Conversations:  # a slime data buffer of one conversation per group
         def get_samples(self, num_samples):

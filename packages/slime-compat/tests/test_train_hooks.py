@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from slime_core.algorithms import loss_denominators
-from slime_core.rank_step import RankStep
+from slime_core.rank.step import RankStep
 from slime_core.rollout_batch import RolloutBatch
 
 HERE = "test_train_hooks."

@@ -22,7 +22,7 @@ def options(plugins):
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from slime_core.tiny_models import build_char_tokenizer
+    from slime_core.tools.tiny_models import build_char_tokenizer
 
     return build_char_tokenizer()
 

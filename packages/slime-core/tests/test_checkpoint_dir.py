@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_core.checkpoint_dir import (
+from slime_core.checkpoint.directory import (
     prepare,
     prune,
     publish,
@@ -153,7 +153,7 @@ def _confirm_rank(rank: int, world_size: int, port: int, tmp: str, failing_rank:
     """One rank of `confirm_written` whose own write failed when it is ``failing_rank``; what it raised."""
     import torch.distributed as dist
 
-    from slime_core.checkpoint_dir import confirm_written
+    from slime_core.checkpoint.directory import confirm_written
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
     try:

@@ -1,4 +1,4 @@
-"""Checkpoint files are read through allow-lists (`slime_core.checkpoint_safety`): a payload in a
+"""Checkpoint files are read through allow-lists (`slime_core.checkpoint.safety`): a payload in a
 distributed checkpoint's non-tensor item is refused, naming the file, the item and the type,
 and never runs; what torch's own writers put in a checkpoint still loads. (A payload in
 ``.metadata`` or in a rank's extras: tests/faults/test_checkpoints.py, end to end.)"""
@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from slime_core.checkpoint_safety import UnsafeCheckpointError, dcp_failures_raised, guarded_dcp_reads, load_torch_file
+from slime_core.checkpoint.safety import UnsafeCheckpointError, dcp_failures_raised, guarded_dcp_reads, load_torch_file
 from slime_core.testing import PicklePayload
 
 

@@ -2,7 +2,7 @@
 
 import argparse
 
-from slime_core.command_flags import as_flags
+from slime_core.cluster.command_flags import as_flags
 
 
 def _parser() -> argparse.ArgumentParser:

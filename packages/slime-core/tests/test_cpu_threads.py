@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch  # as in a backend's rank module: unpickling the rank class in its process loads torch
 
-from slime_core.placement import cpu_engines, rank_threads
+from slime_core.cluster.placement import cpu_engines, rank_threads
 from slime_core.train_backend import TrainGroup, _env_apart
 
 

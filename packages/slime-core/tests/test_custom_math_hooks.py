@@ -137,7 +137,7 @@ class _Config:
 
 
 def test_a_rank_step_selects_the_plugins_by_name(math_plugin):
-    from slime_core.rank_step import RankStep
+    from slime_core.rank.step import RankStep
     from slime_core.rollout_batch import RolloutBatch
 
     batch = RolloutBatch(

@@ -106,9 +106,9 @@ def test_an_engine_that_answers_again_while_a_weight_update_held_it_up_is_kept()
 def test_without_fault_tolerance_a_failed_engine_stops_the_run_naming_it(monkeypatch):
     """The monitor watches every run: without --use-fault-tolerance it replaces nothing and
     stops the run (`stop_run`) with the engine's index and problem."""
-    from slime_core import run_fault
+    from slime_core.faults import run_fault
+    from slime_core.faults.run_fault import stoppable, stopping_fault
     from slime_core.loop.fault_tolerance import EngineFailed
-    from slime_core.run_fault import stoppable, stopping_fault
 
     monkeypatch.setattr(run_fault, "_fault", None)  # and back afterwards
 

@@ -29,7 +29,7 @@ folder = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket path
 os.environ.update(HOME=folder, RAY_TMPDIR=folder)
 import ray
 from ray._private import services
-from slime_core.local_ray import start_local_ray
+from slime_core.cluster.local_ray import start_local_ray
 
 calls, ray_check = [], services.get_node
 

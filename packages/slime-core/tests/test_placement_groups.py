@@ -4,8 +4,8 @@ and an error that names the groups when the cluster cannot hold them."""
 
 import pytest
 
+from slime_core.cluster.placement import Placement, group_layout
 from slime_core.config import Config
-from slime_core.placement import Placement, group_layout
 
 
 def _config(**values) -> Config:
@@ -68,7 +68,7 @@ def test_actors_go_to_their_train_node_group_and_the_engines_group(ray_cluster):
 def test_a_train_node_larger_than_any_ray_node_is_refused_and_nothing_is_kept(ray_cluster, monkeypatch):
     import ray
 
-    monkeypatch.setattr("slime_core.placement.RESERVE_TIMEOUT_S", 1.0)
+    monkeypatch.setattr("slime_core.cluster.placement.RESERVE_TIMEOUT_S", 1.0)
     cpus = int(ray.cluster_resources()["CPU"])
     before = set(ray.util.placement_group_table())
     with pytest.raises(RuntimeError) as error:

@@ -2,8 +2,8 @@
 facts a run gets from how many nodes its bundles lie on (and the gloo interface of a rank's
 node), and the node resources of bundles."""
 
-from slime_core.network import LOOPBACK, Network
-from slime_core.placement import NODE_RESOURCE_SHARE, Placement, _on_nodes_with
+from slime_core.cluster.network import LOOPBACK, Network
+from slime_core.cluster.placement import NODE_RESOURCE_SHARE, Placement, _on_nodes_with
 
 
 def test_ranks_take_their_bundles_node_by_node():
@@ -38,7 +38,7 @@ def test_node_resources_steer_bundles():
 
 
 def test_a_train_rank_across_nodes_gets_its_node_s_gloo_interface(monkeypatch):
-    from slime_core.network import gloo_interface
+    from slime_core.cluster.network import gloo_interface
 
     options = {"num_cpus": 0, "runtime_env": {"env_vars": {"OMP_NUM_THREADS": "2"}}}
     across = Network(spans_nodes=True, token="t").actor_options(options, "eth7")

@@ -5,7 +5,7 @@ import socket
 import torch
 import torch.distributed as dist
 
-from slime_core.process_group import init_default_group
+from slime_core.rank.process_group import init_default_group
 
 
 def test_a_single_rank_forms_its_group_even_where_its_port_is_taken():

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from slime_core.rank_processes import RankPool
+from slime_core.rank.processes import RankPool
 
 
 def _pid_and_sum(rank: int, world_size: int, port: int, value: int):

@@ -1,4 +1,4 @@
-"""`slime_core.rank_step`: the backend-independent RL step of a train rank, on two gloo
+"""`slime_core.rank.step`: the backend-independent RL step of a train rank, on two gloo
 processes (shares of different sizes) compared with the whole batch on one."""
 
 import math
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from slime_core.rank_step import RankStep, RolloutSteps, check_prompts, lr_factor, pad_rows, sum_over_ranks
+from slime_core.rank.step import RankStep, RolloutSteps, check_prompts, lr_factor, pad_rows, sum_over_ranks
 from slime_core.rollout_batch import RolloutBatch
 from slime_core.sample import Sample, SampleStatus
 
@@ -234,7 +234,7 @@ def test_skipped_steps_are_counted_and_left_out_of_the_rollout_s_averages():
 
 
 def test_nonfinite_parameters_names_the_parameters_with_a_nan_or_an_infinity():
-    from slime_core.rank_step import nonfinite_parameters
+    from slime_core.rank.step import nonfinite_parameters
 
     model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 2))
     assert nonfinite_parameters(model.named_parameters()) == []

@@ -1,4 +1,4 @@
-"""`slime_core.ray_watch`: a GCS that stops accepting connections stops the run (in its main
+"""`slime_core.cluster.ray_watch`: a GCS that stops accepting connections stops the run (in its main
 thread) with `RayClusterLost` naming the address; `bounded` gives up on a call that blocks."""
 
 import socket
@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from slime_core import ray_watch, run_fault
-from slime_core.run_fault import stoppable, stopping_fault
+from slime_core.cluster import ray_watch
+from slime_core.faults import run_fault
+from slime_core.faults.run_fault import stoppable, stopping_fault
 
 
 def test_a_gcs_that_stops_answering_stops_the_run_naming_it(monkeypatch):

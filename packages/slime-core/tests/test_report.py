@@ -11,7 +11,7 @@ from slime_core.cli.main import main
 from slime_core.cli.run import run_command
 from slime_core.loop.run_dir import read_metrics
 from slime_core.plugins import Plugins
-from slime_core.report import PIXELS, latest_attempt, write_report
+from slime_core.tools.report import PIXELS, latest_attempt, write_report
 
 pytestmark = pytest.mark.integration
 

@@ -6,9 +6,9 @@ import pytest
 
 from slime_core import Sample, SampleStatus, hookimpl
 from slime_core.config import Config, OptionSet
-from slime_core.nonfinite import NonFiniteError
+from slime_core.faults.nonfinite import NonFiniteError
 from slime_core.plugins import Plugins
-from slime_core.reward_hub import RewardHub, scalar_reward
+from slime_core.rollout.reward_hub import RewardHub, scalar_reward
 
 
 class Judges:

@@ -3,7 +3,7 @@
 import pytest
 
 from slime_core import Sample, SampleStatus
-from slime_core.micro_batches import fixed_micro_batches, step_slices, token_budget_micro_batches
+from slime_core.rank.micro_batches import fixed_micro_batches, step_slices, token_budget_micro_batches
 from slime_core.rollout_batch import RolloutBatch, dp_rank_indices, split_by_dp_rank
 
 

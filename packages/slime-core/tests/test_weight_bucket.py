@@ -5,7 +5,7 @@ import pickle
 import pytest
 import torch
 
-from slime_core.weight_bucket import WeightBucket
+from slime_core.rank.weight_bucket import WeightBucket
 
 
 def test_a_bucket_gives_back_its_tensors_with_names_and_dtypes():

@@ -75,7 +75,7 @@ def test_first_step_is_on_policy_and_grpo_raises_the_rewarded_token(ray_cluster,
 
 def rewarded_batch(seed: int):
     """Random responses; reward 1 when the response starts with the token '7'."""
-    from slime_core.tiny_models import build_char_tokenizer
+    from slime_core.tools.tiny_models import build_char_tokenizer
 
     seven = build_char_tokenizer().convert_tokens_to_ids("7")
     batch = rollout_batch(seed=seed)
@@ -88,7 +88,7 @@ def rewarded_batch(seed: int):
 
 def probability_of_seven(group: TrainGroup) -> float:
     from slime_core.rollout_batch import RolloutBatch
-    from slime_core.tiny_models import build_char_tokenizer
+    from slime_core.tools.tiny_models import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
     prompts = [tokenizer.encode(f"{a}+{b}=") for a, b in [(3, 4), (12, 30), (41, 8), (25, 25)]]
@@ -197,7 +197,7 @@ def test_a_checkpoint_where_an_earlier_ppo_run_saved_its_critic_over_the_policy_
     """Before each role had its own place, a PPO run's critic saved into the policy's
     ``iter_*``: resuming the policy from it is refused, saying why, instead of failing on a
     missing key."""
-    from slime_core.checkpoint_dir import CheckpointError
+    from slime_core.checkpoint.directory import CheckpointError
     from slime_core.testing import destroy_default_group
     from slime_fsdp.critic import FSDPCriticRank
 

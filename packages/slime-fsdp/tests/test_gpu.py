@@ -9,9 +9,9 @@ import functools
 import pytest
 import torch
 
-from slime_core.ports import free_port
+from slime_core.cluster.ports import free_port
 from slime_core.testing import synthetic_rollout_batch
-from slime_core.tiny_models import build_tiny_qwen3
+from slime_core.tools.tiny_models import build_tiny_qwen3
 from slime_fsdp import attention, inputs
 from slime_fsdp.model import load_model
 

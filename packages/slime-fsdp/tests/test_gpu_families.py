@@ -11,7 +11,7 @@ import json
 import pytest
 
 from slime_core.testing import check_gpu_train_step, destroy_default_group
-from slime_core.tiny_models import TINY_FAMILIES
+from slime_core.tools.tiny_models import TINY_FAMILIES
 
 pytestmark = pytest.mark.gpu
 

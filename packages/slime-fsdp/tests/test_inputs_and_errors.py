@@ -5,10 +5,10 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from slime_core.algorithms import PolicyLossConfig, PolicyLossInputs, compute_policy_loss, loss_denominators
-from slime_core.micro_batches import token_budget_micro_batches
-from slime_core.rank_step import pad_rows
+from slime_core.rank.micro_batches import token_budget_micro_batches
+from slime_core.rank.step import pad_rows
 from slime_core.testing import synthetic_rollout_batch
-from slime_core.tiny_models import build_tiny_qwen3
+from slime_core.tools.tiny_models import build_tiny_qwen3
 from slime_fsdp import inputs
 from slime_fsdp.checkpoint import latest_checkpoint
 from slime_fsdp.model import load_model, load_tokenizer

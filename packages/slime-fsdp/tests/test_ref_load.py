@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from slime_core.cli.main import main
-from slime_core.rank_processes import spawn_ranks
+from slime_core.rank.processes import spawn_ranks
 from slime_core.testing import actor_and_reference_log_probs, destroy_default_group, make_config
 
 
@@ -16,7 +16,7 @@ from slime_core.testing import actor_and_reference_log_probs, destroy_default_gr
 def reference(tiny_model_dir, tmp_path_factory):
     """The tiny model with every weight perturbed: a Hugging Face directory and its Megatron
     checkpoint (``slime convert hf-to-megatron``)."""
-    from slime_core.tiny_models import perturbed_copy
+    from slime_core.tools.tiny_models import perturbed_copy
 
     root = tmp_path_factory.mktemp("reference")
     perturbed_copy(tiny_model_dir, root / "hf")

@@ -84,7 +84,7 @@ def tiny_hf():
 @pytest.fixture(scope="session")
 def tiny_moe_model_dir(tmp_path_factory):
     """The tiny Qwen3-MoE of `TINY_CONFIGS` with the character tokenizer, saved once."""
-    from slime_core.tiny_models import build_char_tokenizer
+    from slime_core.tools.tiny_models import build_char_tokenizer
 
     model_dir = tmp_path_factory.mktemp("tiny-qwen3-moe")
     tiny_hf_model("qwen3_moe").save_pretrained(model_dir)

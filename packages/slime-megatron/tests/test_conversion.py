@@ -40,7 +40,7 @@ def family_model(name: str, tiny_hf):
         return tiny_hf.model(name)
     from transformers import AutoModelForCausalLM
 
-    from slime_core.tiny_models import tiny_config
+    from slime_core.tools.tiny_models import tiny_config
 
     config = tiny_config(name, hidden_size=32)
     for key, value in FROM_TINY_MODELS[name].items():
@@ -175,7 +175,7 @@ def test_unsupported_model_type_is_a_clear_error():
 
 
 def test_a_family_megatron_core_cannot_build_names_what_it_lacks():
-    from slime_core.tiny_models import tiny_config
+    from slime_core.tools.tiny_models import tiny_config
 
     with pytest.raises(
         ValueError,

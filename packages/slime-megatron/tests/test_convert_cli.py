@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 
 from slime_core.cli.main import main
 from slime_core.testing import PicklePayload
-from slime_core.tiny_models import build_char_tokenizer
+from slime_core.tools.tiny_models import build_char_tokenizer
 
 pytestmark = pytest.mark.integration
 
@@ -72,7 +72,7 @@ def test_a_megatron_checkpoint_whose_metadata_carries_a_payload_is_refused_unrun
     naming the file and the type, and never runs."""
     import pickle
 
-    from slime_core.checkpoint_safety import UnsafeCheckpointError
+    from slime_core.checkpoint.safety import UnsafeCheckpointError
 
     hf_dir, checkpoint, marker = tmp_path / "hf", tmp_path / "megatron", tmp_path / "payload-ran"
     tiny_hf.model("qwen3").save_pretrained(hf_dir)

@@ -59,7 +59,7 @@ def _fused_against_local(rank, sizes, hf_config):
 
 @pytest.mark.parametrize("family", ["qwen3", "deepseek_v3"])
 def test_every_layer_runs_the_fused_attention_and_it_equals_megatrons_local_one(family):
-    from slime_core.tiny_models import tiny_config
+    from slime_core.tools.tiny_models import tiny_config
 
     config = tiny_config(family, hidden_size=32)
     ((fused, difference, calls),) = run_on_ranks(_fused_against_local, 1, SIZES, config)

@@ -180,7 +180,7 @@ def test_a_checkpoint_is_written_without_a_helper_process(tiny_hf, run_ranks, tm
 
 
 def _resume_step(rank, sizes, hf_config, source, tokens, root):
-    from slime_core.checkpoint_dir import latest_checkpoint
+    from slime_core.checkpoint.directory import latest_checkpoint
     from slime_megatron.checkpoint import load_checkpoint
     from slime_megatron.models import export_hf_weights
 

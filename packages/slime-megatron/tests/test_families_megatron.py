@@ -8,7 +8,7 @@ import pytest
 
 from slime_core.config import ConfigError
 from slime_core.testing import make_config
-from slime_core.tiny_models import tiny_config
+from slime_core.tools.tiny_models import tiny_config
 
 
 def test_a_checkpoint_megatron_cannot_build_is_refused_when_the_run_is_configured(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 
 from slime_core.config import ConfigError
 from slime_core.testing import make_config
-from slime_core.tiny_models import tiny_config
+from slime_core.tools.tiny_models import tiny_config
 
 WHAT_IS_MISSING = {
     "qwen3_next": "its experimental GatedDeltaNet, experimental_attention_variant 'gated_delta_net', needs that "

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from slime_core.testing import make_config, synthetic_rollout_batch
-from slime_core.tiny_models import build_char_tokenizer
+from slime_core.tools.tiny_models import build_char_tokenizer
 from slime_core.train_backend import TrainGroup
 
 pytestmark = pytest.mark.gpu

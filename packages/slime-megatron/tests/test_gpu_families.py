@@ -12,7 +12,7 @@ import json
 import pytest
 
 from slime_core.testing import check_gpu_train_step
-from slime_core.tiny_models import TINY_FAMILIES
+from slime_core.tools.tiny_models import TINY_FAMILIES
 
 MEGATRON_FAMILIES = ["qwen3", "qwen2", "llama", "qwen3_moe", "glm4", "glm4_moe", "deepseek_v3"]
 SETTINGS = dict(

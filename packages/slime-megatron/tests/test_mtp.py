@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from slime_core.config import ConfigError
 from slime_core.testing import make_config, synthetic_rollout_batch
-from slime_core.tiny_models import build_tiny_model
+from slime_core.tools.tiny_models import build_tiny_model
 from slime_core.train_backend import TrainGroup
 from slime_megatron.models import hf_to_megatron, megatron_to_hf
 from slime_megatron.parallel import destroy_parallel

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from slime_core.checkpoint_dir import megatron_checkpoint
+from slime_core.checkpoint.directory import megatron_checkpoint
 from slime_core.cli.main import main
-from slime_core.rank_processes import spawn_ranks
+from slime_core.rank.processes import spawn_ranks
 from slime_core.testing import actor_and_reference_log_probs, make_config
 from slime_megatron.torch_dist import stored_key
 
@@ -19,7 +19,7 @@ def reference(tiny_model_dir, tmp_path_factory):
     """The tiny model with every weight perturbed, as a Hugging Face directory and as a
     checkpoint laid out as slime's tools/convert_hf_to_torch_dist.py writes it: the tracker
     says ``release``, the weights are in ``release/``, without our slime.json and extras."""
-    from slime_core.tiny_models import perturbed_copy
+    from slime_core.tools.tiny_models import perturbed_copy
 
     root = tmp_path_factory.mktemp("reference")
     perturbed_copy(tiny_model_dir, root / "hf")

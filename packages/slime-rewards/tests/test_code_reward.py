@@ -13,7 +13,7 @@ import pytest
 from slime_core import Sample
 from slime_core.config import Config
 from slime_core.plugins import Plugins
-from slime_core.reward_hub import RewardHub
+from slime_core.rollout.reward_hub import RewardHub
 from slime_core.sample import SampleStatus
 from slime_rewards.code_sandbox import Limits, extract_code, outputs_match, parse_tests, pass_fraction, passes
 from slime_rewards.code_sandbox import TestCase as Case  # renamed so that pytest does not collect it

@@ -2,8 +2,8 @@ import pytest
 
 from slime_core import Sample, SampleStatus
 from slime_core.config import Config
-from slime_core.filters import RolloutProgress
 from slime_core.plugins import Plugins
+from slime_core.rollout.filters import RolloutProgress
 
 CONFIG = Config({"reward_key": None, "sample_filter_max_tokens": 4})
 PLENTY = RolloutProgress(needed=4, accepted=1, in_flight=8)

@@ -13,7 +13,7 @@ import pytest
 from slime_core import Sample, SampleStatus
 from slime_core.config import Config, OptionSet
 from slime_core.plugins import Plugins
-from slime_core.reward_hub import RewardHub
+from slime_core.rollout.reward_hub import RewardHub
 from slime_rewards.remote import RemoteRewardError
 
 FAST = {"rm_request_timeout": 0.3, "rm_max_retries": 2, "rm_retry_backoff": 0.01}

@@ -66,7 +66,7 @@ def test_the_run_token_guards_the_router_and_stays_out_of_the_run_directory(
     import pickle
     import secrets
 
-    from slime_core.network import Network
+    from slime_core.cluster.network import Network
     from slime_core.testing import files_holding, processes_running
 
     token = "-" + secrets.token_urlsafe(24)
@@ -94,7 +94,7 @@ def test_a_run_on_one_node_guards_the_control_routes_and_leaves_generation_open(
 ):
     """Every run has a token: on one node it is the admin key of sglang-router's control plane
     and of the front (adding or removing engines without it: 401), while generation needs none."""
-    from slime_core.network import Network
+    from slime_core.cluster.network import Network
 
     config = make_run_config(router_middleware=["tag"], output_dir=str(tmp_path))
     config.network = Network.for_nodes(1)

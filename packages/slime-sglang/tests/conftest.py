@@ -39,7 +39,7 @@ def engine_url(cpu_engines) -> str:
 @pytest.fixture(scope="session")
 def other_model_dir(tmp_path_factory):
     """The same architecture as the tiny model, other random weights."""
-    from slime_core.tiny_models import build_tiny_qwen3
+    from slime_core.tools.tiny_models import build_tiny_qwen3
 
     return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3-seed1"), seed=1)
 

@@ -85,8 +85,8 @@ def _sampling():
 
 
 def test_serve_takes_its_keys_from_the_environment_not_its_command_line(tiny_model_dir, tmp_path):
-    from slime_core.network import Network
-    from slime_core.ports import free_port
+    from slime_core.cluster.network import Network
+    from slime_core.cluster.ports import free_port
     from slime_core.testing import processes_running
     from slime_sglang.cpu_engine.launch import stop, wait_healthy
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from slime_core.testing import log_probs_alone
-from slime_core.tiny_models import build_tiny_model
+from slime_core.tools.tiny_models import build_tiny_model
 from slime_sglang.cpu_engine import batch as batching
 from slime_sglang.cpu_engine.request import GenerateRequest, SamplingParams
 from slime_sglang.cpu_engine.weights import load_model
@@ -84,7 +84,7 @@ def test_the_served_engine_answers_with_the_log_probs_of_the_weights_in_force(se
     """The running engine (its scheduler thread) on concurrent requests of different lengths,
     before and after a weight update from disk: the log-probs are those of a plain forward of
     the weights that generated them."""
-    from slime_core.tiny_models import perturbed_copy
+    from slime_core.tools.tiny_models import perturbed_copy
     from slime_sglang.cpu_engine.control import update_weights_from_disk
     from slime_sglang.cpu_engine.engine import load_engine
     from slime_sglang.cpu_engine.request import parse_generate
@@ -127,7 +127,7 @@ def test_the_served_engine_answers_with_the_log_probs_of_the_weights_in_force(se
 
 
 def test_a_cache_layer_the_batch_cannot_hold_is_named_when_the_model_loads():
-    from slime_core.tiny_models import tiny_config
+    from slime_core.tools.tiny_models import tiny_config
     from slime_sglang.cpu_engine.layer_cache import unsupported_layers
 
     sliding = tiny_config("qwen3", hidden_size=32)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slime_core.tiny_models import build_char_tokenizer
+from slime_core.tools.tiny_models import build_char_tokenizer
 from slime_sglang.cpu_engine.request import GenerateRequest
 from slime_sglang.cpu_engine.sampling import SamplingParams
 from slime_sglang.cpu_engine.stopping import StopChecker

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import torch
 
-from slime_core.weight_bucket import WeightBucket
+from slime_core.rank.weight_bucket import WeightBucket
 from slime_sglang.tensor_payload import decode_bucket, encode_bucket
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]

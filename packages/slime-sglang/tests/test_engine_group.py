@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from slime_core.ports import free_port
+from slime_core.cluster.ports import free_port
 from slime_core.testing import make_config
 from slime_sglang.engine_group import EngineGroup
 

@@ -7,8 +7,8 @@ import pytest
 
 from slime_core.data.source import PromptDataSource
 from slime_core.plugins import Plugins
-from slime_core.reward_hub import RewardHub
-from slime_core.rollout_parts import GenerateContext, RolloutParts
+from slime_core.rollout.parts import GenerateContext, RolloutParts
+from slime_core.rollout.reward_hub import RewardHub
 from slime_core.sample import SampleStatus
 from slime_core.testing import make_config
 from slime_sglang.client import EngineClient

@@ -15,7 +15,7 @@ import pytest
 
 from slime_core.engine import SamplingParams
 from slime_core.testing import make_config
-from slime_core.tiny_models import build_tiny_qwen3
+from slime_core.tools.tiny_models import build_tiny_qwen3
 from slime_sglang.client import EngineClient
 from slime_sglang.engine_group import EngineGroup
 

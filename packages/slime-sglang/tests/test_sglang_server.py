@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from slime_core.network import Network
+from slime_core.cluster.network import Network
 
 STAND_IN = """
 import json, os, sys

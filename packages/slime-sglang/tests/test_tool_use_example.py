@@ -64,7 +64,7 @@ def warmed_up(tiny_model_dir, tmp_path_factory):
     import torch
 
     from examples.tool_use.warmup import warm_up
-    from slime_core.tiny_models import build_tiny_qwen3
+    from slime_core.tools.tiny_models import build_tiny_qwen3
     from slime_sglang.cpu_engine.launch import start_cpu_engine, stop, wait_healthy
 
     process, url = start_cpu_engine(tiny_model_dir, None, "--num-threads", "1")
@@ -95,8 +95,8 @@ def rollout(warmed_up):
     from slime_core.data.source import PromptDataSource
     from slime_core.plugins import Plugins
     from slime_core.plugins.custom_paths import apply_custom_paths
-    from slime_core.reward_hub import RewardHub
-    from slime_core.rollout_parts import GenerateContext
+    from slime_core.rollout.parts import GenerateContext
+    from slime_core.rollout.reward_hub import RewardHub
     from slime_sglang.client import EngineClient
     from slime_sglang.rollout import RolloutParts, default_rollout
 
@@ -218,7 +218,7 @@ def test_the_reward_is_the_final_answer_s(rollout):
 def test_length_and_tool_call_limits_truncate(warmed_up, tokenizer):
     from examples.tool_use.multi_turn import generate_with_tools
     from slime_core.engine import SamplingParams
-    from slime_core.rollout_parts import GenerateContext
+    from slime_core.rollout.parts import GenerateContext
     from slime_core.sample import Sample, SampleStatus
     from slime_sglang.client import EngineClient
 

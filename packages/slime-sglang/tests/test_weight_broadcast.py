@@ -11,8 +11,8 @@ import uuid
 import pytest
 import torch
 
+from slime_core.cluster.ports import free_port
 from slime_core.engine import SamplingParams
-from slime_core.ports import free_port
 from slime_sglang.client import EngineClient, EngineError
 from slime_sglang.weight_broadcast import WeightBroadcaster, close_group, describe, in_daemon_thread, open_group, send
 

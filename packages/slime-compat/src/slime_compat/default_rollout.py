@@ -28,7 +28,7 @@ class RolloutCall:
     """The rollout (or evaluation) during which slime-compat calls a user's function."""
 
     config: Any
-    parts: Any  # slime_core.rollout_parts.RolloutParts
+    parts: Any  # slime_core.rollout.parts.RolloutParts
     loop: asyncio.AbstractEventLoop  # the rollout loop, where the engines' client lives
     datasets: dict = dataclasses.field(default_factory=dict)  # evaluation: name -> PromptDataset
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from slime_compat.args import slime_args
 from slime_compat.functions import load_function
 from slime_compat.sample import promote_all
-from slime_core.reward_hub import scalar_reward
+from slime_core.rollout.reward_hub import scalar_reward
 from slime_core.sample import SampleStatus
 
 

@@ -4,7 +4,7 @@ errors and 5xx answers.
 
 A request to one of the run's servers (the router or engine that `SlimeArgs.set_router`
 named, `send_token_to`) carries the run's token, which those servers want (on every route when
-the run spans nodes, ``slime_core.network``); a request elsewhere (a user's reward server)
+the run spans nodes, ``slime_core.cluster.network``); a request elsewhere (a user's reward server)
 carries no token of ours. A caller's own ``Authorization`` header wins.
 """
 

@@ -10,7 +10,7 @@ user's function as slime does, with ``args`` (`slime_compat.args.SlimeArgs`) fir
   prefix ``""`` (actor), ``"ref_"`` or ``"teacher_"``;
 - ``--custom-megatron-before-train-step-hook-path``: ``fn(args, rollout_id, step_id, model,
   optimizer, opt_param_scheduler)``; there is no Megatron ``OptimizerParamScheduler`` here
-  (the learning rate follows ``slime_core.rank_step.lr_factor``), so ``opt_param_scheduler``
+  (the learning rate follows ``slime_core.rank.step.lr_factor``), so ``opt_param_scheduler``
   is None, and the step's learning rate is already on ``optimizer.param_groups``, where the
   function may change it for this step;
 - ``--custom-model-provider-path``: ``fn(pre_process=, post_process=[, vp_stage=None])``;

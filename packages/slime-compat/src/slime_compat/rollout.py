@@ -20,8 +20,8 @@ from slime_compat.default_rollout import CURRENT, RolloutCall
 from slime_compat.functions import load_function
 from slime_compat.outputs import RolloutFnEvalOutput, RolloutFnTrainOutput
 from slime_compat.sample import fill_loss_mask, promote_all
-from slime_core.rollout_parts import without_engines
-from slime_core.rollout_result import EvalResult, RolloutResult
+from slime_core.rollout.parts import without_engines
+from slime_core.rollout.result import EvalResult, RolloutResult
 
 
 class DataSourceView:

@@ -30,7 +30,7 @@ def slime_register_data_sources(register):
 
 @hookimpl
 def slime_register_rollout_functions(register):
-    register("sft", "slime_core.sft:sft_rollout")
+    register("sft", "slime_core.rollout.sft:sft_rollout")
 
 
 @hookimpl

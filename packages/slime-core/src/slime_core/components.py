@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slime_core.rollout_parts import needs_engines
+from slime_core.rollout.parts import needs_engines
 
 #: option -> registry kind; the option's value is a registered name (or a list of names).
 COMPONENTS: dict[str, str] = {

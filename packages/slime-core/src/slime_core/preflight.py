@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from slime_core.checkpoint_dir import is_megatron_checkpoint, megatron_checkpoint
+from slime_core.checkpoint.directory import is_megatron_checkpoint, megatron_checkpoint
 from slime_core.config.options import key_to_flag
 
 #: options naming a Hugging Face model directory (``--ref-load`` may also be a Megatron checkpoint)
@@ -86,7 +86,7 @@ def load_problems(config) -> list[str]:
     if config.get("save") and not load.exists() and load.resolve() == Path(config.save).resolve():
         config.load = None
         return []
-    from slime_core.checkpoint_dir import missing_critic, resume_checkpoint
+    from slime_core.checkpoint.directory import missing_critic, resume_checkpoint
 
     try:
         resume_checkpoint(config, "a run with --save")
@@ -98,7 +98,7 @@ def load_problems(config) -> list[str]:
 
 def loss_problems(config) -> list[str]:
     """The loss options as a train rank reads them (e.g. a dual-clip bound that is not > 1)."""
-    from slime_core.policy_loss_config import PolicyLossConfig
+    from slime_core.rank.policy_loss_config import PolicyLossConfig
 
     try:
         PolicyLossConfig.from_config(config)

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from slime_core.engine import RolloutEngine
-from slime_core.weight_bucket import WeightBucket
+from slime_core.rank.weight_bucket import WeightBucket
 
 #: How new weights reach engines (``--update-weight-transport``): ``tensor`` (buckets of
 #: tensors over the engine's API, in memory), ``broadcast`` (a collective from the driver,
@@ -42,7 +42,7 @@ from slime_core.weight_bucket import WeightBucket
 WEIGHT_TRANSPORTS = ("tensor", "broadcast", "disk")
 
 #: ``actor_options(index) -> dict``: the Ray actor options that place engine ``index`` in its
-#: bundle of the run's placement group (`slime_core.placement.Placement.engine_options`).
+#: bundle of the run's placement group (`slime_core.cluster.placement.Placement.engine_options`).
 ActorOptions = Callable[[int], dict]
 
 
@@ -121,4 +121,4 @@ class RolloutBackend(Protocol):
     def client(self, url: str, api_key: str | None = None) -> RolloutEngine:
         """A generation client for the engine or router at ``url`` (made on the rollout
         event loop, whose connections it then uses). A run calls it with ``api_key=`` its
-        token, to send as ``Authorization: Bearer`` with every request (`slime_core.network`)."""
+        token, to send as ``Authorization: Bearer`` with every request (`slime_core.cluster.network`)."""

@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
-from slime_core.nonfinite import NonFiniteError
-from slime_core.reward_hub import scalar_reward
+from slime_core.faults.nonfinite import NonFiniteError
+from slime_core.rollout.reward_hub import scalar_reward
 from slime_core.sample import Sample, SampleStatus
 
 

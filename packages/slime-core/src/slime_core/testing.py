@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from slime_core.local_ray import start_local_ray
+from slime_core.cluster.local_ray import start_local_ray
 
 if TYPE_CHECKING:
     from slime_core.rollout_batch import RolloutBatch
@@ -106,7 +106,7 @@ def synthetic_rollout_batch(
     import random
 
     from slime_core.rollout_batch import RolloutBatch
-    from slime_core.tiny_models import build_char_tokenizer
+    from slime_core.tools.tiny_models import build_char_tokenizer
 
     rng = random.Random(seed)
     tokenizer = build_char_tokenizer()
@@ -217,7 +217,7 @@ def check_rank_resume(rank_class, teardown, prompts: Path, tmp_path: Path, famil
     backend's process groups after each rank, so the next one can build its own."""
     import torch
 
-    from slime_core.tiny_models import build_tiny_model
+    from slime_core.tools.tiny_models import build_tiny_model
     from slime_core.train_backend import TrainGroup
 
     @contextlib.contextmanager
@@ -257,7 +257,7 @@ def check_gpu_train_step(rank_class, teardown, prompts: Path, tmp_path: Path, fa
     import torch
     from transformers import AutoModelForCausalLM
 
-    from slime_core.tiny_models import build_tiny_model
+    from slime_core.tools.tiny_models import build_tiny_model
     from slime_core.train_backend import TrainGroup
 
     model_dir = build_tiny_model(tmp_path / family, family, hidden_size=128, max_positions=512)
@@ -290,9 +290,9 @@ def destroy_default_group() -> None:
 
 def actor_and_reference_log_probs(rank_class, teardown, rank: int, world_size: int, port: int, configs) -> list:
     """Per config: the (actor, reference) log-probs of one synthetic rollout batch on a fresh
-    ``rank_class`` rank (a `slime_core.rank_processes.spawn_ranks` target's body);
+    ``rank_class`` rank (a `slime_core.rank.processes.spawn_ranks` target's body);
     ``teardown()`` destroys the backend's process groups after each."""
-    from slime_core.network import LOOPBACK
+    from slime_core.cluster.network import LOOPBACK
 
     results = []
     for config in configs:

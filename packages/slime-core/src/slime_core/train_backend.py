@@ -17,12 +17,12 @@ from contextlib import nullcontext
 from types import SimpleNamespace
 from typing import Any, Protocol
 
-from slime_core.network import LOOPBACK
-from slime_core.nonfinite import NonFiniteError
-from slime_core.process_group import SERVED_STORE_ENV, serve_store
+from slime_core.cluster.network import LOOPBACK
+from slime_core.faults.nonfinite import NonFiniteError
+from slime_core.faults.run_fault import RunFault
+from slime_core.rank.process_group import SERVED_STORE_ENV, serve_store
+from slime_core.rank.weight_bucket import WeightBucket
 from slime_core.rollout_batch import RolloutBatch, dp_rank_indices
-from slime_core.run_fault import RunFault
-from slime_core.weight_bucket import WeightBucket
 
 #: Which model a log-prob pass uses: the policy being trained, the frozen reference
 #: (KL loss / KL penalty) or the distillation teacher.
@@ -73,7 +73,7 @@ class TrainRank(Protocol):
 
     def nonfinite_weights(self) -> list[str]:
         """The names of this rank's parameters (its shards of them) that hold a NaN or an
-        infinity (`slime_core.rank_step.nonfinite_parameters`); the loop asks before every
+        infinity (`slime_core.rank.step.nonfinite_parameters`); the loop asks before every
         weight update and checkpoint."""
 
     def save(self, rollout_id: int) -> str:
@@ -108,12 +108,12 @@ class TrainGroup:
         env: dict[str, str] | None = None,
         master: str | None = None,
     ):
-        """``actor_options(rank) -> dict`` (e.g. `slime_core.placement.Placement.train_options`)
+        """``actor_options(rank) -> dict`` (e.g. `slime_core.cluster.placement.Placement.train_options`)
         overrides the Ray options of each rank's actor; ``env`` adds environment variables to
         every rank's process (`slime_core.plugins.Plugins.worker_env`: the run's plugins);
         ``master``: the address this process serves the ranks' rendezvous store on
         (`Placement.rendezvous`: this node's IP across nodes; default the loopback), on a port
-        the store binds as it picks it (`slime_core.process_group.serve_store`); one rank needs none."""
+        the store binds as it picks it (`slime_core.rank.process_group.serve_store`); one rank needs none."""
         master_addr, port, self._store = master or LOOPBACK, 0, None
         self.num_ranks = num_ranks
         if in_process:

@@ -8,8 +8,8 @@ Layout under ``--save DIR``::
     DIR/latest_checkpointed_iteration.txt   "3"
 
 The directory layout and its atomic, durable publishing are slime-core's
-(`slime_core.checkpoint_dir`), shared with the Megatron backend; every file is read back
-through allow-lists (`slime_core.checkpoint_safety`), so a checkpoint runs no code it carries.
+(`slime_core.checkpoint.directory`), shared with the Megatron backend; every file is read back
+through allow-lists (`slime_core.checkpoint.safety`), so a checkpoint runs no code it carries.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from slime_core.checkpoint_dir import (
+from slime_core.checkpoint.directory import (
     CheckpointError,
     confirm_written,
     durable_file,
@@ -28,7 +28,7 @@ from slime_core.checkpoint_dir import (
     publish,
     staging,
 )
-from slime_core.checkpoint_safety import dcp_failures_raised, guarded_dcp_reads, load_torch_file
+from slime_core.checkpoint.safety import dcp_failures_raised, guarded_dcp_reads, load_torch_file
 
 __all__ = ["latest_checkpoint", "load_checkpoint", "save_checkpoint", "save_hf"]
 

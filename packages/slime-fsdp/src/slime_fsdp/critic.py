@@ -11,7 +11,7 @@ from the rewards and fits the values with the clipped value loss (``--value-clip
 The critic's returns carry no KL penalty, so ``--kl-coef`` must be 0 with a critic (use
 ``--use-kl-loss`` to keep the policy near the reference instead). Its checkpoints live in their
 own place under ``--save`` (``DIR/critic``: the driver gives its ranks that directory,
-`slime_core.checkpoint_dir.role_config`).
+`slime_core.checkpoint.directory.role_config`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import torch
 import torch.distributed as dist
 
 from slime_core.algorithms import AdvantageInputs, loss_denominators, ppo_advantages, reduce_loss, value_loss
-from slime_core.micro_batches import step_slices
-from slime_core.rank_step import pad_rows, sum_over_ranks
+from slime_core.rank.micro_batches import step_slices
+from slime_core.rank.step import pad_rows, sum_over_ranks
 from slime_core.rollout_batch import RolloutBatch
 from slime_fsdp import inputs
 from slime_fsdp.model import load_model, load_tokenizer, shard

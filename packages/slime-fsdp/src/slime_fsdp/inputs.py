@@ -26,7 +26,7 @@ import torch
 
 from slime_core.algorithms import entropy_from_logits, log_probs_from_logits, nucleus_keep_mask
 from slime_core.algorithms.logprobs import triton_applies
-from slime_core.rank_step import SampleLogits
+from slime_core.rank.step import SampleLogits
 
 _VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3", "slime_packed")  # boundaries from position ids
 

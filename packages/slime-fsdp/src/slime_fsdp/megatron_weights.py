@@ -30,7 +30,7 @@ def missing_converter(config) -> str | None:
 def hf_state_dict(root: str, hf_dir: str, config) -> dict[str, torch.Tensor]:
     """The state dict of ``hf_dir``'s model with the weights of the Megatron checkpoint ``root``
     (as transformers names them in memory: tied and fused weights included)."""
-    from slime_core.checkpoint_dir import megatron_checkpoint
+    from slime_core.checkpoint.directory import megatron_checkpoint
     from slime_core.plugins import Plugins
     from slime_fsdp.model import load_model
 

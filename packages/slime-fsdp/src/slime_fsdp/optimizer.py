@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from slime_core.rank_step import lr_factor
+from slime_core.rank.step import lr_factor
 
 
 def build_optimizer(

@@ -46,7 +46,7 @@ def slime_add_options(options):
 def slime_validate_config(config):
     """A Megatron checkpoint as --ref-load needs slime-megatron's conversion (`slime_fsdp.megatron_weights`);
     some architectures need padded rows or an attention with masks (`slime_fsdp.architectures`)."""
-    from slime_core.checkpoint_dir import is_megatron_checkpoint
+    from slime_core.checkpoint.directory import is_megatron_checkpoint
 
     if config.get("train_backend") != "fsdp":
         return []

@@ -13,9 +13,9 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
-from slime_core.checkpoint_dir import is_megatron_checkpoint, resume_checkpoint, starts_from_ref_load
-from slime_core.process_group import init_default_group
-from slime_core.rank_step import (
+from slime_core.checkpoint.directory import is_megatron_checkpoint, resume_checkpoint, starts_from_ref_load
+from slime_core.rank.process_group import init_default_group
+from slime_core.rank.step import (
     RankStep,
     RolloutSteps,
     StepTensors,
@@ -25,8 +25,8 @@ from slime_core.rank_step import (
     pad_rows,
     sum_over_ranks,
 )
+from slime_core.rank.weight_bucket import WeightBucket
 from slime_core.rollout_batch import RolloutBatch
-from slime_core.weight_bucket import WeightBucket
 from slime_fsdp import checkpoint, inputs, weights
 from slime_fsdp.model import load_model, load_tokenizer, shard
 from slime_fsdp.optimizer import build_optimizer

@@ -10,9 +10,9 @@ Layout under ``--save DIR``::
     DIR/latest_checkpointed_iteration.txt   "3"
 
 Every rank writes into ``iter_0000003.tmp``; rank 0 publishes it, durably, once all have
-finished (`slime_core.checkpoint_dir`, shared with the FSDP backend), so a crash mid-save never
+finished (`slime_core.checkpoint.directory`, shared with the FSDP backend), so a crash mid-save never
 leaves a checkpoint that looks complete. Every pickled file is read back through allow-lists
-(`slime_core.checkpoint_safety`): a checkpoint runs no code it carries. The model and the distributed optimizer are
+(`slime_core.checkpoint.safety`): a checkpoint runs no code it carries. The model and the distributed optimizer are
 saved fully resharded (any tensor-,
 pipeline- or data-parallel layout can load them); a rank that had no twin when saving gets
 rank 0's extras.
@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from slime_core.checkpoint_dir import confirm_written, durable_file, prepare, publish, staging
-from slime_core.checkpoint_safety import dcp_failures_raised, guarded_dcp_reads, load_torch_file
+from slime_core.checkpoint.directory import confirm_written, durable_file, prepare, publish, staging
+from slime_core.checkpoint.safety import dcp_failures_raised, guarded_dcp_reads, load_torch_file
 from slime_megatron.models.weights import unwrap
 
 META = "slime.json"

@@ -5,7 +5,7 @@ CPU) refuses packed sequences (``PackedSeqParams``, THD), so samples are not pac
 row: each gets its own row, right-padded to the micro-batch's widest. No attention mask is
 needed: the layers' causal mask already keeps every real token from seeing the padding
 after it, and the padding's own outputs are never read. ``--use-dynamic-batch-size`` still
-plans micro-batches by token budget (`slime_core.rank_step.RankStep.plan`); their rows are
+plans micro-batches by token budget (`slime_core.rank.step.RankStep.plan`); their rows are
 padded the same way.
 
 The width is a multiple of the tensor-parallel size, which sequence parallelism needs.
@@ -86,7 +86,7 @@ def tokens_gathered_across_replicas(model_config) -> bool:
 
 def same_shapes(micros: list[MicroBatch], group, pad_token_id: int) -> list[MicroBatch]:
     """``micros`` padded so that the micro-batch at each position has the same (B, W) on every
-    rank of ``group`` (all have as many micro-batches: `slime_core.rank_step.RankStep.plan`)."""
+    rank of ``group`` (all have as many micro-batches: `slime_core.rank.step.RankStep.plan`)."""
     shapes = torch.tensor([list(m.input_ids.shape) for m in micros])  # (M, 2) rows, width
     dist.all_reduce(shapes, op=dist.ReduceOp.MAX, group=group)
     return [_widened(m, rows, width, pad_token_id) for m, (rows, width) in zip(micros, shapes.tolist())]

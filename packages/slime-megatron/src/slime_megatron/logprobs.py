@@ -16,7 +16,7 @@ layer's backward all-reduces the hidden-state gradient. Vocabulary entries past 
 vocabulary (Megatron pads it to a multiple of 128·tp) are excluded, so the distribution is
 the Hugging Face model's. Work is float32, as in ``slime_core.algorithms.logprobs``.
 
-A loss that reads the whole logits (``needs_logits``, see ``slime_core.rank_step``) gets them
+A loss that reads the whole logits (``needs_logits``, see ``slime_core.rank.step``) gets them
 gathered over the tensor-parallel group (`gather_vocab`): (N, V) on every rank, built only
 for such a loss.
 

@@ -8,7 +8,7 @@
   (``config_overrides={}``: no exemption for norms and biases, as the FSDP backend), gradient
   clipping to ``--clip-grad``, the distributed optimizer with ``--use-distributed-optimizer``.
   The learning rate is set before each step from slime's schedule (`set_lr`), so both
-  backends follow ``slime_core.rank_step.lr_factor``.
+  backends follow ``slime_core.rank.step.lr_factor``.
 """
 
 from __future__ import annotations

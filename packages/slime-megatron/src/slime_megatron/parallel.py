@@ -8,7 +8,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from slime_core.process_group import init_default_group
+from slime_core.rank.process_group import init_default_group
 
 
 def init_parallel(config, rank: int, world_size: int, master_addr: str, master_port: int) -> None:

@@ -3,7 +3,7 @@ tests): ``run_on_ranks(fn, world_size, sizes, *args)`` calls ``fn(rank, sizes, *
 each rank, joined by gloo (nccl for CUDA tensors), with Megatron's parallel groups for
 ``sizes`` (an object with the Megatron options, see ``slime_megatron.parallel``).
 
-The ranks are spawned by `slime_core.rank_processes.spawn_ranks` (never forked; a test's
+The ranks are spawned by `slime_core.rank.processes.spawn_ranks` (never forked; a test's
 function is given as ``(path of its file, function name)``).
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from slime_core.network import LOOPBACK
-from slime_core.rank_processes import RankPool, Target, resolve, spawn_ranks
+from slime_core.cluster.network import LOOPBACK
+from slime_core.rank.processes import RankPool, Target, resolve, spawn_ranks
 
 
 def run_on_ranks(target: Target, world_size: int, sizes, *args, pool: RankPool | None = None) -> list[Any]:

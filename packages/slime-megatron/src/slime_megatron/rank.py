@@ -1,6 +1,6 @@
 """`MegatronTrainRank`: one rank of the Megatron-core train backend (see ``slime_core.train_backend``).
 
-The RL step is the FSDP backend's (``slime_core.rank_step``); what is Megatron's here is how
+The RL step is the FSDP backend's (``slime_core.rank.step``); what is Megatron's here is how
 the passes run:
 
 - every forward and backward goes through Megatron's forward-backward schedule
@@ -43,13 +43,13 @@ import torch
 import torch.distributed as dist
 
 from slime_core.algorithms import nucleus_keep_mask
-from slime_core.checkpoint_dir import (
+from slime_core.checkpoint.directory import (
     is_megatron_checkpoint,
     megatron_checkpoint,
     resume_checkpoint,
     starts_from_ref_load,
 )
-from slime_core.rank_step import (
+from slime_core.rank.step import (
     RankStep,
     RolloutSteps,
     SampleLogits,
@@ -60,8 +60,8 @@ from slime_core.rank_step import (
     pad_rows,
     sum_over_ranks,
 )
+from slime_core.rank.weight_bucket import WeightBucket
 from slime_core.rollout_batch import RolloutBatch
-from slime_core.weight_bucket import WeightBucket
 from slime_megatron import export, inputs, offload, schedule, swap
 from slime_megatron.hooks import RankHooks
 from slime_megatron.logprobs import gather_vocab, vocab_parallel_entropy, vocab_parallel_log_probs

@@ -2,7 +2,7 @@
 backend (``--save``, ``slime convert hf-to-megatron``) or Megatron-LM (slime's
 ``tools/convert_hf_to_torch_dist.py``, whose checkpoints slime's launch scripts give as
 ``--ref-load``). The directory a checkpoint root points to is found by
-``slime_core.checkpoint_dir.megatron_checkpoint`` (``iter_XXXXXXX`` or ``release``).
+``slime_core.checkpoint.directory.megatron_checkpoint`` (``iter_XXXXXXX`` or ``release``).
 
 Both writers store each parameter under megatron-core's sharded key (``GPTModel.sharded_state_dict``,
 no wrapper prefix) as one full tensor cut in chunks, so any tensor/expert/pipeline layout reads
@@ -19,7 +19,7 @@ it. The keys of one model differ between writers in known ways, which `stored_ke
 
 Only weights are read: not the optimizer state, the extras, nor ``common.pt`` (Megatron-LM
 pickles its arguments there, which torch refuses to load safely). The ``.metadata`` is read
-with an allow-list (`slime_core.checkpoint_safety`): a ``--ref-load`` runs no code it carries.
+with an allow-list (`slime_core.checkpoint.safety`): a ``--ref-load`` runs no code it carries.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import warnings
 
 import torch
 
-from slime_core.checkpoint_safety import dcp_failures_raised, guarded_dcp_reads
+from slime_core.checkpoint.safety import dcp_failures_raised, guarded_dcp_reads
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
 _MTP_LAYER = re.compile(r"^(mtp\.layers\.\d+\.transformer_layer\.)(.+)$")  # an MTP layer's decoder layer

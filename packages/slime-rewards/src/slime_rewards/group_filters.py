@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import statistics
 
-from slime_core.filters import RolloutProgress
-from slime_core.reward_hub import scalar_reward
+from slime_core.rollout.filters import RolloutProgress
+from slime_core.rollout.reward_hub import scalar_reward
 from slime_core.sample import Sample, SampleStatus
 
 

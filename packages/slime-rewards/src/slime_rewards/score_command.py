@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from slime_core.config import ConfigError, OptionSet, load_overrides
-from slime_core.reward_hub import RewardHub, scalar_reward
+from slime_core.rollout.reward_hub import RewardHub, scalar_reward
 from slime_core.sample import Sample, SampleStatus
 
 

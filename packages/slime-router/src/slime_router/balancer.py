@@ -8,7 +8,7 @@ prefix, e.g. ``--router-policy round_robin`` or ``router: {policy: round_robin}`
   nodes, the driver node's IP;
 - the run's token (in the environment, `slime_router.rust_router`) as an admin key of the
   control plane (adding and removing engines), and across nodes as ``api_key`` too (sent to
-  the engines, and required from every caller but ``/health``), see ``slime_core.network``;
+  the engines, and required from every caller but ``/health``), see ``slime_core.cluster.network``;
 - ``policy manual``: requests with the same ``X-SMG-Routing-Key`` go to the same engine
   (session affinity), requests without one are spread at random;
 - ``health_check_interval_secs 10`` (sglang-router's 60 s would keep a dead engine listed for minutes);
@@ -23,10 +23,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from slime_core import ports
-from slime_core.child_process import die_with_parent
-from slime_core.command_flags import as_flags
-from slime_core.network import LOOPBACK, Network
+from slime_core.cluster import ports
+from slime_core.cluster.child_process import die_with_parent
+from slime_core.cluster.command_flags import as_flags
+from slime_core.cluster.network import LOOPBACK, Network
 from slime_router.servers import Server, connect_host
 
 DEFAULTS: dict[str, Any] = {
@@ -72,7 +72,7 @@ def command(options: dict[str, Any]) -> list[str]:
 
 def start(options: dict[str, Any], log_path: Path, key_env: dict[str, str] | None = None) -> Server:
     """Start sglang-router with ``options``, its output going to ``log_path``; ``key_env``: the
-    run's keys (`slime_core.network.Network.key_env`), handed over in its environment."""
+    run's keys (`slime_core.cluster.network.Network.key_env`), handed over in its environment."""
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
             command(options),

@@ -4,7 +4,7 @@ front of sglang-router.
 ``start_router`` runs it as ``python -m slime_router.front --config FILE --host H --port P``:
 the file is the run's pickled ``Config`` (with ``sglang_router_ip`` / ``sglang_router_port``
 naming the sglang-router behind it), without the run's token: that comes in the environment
-(``slime_core.network.take_keys``), so no file in the run directory and no command line holds
+(``slime_core.cluster.network.take_keys``), so no file in the run directory and no command line holds
 it. Plugins are loaded as in the driver: installed ones through their entry points, local
 ``-p`` modules through ``SLIME_PLUGINS``.
 
@@ -30,7 +30,7 @@ import sys
 
 from aiohttp import web
 
-from slime_core.network import LOOPBACK, bearer_matches, take_keys
+from slime_core.cluster.network import LOOPBACK, bearer_matches, take_keys
 from slime_router.handlers import Handler, HTTPError, Request, Response, error_response
 
 log = logging.getLogger("slime_router.front")

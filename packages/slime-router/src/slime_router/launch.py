@@ -9,9 +9,9 @@
 With ``--sglang-router-ip/--sglang-router-port`` the run uses that sglang-router (and leaves
 it running at the end) instead of starting one; the engines are added to it.
 
-Both processes get the run's keys in their environment (``slime_core.network``); every call
+Both processes get the run's keys in their environment (``slime_core.cluster.network``); every call
 made here carries the token. A process that exits because its port was taken between the
-pick and its bind (``slime_core.ports``) is started again, with the other, on fresh ports,
+pick and its bind (``slime_core.cluster.ports``) is started again, with the other, on fresh ports,
 up to `PORT_ATTEMPTS` times.
 """
 
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import httpx
 
-from slime_core import ports
-from slime_core.child_process import die_with_parent
+from slime_core.cluster import ports
+from slime_core.cluster.child_process import die_with_parent
 from slime_router import balancer
 from slime_router.servers import RouterError, Server, connect_host, log_tail
 from slime_router.workers import WorkerError, Workers

@@ -5,7 +5,7 @@ debugging: FastAPI and uvicorn), which no slime run uses: importing the launcher
 CPU-s, the Rust router's Python side 0.04 (sglang-router 0.3.2, 2 cores), on every run's
 start-up. ``--mini-lb`` goes to sglang-router's own launcher, which has it.
 
-The run's keys come in the environment (``slime_core.network.take_keys``), never as flags,
+The run's keys come in the environment (``slime_core.cluster.network.take_keys``), never as flags,
 since a command line is readable by every local user: the API key becomes the router's
 ``api_key`` (required from every caller but ``/health``, and sent to the engines), the admin
 key an admin key of its control plane (adding and removing engines).
@@ -42,7 +42,7 @@ def main(argv: list[str]) -> None:
 
 def _add_keys(args) -> None:
     """The run's keys from the environment onto sglang-router's ``RouterArgs`` (see the module docstring)."""
-    from slime_core.network import take_keys
+    from slime_core.cluster.network import take_keys
 
     api_key, admin_key = take_keys()
     if api_key:

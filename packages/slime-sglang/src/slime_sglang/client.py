@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 
 from slime_core.engine import EngineError, EngineUnavailable, GenerateResult, SamplingParams, parse_generate
-from slime_core.weight_bucket import WeightBucket
+from slime_core.rank.weight_bucket import WeightBucket
 
 #: Connections one client keeps open at most (one per request in flight); more requests wait
 #: for a free one. Bounded so that a rollout of thousands of samples stays under the usual
@@ -39,7 +39,7 @@ OCTET_STREAM = {"Content-Type": "application/octet-stream"}
 class EngineClient:
     """One HTTP client for one base URL (an engine or a router); ``timeout``: seconds a call
     may take (None: no limit, as a long generation needs); ``api_key``: sent as
-    ``Authorization: Bearer`` with every call (the run's token, ``slime_core.network``)."""
+    ``Authorization: Bearer`` with every call (the run's token, ``slime_core.cluster.network``)."""
 
     def __init__(self, url: str, timeout: float | None = None, api_key: str | None = None):
         self.url = url.rstrip("/")

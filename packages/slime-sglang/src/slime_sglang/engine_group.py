@@ -13,7 +13,7 @@ never shuts them down.
 place (``--use-fault-tolerance``: ``slime_core.loop.fault_tolerance``).
 
 Control calls (pause, weight updates, ...) go to every engine concurrently (with the run's
-token: ``slime_core.network``), each over a connection of its own
+token: ``slime_core.cluster.network``), each over a connection of its own
 made for the call, so one group serves any event loop (also one that ``asyncio.run`` makes
 per phase), and may take `CONTROL_TIMEOUT_S` at most. A call that fails on some engine raises
 that engine's `EngineError` once every engine has answered.
@@ -28,9 +28,9 @@ from typing import Any
 
 import httpx
 
-from slime_core.network import Network
+from slime_core.cluster.network import Network
+from slime_core.rank.weight_bucket import WeightBucket
 from slime_core.rollout_backend import WEIGHT_TRANSPORTS
-from slime_core.weight_bucket import WeightBucket
 from slime_sglang.client import EngineClient
 from slime_sglang.servers import EnginesLost, start_servers, stop_servers
 
@@ -70,7 +70,7 @@ class EngineGroup:
 
         ``plugins`` (default: ``slime_core.plugins.Plugins()``, as a Ray worker sees them)
         supply the command of ``--rollout-engine``; ``actor_options(index) -> dict`` places
-        each engine's actor (`slime_core.placement.Placement.engine_options`).
+        each engine's actor (`slime_core.cluster.placement.Placement.engine_options`).
         """
         if config.get("rollout_external_engine_addrs"):
             return cls.connect(config.rollout_external_engine_addrs)

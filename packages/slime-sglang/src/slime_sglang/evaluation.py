@@ -12,9 +12,9 @@ import asyncio
 from math import comb
 
 from slime_core.data.prompt_dataset import PromptDataset
-from slime_core.reward_hub import scalar_reward
-from slime_core.rollout_parts import RolloutParts
-from slime_core.rollout_result import EvalResult
+from slime_core.rollout.parts import RolloutParts
+from slime_core.rollout.result import EvalResult
+from slime_core.rollout.reward_hub import scalar_reward
 from slime_core.sample import Sample, SampleStatus
 from slime_sglang.generate import generate_resilient
 from slime_sglang.rollout import samples_in_flight, sampling_params

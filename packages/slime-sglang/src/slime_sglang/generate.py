@@ -24,7 +24,7 @@ import zlib
 
 from slime_core.engine import EngineUnavailable, SamplingParams, append_result, parallel_sample_seed
 from slime_core.loop.fault_tolerance import engine_fault_handled
-from slime_core.rollout_parts import GenerateContext
+from slime_core.rollout.parts import GenerateContext
 from slime_core.sample import Sample, SampleStatus
 
 log = logging.getLogger(__name__)

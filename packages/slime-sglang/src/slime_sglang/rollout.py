@@ -31,10 +31,10 @@ import inspect
 import time
 
 from slime_core.engine import TOP_P_REPLAY_PARAM, SamplingParams
-from slime_core.filters import RolloutProgress
-from slime_core.rollout_parts import RolloutParts
-from slime_core.rollout_result import RolloutResult
-from slime_core.run_error import RunError
+from slime_core.faults.run_error import RunError
+from slime_core.rollout.filters import RolloutProgress
+from slime_core.rollout.parts import RolloutParts
+from slime_core.rollout.result import RolloutResult
 from slime_core.sample import Sample, SampleStatus
 from slime_sglang.generate import generate_group_resilient, generate_produced, generate_sample
 

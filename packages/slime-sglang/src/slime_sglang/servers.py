@@ -11,7 +11,7 @@ its own process group and gets SIGTERM from the kernel when the actor's process 
 (``PR_SET_PDEATHSIG``), so a crashed run leaves no orphan server behind. `start_servers`
 starts a run's engines side by side and `stop_servers` stops them (``slime_sglang.engine_group``).
 
-The run's token reaches the server in its environment (``slime_core.network.Network.key_env``),
+The run's token reaches the server in its environment (``slime_core.cluster.network.Network.key_env``),
 never on its command line, which any local user can read.
 
 Ports: the port is picked free just before the server starts, but a server binds it only
@@ -30,11 +30,11 @@ import threading
 import time
 from pathlib import Path
 
-from slime_core import ports
-from slime_core.child_process import die_with_parent
-from slime_core.command_flags import as_flags
+from slime_core.cluster import ports
+from slime_core.cluster.child_process import die_with_parent
+from slime_core.cluster.command_flags import as_flags
+from slime_core.cluster.network import LOOPBACK
 from slime_core.data.prompt_budget import shortens_responses
-from slime_core.network import LOOPBACK
 from slime_sglang.cpu_engine.launch import wait_healthy
 
 #: How many times a server whose port was taken before it bound it is started (see the module docstring).
@@ -219,7 +219,7 @@ def stop_servers(servers: list) -> None:
         return
     import ray
 
-    from slime_core import ray_watch
+    from slime_core.cluster import ray_watch
 
     if not ray_watch.lost():  # a lost cluster: the servers die with their actors, which die with their raylet
         stopping = [server.shutdown.remote() for server in servers]

@@ -3,7 +3,7 @@ the run's keys, which come in the environment, not on the command line.
 
 SGLang takes its keys only as flags (``--api-key``, ``--admin-api-key``), and a process's
 command line is readable by every local user (``/proc/PID/cmdline``, ``ps``). This launcher
-takes the keys out of its environment (``slime_core.network.take_keys``), adds them to the
+takes the keys out of its environment (``slime_core.cluster.network.take_keys``), adds them to the
 flags in its own ``sys.argv`` (which the kernel's copy of the command line does not follow)
 and runs SGLang's launcher in this process. SGLang's own processes are started by
 multiprocessing's spawn, which passes their arguments through a pipe, not a command line.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import runpy
 import sys
 
-from slime_core.network import take_keys
+from slime_core.cluster.network import take_keys
 
 LAUNCHER = "sglang.launch_server"
 

@@ -1,7 +1,7 @@
 """The wire form of one weight bucket for ``POST /update_weights_from_tensor``.
 
 A bucket is a list of ``(name, tensor)`` pairs with Hugging Face parameter names (as in
-``model.named_parameters()``), or a `slime_core.weight_bucket.WeightBucket` holding them as
+``model.named_parameters()``), or a `slime_core.rank.weight_bucket.WeightBucket` holding them as
 safetensors bytes, as the train ranks export them. On the wire it is the base64 text of
 those bytes in SGLang's JSON body (one string per bucket), or, as `EngineClient` sends it,
 the bytes themselves as the body (``application/octet-stream``, the other fields in the
@@ -19,10 +19,10 @@ from __future__ import annotations
 import base64
 from typing import TYPE_CHECKING
 
-from slime_core.weight_bucket import WeightBucket
+from slime_core.rank.weight_bucket import WeightBucket
 
 if TYPE_CHECKING:
-    from slime_core.weight_bucket import NamedTensors
+    from slime_core.rank.weight_bucket import NamedTensors
 
 
 def encode_bucket(bucket: WeightBucket | NamedTensors) -> str:

@@ -28,8 +28,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from slime_core.network import LOOPBACK, Network
-from slime_core.ports import free_port
+from slime_core.cluster.network import LOOPBACK, Network
+from slime_core.cluster.ports import free_port
 
 NamedTensors = list[tuple[str, torch.Tensor]]
 

@@ -4,7 +4,7 @@ Every estimator has one signature, ``estimator(inputs: AdvantageInputs) -> (adva
 returns)``, both (B, T) and 0 where ``loss_mask`` is 0, so a backend calls any of them the same
 way. ``ADVANTAGE_ESTIMATORS`` maps ``--advantage-estimator`` names to them. An estimator that
 reads ``log_probs`` (π_old) whatever the KL settings sets ``needs_old_log_probs = True`` on
-itself, so the rank computes π_old before the step (see ``slime_core.rank_step``).
+itself, so the rank computes π_old before the step (see ``slime_core.rank.step``).
 
 Responses are right-padded rows of a (B, T) batch; ``loss_mask`` may also have holes (tool
 output inside a multi-turn response). As in THUDM slime, every response token is a step of
@@ -28,7 +28,7 @@ class AdvantageInputs:
     group_ids: torch.Tensor  # (B,) int; samples of the same prompt share an id (the prompt's group index)
     loss_mask: torch.Tensor  # (B, T) 1 on response tokens trained on, 0 on padding/tool output
     log_probs: torch.Tensor | None = (
-        None  # (B, T) log π_old(y_t), for the KL reward penalty (None without one: see slime_core.rank_step)
+        None  # (B, T) log π_old(y_t), for the KL reward penalty (None without one: see slime_core.rank.step)
     )
     ref_log_probs: torch.Tensor | None = None  # (B, T) log π_ref(y_t), for the KL reward penalty
     values: torch.Tensor | None = None  # (B, T) critic values V(s_t), for "ppo"

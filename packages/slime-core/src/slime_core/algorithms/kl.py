@@ -2,7 +2,7 @@
 
 import torch
 
-from slime_core.policy_loss_config import KL_KINDS
+from slime_core.rank.policy_loss_config import KL_KINDS
 
 # low_var_kl is clamped to [-10, 10]. Clamping r to ±50 first keeps exp(-r) and its gradient
 # finite in float32 and changes no value unless an importance ratio below e^-40 multiplies it.

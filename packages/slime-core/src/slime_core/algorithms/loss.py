@@ -28,7 +28,7 @@ from functools import partial
 
 import torch
 
-from slime_core.policy_loss_config import PolicyLossConfig
+from slime_core.rank.policy_loss_config import PolicyLossConfig
 
 from .kl import approx_kl
 from .mismatch import TIS_FUNCTIONS, TisFn

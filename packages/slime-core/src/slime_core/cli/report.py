@@ -1,5 +1,5 @@
 """``slime report RUN_DIR [--out DIR]``: plots and a Markdown summary of a run, finished or
-still going (`slime_core.report`)."""
+still going (`slime_core.tools.report`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def add_report_command(subparsers) -> None:
 
 
 def _report(args) -> int:
-    from slime_core.report import ReportError, write_report
+    from slime_core.tools.report import ReportError, write_report
 
     try:
         path = write_report(args.run_dir, args.out)

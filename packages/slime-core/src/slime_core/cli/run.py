@@ -9,10 +9,10 @@ from slime_core.config import ConfigError, OptionSet, load_config
 from slime_core.config.accepted_flags import no_effect_notes
 from slime_core.config.no_effect import no_effect_warnings
 from slime_core.data.checks import prompt_length_problems, record_problems
+from slime_core.faults.run_error import RunError
 from slime_core.loop.trackers import TrackerError, tracker_problems
 from slime_core.plugins.custom_paths import apply_custom_paths
 from slime_core.preflight import preflight_problems
-from slime_core.run_error import RunError
 
 
 def run_command(argv: list[str], plugins) -> int:
@@ -33,7 +33,7 @@ def run_command(argv: list[str], plugins) -> int:
     if config.dry_run:
         print(describe_run(config, plugins, *resolve_components(config, plugins), data_notes=data_notes))
         return 0
-    from slime_core.checkpoint_dir import CheckpointError
+    from slime_core.checkpoint.directory import CheckpointError
     from slime_core.loop import run
 
     try:

@@ -24,13 +24,13 @@ def add_tiny_model_command(subparsers) -> None:
 
 
 def _families():
-    from slime_core.tiny_models import TINY_FAMILIES
+    from slime_core.tools.tiny_models import TINY_FAMILIES
 
     return TINY_FAMILIES
 
 
 def _write(args) -> int:
-    from slime_core.tiny_models import build_tiny_model
+    from slime_core.tools.tiny_models import build_tiny_model
 
     path = build_tiny_model(
         args.directory,

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from slime_core.network import Network
+from slime_core.cluster.network import Network
 
 
 class ConfigError(ValueError):
@@ -25,7 +25,7 @@ class Config:
     not declare itself, keyed without their prefix, for the SGLang servers and the router
     (``router`` itself is the ``--router`` option: which router runs).
     ``sources`` says where each value came from: ``default``, ``FILE:LINE`` or ``command line``.
-    ``network`` (`slime_core.network.Network`) is no option: the driver sets it once the run's
+    ``network`` (`slime_core.cluster.network.Network`) is no option: the driver sets it once the run's
     placement is reserved (loopback until then), and it reaches every process with the config.
     """
 

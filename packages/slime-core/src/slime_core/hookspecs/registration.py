@@ -85,7 +85,7 @@ def slime_register_rollout_engines(register):
         node's IP, to listen on). The server starts with the run's token in its environment
         (``SLIME_ADMIN_API_KEY``: its control endpoints must require it as ``Authorization:
         Bearer``; across nodes ``SLIME_API_KEY`` too: every route but ``/health`` must), never on
-        its command line (`slime_core.network`). A server that exits saying ``address already
+        its command line (`slime_core.cluster.network`). A server that exits saying ``address already
         in use`` is started again on a fresh port.
     :return: nothing.
 
@@ -119,7 +119,7 @@ def slime_register_group_filters(register):
     once it is generated and scored (``--dynamic-sampling-filter NAME``).
 
     A group filter is ``fn(group, config, progress) -> bool`` (True keeps the group);
-    ``progress`` is a ``slime_core.filters.RolloutProgress``. Called the first time a group
+    ``progress`` is a ``slime_core.rollout.filters.RolloutProgress``. Called the first time a group
     filter is looked up.
 
     :param register: ``register(name, filter_fn_or_ref)``.
@@ -189,7 +189,7 @@ def slime_register_policy_losses(register):
         entropy, KL and mismatch terms and reduces it over the global batch. A loss with the
         attribute ``needs_logits = True`` computes the whole micro-batch loss from the model's
         outputs instead: ``fn(logits, inputs, denominators, config) -> (loss, metrics)``,
-        ``logits`` a ``slime_core.rank_step.SampleLogits`` (per sample, full-vocabulary logits
+        ``logits`` a ``slime_core.rank.step.SampleLogits`` (per sample, full-vocabulary logits
         of every position, with gradient, and its tokens; built only for such a loss, as they
         cost (total_len, V) floats per sample), ``inputs`` the micro-batch's
         ``PolicyLossInputs``, ``denominators`` the global batch's ``LossDenominators``; it
@@ -263,10 +263,10 @@ def slime_register_rollout_functions(register):
     Called the first time a rollout function is looked up.
 
     :param register: ``register(name, rollout_fn_or_ref)``; ``async rollout_fn(rollout_id,
-        config, parts) -> slime_core.rollout_result.RolloutResult`` (``parts``: a
-        ``slime_core.rollout_parts.RolloutParts``: data source, reward hub, generate
+        config, parts) -> slime_core.rollout.result.RolloutResult`` (``parts``: a
+        ``slime_core.rollout.parts.RolloutParts``: data source, reward hub, generate
         function, group filter, generation context and the engines' controls). A function
-        marked with ``slime_core.rollout_parts.without_engines`` (e.g. ``sft``) runs with no
+        marked with ``slime_core.rollout.parts.without_engines`` (e.g. ``sft``) runs with no
         engine or router started, and ``parts.generate`` / ``parts.ctx.engine`` None.
     :return: nothing.
 

@@ -14,7 +14,7 @@ import concurrent.futures
 import json
 from pathlib import Path
 
-from slime_core.rollout_result import RolloutResult
+from slime_core.rollout.result import RolloutResult
 from slime_core.sample import Sample
 
 

@@ -17,7 +17,16 @@ import time
 from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 
-from slime_core.checkpoint_dir import CheckpointError, latest_checkpoint, prune, rollout_state_path, write_atomically
+from slime_core.checkpoint.directory import (
+    CheckpointError,
+    latest_checkpoint,
+    prune,
+    rollout_state_path,
+    write_atomically,
+)
+from slime_core.faults.nonfinite import SkippedSteps
+from slime_core.faults.run_error import RunError
+from slime_core.faults.run_fault import stoppable, stopping_fault
 from slime_core.loop.debug_rollouts import save_rollout
 from slime_core.loop.progress import Progress
 from slime_core.loop.rollout_metrics import drop_stale_groups, rollout_metrics, staleness
@@ -25,10 +34,7 @@ from slime_core.loop.rollouts import ROLLOUT_SECONDS
 from slime_core.loop.run_dir import RunDir
 from slime_core.loop.runtime import ray_runtime
 from slime_core.loop.sample_filters import SampleFilters
-from slime_core.nonfinite import SkippedSteps
 from slime_core.rollout_batch import train_batch
-from slime_core.run_error import RunError
-from slime_core.run_fault import stoppable, stopping_fault
 
 
 def run(config, plugins) -> int:
@@ -36,7 +42,7 @@ def run(config, plugins) -> int:
     cleanly: every part (engines, router, train ranks, Ray) is shut down on the way out, and
     the run directory says ``interrupted`` (the run can be resumed from its last checkpoint);
     a fault that a watcher finds (the Ray cluster lost, an engine failing) stops it with that
-    `slime_core.run_fault.RunFault` (``failed``)."""
+    `slime_core.faults.run_fault.RunFault` (``failed``)."""
     run_dir = RunDir.create(config, plugins)
     run_dir.log(f"slime run: writing to {run_dir.path}")
     plugins.before_run(config)
@@ -256,7 +262,7 @@ class Run:
         return metrics
 
     def save(self, rollout_id: int) -> None:
-        """Every role's checkpoint of ``rollout_id`` (`slime_core.checkpoint_dir`): the rollout
+        """Every role's checkpoint of ``rollout_id`` (`slime_core.checkpoint.directory`): the rollout
         state first, then the critic's, then the policy's, whose pointer file, written last,
         makes the set the latest; then ``--save-retain-count``'s pruning. Weights that are not
         finite are refused before anything is written; a save that fails (a full disk) stops the

@@ -5,7 +5,7 @@ seconds it asks the rollout backend about each engine (`Engines.health_problem`:
 API, ``/health``, which the CPU engine answers only between two generation steps and with 503
 while every step fails). Without ``--use-fault-tolerance``, an engine that died, gives no
 answer within ``--rollout-health-check-timeout`` seconds (it hangs) or reports itself failing
-stops the run (`EngineFailed`, through `slime_core.run_fault.stop_run`: the rollout waiting on
+stops the run (`EngineFailed`, through `slime_core.faults.run_fault.stop_run`: the rollout waiting on
 it would otherwise wait for ever, or fail with the router's "no available workers"), naming
 the engine, its answer and its log. With it, such an engine is replaced:
 
@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from slime_core.engine import EngineUnavailable
-from slime_core.run_fault import RunFault, stop_run
+from slime_core.faults.run_fault import RunFault, stop_run
 
 #: The monitor of the run in this process while it watches (`engine_fault_handled` asks it).
 _watching: EngineMonitor | None = None

@@ -22,14 +22,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from slime_core.rollout_parts import needs_engines
+from slime_core.rollout.parts import needs_engines
 
 
 @dataclass
 class Parts:
     """A run's started parts (None where the run has no such part)."""
 
-    placement: Any  # slime_core.placement.Placement
+    placement: Any  # slime_core.cluster.placement.Placement
     trainer: Any | None  # slime_core.train_backend.TrainGroup; None with --debug-rollout-only
     critic: Any | None  # the PPO critic's TrainGroup
     backend: Any | None  # slime_core.rollout_backend.RolloutBackend, when engines run
@@ -105,7 +105,7 @@ def _engines_may_hold_other_weights(config, engines) -> bool:
     start from ``--hf-checkpoint``, which started engines load (a Megatron ``--ref-load``, as in
     slime, or a model-only ``--load`` checkpoint such as ``slime convert``'s). Otherwise the
     engines already hold those weights, and a push would only cost time."""
-    from slime_core.checkpoint_dir import resume_checkpoint, starts_from_ref_load
+    from slime_core.checkpoint.directory import resume_checkpoint, starts_from_ref_load
 
     loaded = resume_checkpoint(config) is not None
     return not engines.restartable or starts_from_ref_load(config) or loaded
@@ -132,7 +132,7 @@ def _engine_side(config, plugins):
 @contextmanager
 def _reserved(config, backend):
     """The run's placement: the ranks' bundles and the engines' the backend asks for."""
-    from slime_core.placement import Placement, cluster_has_gpus
+    from slime_core.cluster.placement import Placement, cluster_has_gpus
 
     in_process = config.actor_runtime == "inprocess"
     gpu = _has_cuda() if in_process else cluster_has_gpus()
@@ -187,7 +187,7 @@ def _start_training(config, plugins, placement, stack: ExitStack) -> dict[str, A
     )
     started = {"trainer": trainer, "start": trainer.init()["rollout_id"], "version": trainer.weight_version()}
     if config.advantage_estimator == "ppo":
-        from slime_core.checkpoint_dir import role_config
+        from slime_core.checkpoint.directory import role_config
 
         critic_class = plugins.registry("critics").get(config.train_backend)
         critic_config = role_config(config, "critic", started["start"])  # its own checkpoints, the policy's rollout
@@ -220,7 +220,7 @@ def _engines_and_router(config, plugins, backend, placement, run_dir, stack: Exi
     """The engines, and the router (``--router``) started alongside them with no engine and
     given each once they answer: neither waits for the other to start. The router starts in
     this thread: the processes it starts die with the thread that started them
-    (``slime_core.child_process.die_with_parent``), and the engines' thread ends."""
+    (``slime_core.cluster.child_process.die_with_parent``), and the engines' thread ends."""
     started = {}
 
     def start_engines():
@@ -285,7 +285,7 @@ def _rollouts(config, plugins, backend, engines, router, tokenizer: Future | Non
 
 def _resume(config, parts: Parts) -> None:
     """The data source as it was at the checkpoint, and the engines on the trainer's weights."""
-    from slime_core.checkpoint_dir import rollout_state_path
+    from slime_core.checkpoint.directory import rollout_state_path
 
     state_file = rollout_state_path(config.load, parts.start - 1)
     if not state_file.is_file():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from slime_core.reward_hub import scalar_reward
+from slime_core.rollout.reward_hub import scalar_reward
 from slime_core.rollout_batch import RolloutBatch
 from slime_core.sample import Sample
 

@@ -1,6 +1,6 @@
 """`RolloutManager`: the rollout side of a run, as the loop sees it.
 
-It owns the pieces a rollout function works with (`slime_core.rollout_parts.RolloutParts`:
+It owns the pieces a rollout function works with (`slime_core.rollout.parts.RolloutParts`:
 data source, reward hub, generate function, group filter, the generation client and the
 engines' controls) and one asyncio event loop in a background thread, on which every
 rollout, evaluation and engine control call runs. The driver stays plain synchronous code:
@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from slime_core.rollout_parts import GenerateContext, RolloutParts
-from slime_core.rollout_result import EvalResult, RolloutResult
+from slime_core.rollout.parts import GenerateContext, RolloutParts
+from slime_core.rollout.result import EvalResult, RolloutResult
 
 #: the metric with the seconds a rollout took to generate and score (in asynchronous mode,
 #: ``time/wait_rollout`` is only the part that training did not hide)
@@ -41,7 +41,7 @@ class RolloutManager:
         *,
         tokenizer,
     ):
-        from slime_core.reward_hub import RewardHub
+        from slime_core.rollout.reward_hub import RewardHub
 
         self.config, self.rollout_fn = config, rollout_fn
         self.tokenizer = tokenizer

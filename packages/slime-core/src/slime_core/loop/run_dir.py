@@ -15,7 +15,7 @@ runs/20261122-171500/            (--output-dir, default a new timestamped folder
   checkpoints/                   when --save-interval is given without --save
   weights/                       the Hugging Face directories of --update-weight-transport disk
   tensorboard/, wandb/           with --use-tensorboard, --use-wandb (slime_core.loop.trackers)
-  report/                        what `slime report` writes (slime_core.report)
+  report/                        what `slime report` writes (slime_core.tools.report)
 """
 
 from __future__ import annotations

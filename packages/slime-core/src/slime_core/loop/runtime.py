@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
-from slime_core.local_ray import kill_process_groups, ray_process_groups, start_local_ray
-from slime_core.ray_watch import watching
+from slime_core.cluster.local_ray import kill_process_groups, ray_process_groups, start_local_ray
+from slime_core.cluster.ray_watch import watching
 
 
 @contextmanager
@@ -17,7 +17,7 @@ def ray_runtime(config):
         own and at its end only disconnects: its actors and placement group are gone by then (the
         run's parts stop them), so the cluster is left as it was found. A local Ray keeps its files
         under ``RAY_TMPDIR`` when that is set. ``--actor-runtime inprocess`` needs none. A Ray that this
-    run connected to or started is watched (`slime_core.ray_watch`): when its GCS stops answering,
+    run connected to or started is watched (`slime_core.cluster.ray_watch`): when its GCS stops answering,
     the run stops within about `LOST_AFTER_S` plus its parts' stop, naming the cluster."""
     if config.actor_runtime == "inprocess":
         yield

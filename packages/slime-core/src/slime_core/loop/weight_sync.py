@@ -16,7 +16,7 @@ versions inside one forward pass; generation resumes where it stopped. ``lock`` 
 while the trainer's weights are read for an update (and, by the loop, while they change in a
 training step), so an engine replaced by the fault-tolerance monitor gets one consistent
 version (`push_to_engine`). Weights that are not finite are never sent: the push raises
-``slime_core.nonfinite.NonFiniteError`` before the engines are paused.
+``slime_core.faults.nonfinite.NonFiniteError`` before the engines are paused.
 """
 
 from __future__ import annotations

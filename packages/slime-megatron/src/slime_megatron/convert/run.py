@@ -43,7 +43,7 @@ def _hf_to_megatron_rank(rank: int, sizes, hf_dir: str, out: str) -> None:
 
 
 def megatron_to_hf(args) -> int:
-    from slime_core.checkpoint_dir import megatron_checkpoint
+    from slime_core.checkpoint.directory import megatron_checkpoint
 
     path = Path(args.load) if (Path(args.load) / ".metadata").is_file() else megatron_checkpoint(args.load)
     write_hf(path, str(args.hf_config), str(args.out))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from slime_core.ports import free_port
+from slime_core.cluster.ports import free_port
 
 
 def start_cpu_engine(

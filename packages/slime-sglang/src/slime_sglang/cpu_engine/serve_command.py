@@ -89,8 +89,8 @@ def run_serve(args) -> int:
 
 def _keys(args) -> tuple[str | None, str | None]:
     """``(api_key, admin_api_key)``: the flags', else those the environment hands in
-    (`slime_core.network.take_keys`, which also keeps them from the engine's own children)."""
-    from slime_core.network import take_keys
+    (`slime_core.cluster.network.take_keys`, which also keeps them from the engine's own children)."""
+    from slime_core.cluster.network import take_keys
 
     api_key, admin_key = take_keys()
     return args.api_key or api_key, args.admin_api_key or admin_key

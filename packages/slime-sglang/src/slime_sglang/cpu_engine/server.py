@@ -12,7 +12,7 @@ Keys, as SGLang's: with an admin key (``--admin-api-key``) the control endpoints
 (`GUARDED_PATHS`: everything that changes the engine's state) answer 401 to a request without
 ``Authorization: Bearer KEY``; with an API key (``--api-key``) every route but ``/health*``
 does (generation too). A run hands its token in as the admin key, and as the API key too
-when it spans nodes (``slime_core.network``).
+when it spans nodes (``slime_core.cluster.network``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import logging
 
 from aiohttp import web
 
-from slime_core.network import bearer_matches
+from slime_core.cluster.network import bearer_matches
 from slime_sglang.cpu_engine import control, weight_groups
 from slime_sglang.cpu_engine.engine import Engine
 from slime_sglang.cpu_engine.request import BadRequest, parse_generate, parse_generate_copies, refuse_unknown

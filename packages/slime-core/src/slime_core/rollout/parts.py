@@ -33,7 +33,7 @@ class RolloutParts:
     """The pieces a rollout function works with, looked up once by the loop."""
 
     data_source: Any  # slime_core.data.source.DataSource
-    reward_hub: Any  # slime_core.reward_hub.RewardHub
+    reward_hub: Any  # slime_core.rollout.reward_hub.RewardHub
     generate: Any | None  # async fn(sample, sampling, ctx) -> Sample; None without engines
     group_filter: Any | None  # fn(group, config, progress) -> bool, or None to keep every group
     ctx: GenerateContext

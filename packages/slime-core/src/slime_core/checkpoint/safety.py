@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from slime_core.checkpoint_dir import CheckpointError
+from slime_core.checkpoint.directory import CheckpointError
 
 #: modules of DCP whose dataclasses and enums a ``.metadata`` file is made of
 _DCP_MODULES = (

@@ -11,7 +11,7 @@ training — unless ``--rm-failure-reward`` gives it a default reward instead.
 A reward that is not a finite number (NaN, ±inf) would turn the group's advantages, the loss
 and then the weights into NaN: it stops the run with an error naming the function, the sample
 (and its prompt's file:line) and the value, unless ``--drop-nonfinite-rewards`` marks such
-samples failed instead (counted in ``reward/non_finite``; see ``slime_core.nonfinite``).
+samples failed instead (counted in ``reward/non_finite``; see ``slime_core.faults.nonfinite``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numbers
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from slime_core.nonfinite import NonFiniteError
+from slime_core.faults.nonfinite import NonFiniteError
 from slime_core.sample import Sample, SampleStatus
 
 logger = logging.getLogger("slime.reward")

@@ -4,7 +4,7 @@
   with ``--drop-nonfinite-rewards``, the sample is marked failed like one whose reward raised
   and counted in ``reward/non_finite``.
 - A loss or gradient norm: the train ranks skip that optimizer step, all of them
-  (``slime_core.rank_step.RankStep.apply_step``); the driver counts skipped steps
+  (``slime_core.rank.step.RankStep.apply_step``); the driver counts skipped steps
   (`SkippedSteps`) and, with Megatron-LM's ``--check-for-nan-in-loss-and-grad`` (the default),
   stops the run after ``--max-consecutive-skipped-steps`` in a row (Megatron-LM stops at the
   first). ``--no-check-for-nan-in-loss-and-grad`` keeps skipping them without a stop, which is
@@ -13,14 +13,14 @@
   not finite (``TrainGroup.check_finite_weights``), the last line of defence against what the
   skip cannot see: a hook that writes them, a loaded checkpoint that holds them.
 
-Every such stop raises `NonFiniteError`, a ``slime_core.run_error.RunError``: ``slime run``
+Every such stop raises `NonFiniteError`, a ``slime_core.faults.run_error.RunError``: ``slime run``
 prints its message (no traceback), records it in ``slime.log`` and exits with 1. Checkpoints
 already written stay as they are.
 """
 
 from __future__ import annotations
 
-from slime_core.run_error import RunError
+from slime_core.faults.run_error import RunError
 
 
 class NonFiniteError(RunError):

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from slime_core.ports import free_port
+from slime_core.cluster.ports import free_port
 
 Target = Callable | tuple[str, str]
 

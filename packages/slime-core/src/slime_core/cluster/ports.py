@@ -1,5 +1,5 @@
 """Finding a free TCP port (process-group rendezvous, engine servers, the router): on the
-loopback by default, on a node's address for a run that spans nodes (`slime_core.network`).
+loopback by default, on a node's address for a run that spans nodes (`slime_core.cluster.network`).
 
 A port found free may be taken by another process before its user binds it (a server binds
 its port only once its model is loaded). Two things keep that rare and visible:
@@ -12,7 +12,7 @@ its port only once its model is loaded). Two things keep that rare and visible:
   log).
 
 A run's train ranks need no pick: the driver serves their rendezvous store on a port bound
-as it is picked (`slime_core.process_group.serve_store`). ``spawn_ranks`` (tests, ``slime
+as it is picked (`slime_core.rank.process_group.serve_store`). ``spawn_ranks`` (tests, ``slime
 convert``) and the weight-broadcast group still pick one for their rank 0 to bind at once.
 """
 
@@ -23,7 +23,7 @@ import re
 import socket
 from pathlib import Path
 
-from slime_core.network import LOOPBACK
+from slime_core.cluster.network import LOOPBACK
 
 #: The lowest port `free_port` picks (below it: well-known and registered services).
 LOWEST_PICKED = 20000

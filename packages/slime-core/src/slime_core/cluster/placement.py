@@ -27,7 +27,7 @@ then the critic's, then the engines'. ``--train-node-resource`` and
 with that custom resource (e.g. inference nodes apart from training nodes). Once reserved,
 the bundles say on which nodes the run lies: more than one, and its servers listen on their
 node's address and the run's token guards all their routes, not only the control endpoints
-(`slime_core.network`); `record` is
+(`slime_core.cluster.network`); `record` is
 what the run directory keeps of it (``placement.json``).
 """
 
@@ -37,8 +37,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from slime_core import ray_watch
-from slime_core.network import Network, gloo_interface
+from slime_core.cluster import ray_watch
+from slime_core.cluster.network import Network, gloo_interface
 from slime_core.train_backend import cpu_thread_options
 
 #: Colocated on a GPU: the share each side asks Ray for (they never run at the same time).
@@ -110,7 +110,7 @@ class Placement:
 
     def rendezvous(self) -> str:
         """Where a group of train ranks meets: the store the driver serves for it
-        (`slime_core.process_group.serve_store`) on this node's IP (the loopback on one node)."""
+        (`slime_core.rank.process_group.serve_store`) on this node's IP (the loopback on one node)."""
         return self.network.listen_host()
 
     def rank_bundle(self, rank: int, critic: bool = False) -> int:

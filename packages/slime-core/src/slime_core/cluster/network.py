@@ -2,10 +2,10 @@
 own address across Ray nodes; and the run's token, which guards their control endpoints.
 
 A run spans nodes when the bundles of its placement group sit on more than one Ray node
-(`slime_core.placement.Placement`). Then:
+(`slime_core.cluster.placement.Placement`). Then:
 
 - the train ranks (and the critic's) rendezvous at a store the driver serves on its node's IP
-  (`slime_core.process_group.serve_store`);
+  (`slime_core.rank.process_group.serve_store`);
 - engine servers and the router listen on the IP of the node they run on
   (``ray.util.get_node_ip_address()`` in their process), and the driver's weight-broadcast
   group on the driver's.

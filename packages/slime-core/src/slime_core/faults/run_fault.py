@@ -2,7 +2,7 @@
 which stops the run with one from any thread.
 
 Raised for faults under a run rather than mistakes in its config: the Ray cluster lost
-(`slime_core.ray_watch`), a train rank dead, an engine that fails every request or hangs
+(`slime_core.cluster.ray_watch`), a train rank dead, an engine that fails every request or hangs
 (`slime_core.loop.fault_tolerance`). The message names the part (the cluster's address, the
 rank, the engine's address and log) and what it said; ``slime run`` prints it without a
 traceback, exits 1, and the run directory says ``failed``.
@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from slime_core.run_error import RunError
+from slime_core.faults.run_error import RunError
 
 #: The signal that interrupts the driver's main thread (Ray's driver leaves it alone).
 INTERRUPT = signal.SIGUSR1

@@ -6,7 +6,7 @@ Ray's core worker ends the process itself, leaving ``status: running`` in the ru
 
 `watching` runs a thread in the driver that connects to the GCS's port every `POLL_S`; when
 no connection succeeds for `LOST_AFTER_S`, it stops the run with `RayClusterLost`
-(`slime_core.run_fault.stop_run`). The parts are then stopped without waiting on Ray (`lost`
+(`slime_core.faults.run_fault.stop_run`). The parts are then stopped without waiting on Ray (`lost`
 tells them; their processes die with their raylet anyway), ``status.json`` says ``failed``
 and the message names the cluster.
 """
@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from slime_core.run_fault import RunFault, stop_run, stopping_fault
+from slime_core.faults.run_fault import RunFault, stop_run, stopping_fault
 
 #: Seconds between two connections to the GCS.
 POLL_S = 1.0

@@ -2,15 +2,15 @@
 
 Instead of generating, each sample's response is its label followed by the tokenizer's
 end-of-text token, trained on with ``--loss-type sft_loss``. No engine is started for it
-(`slime_core.rollout_parts.without_engines`), and no weights are pushed. Use it for a warm-up before RL::
+(`slime_core.rollout.parts.without_engines`), and no weights are pushed. Use it for a warm-up before RL::
 
     slime run examples/quickstart/sft_warmup.yaml
 """
 
 from __future__ import annotations
 
-from slime_core.rollout_parts import without_engines
-from slime_core.rollout_result import RolloutResult
+from slime_core.rollout.parts import without_engines
+from slime_core.rollout.result import RolloutResult
 from slime_core.sample import Sample, SampleStatus
 
 

@@ -53,8 +53,8 @@ from slime_core.algorithms import (
     whiten,
 )
 from slime_core.algorithms.reduce import rollout_token_totals
-from slime_core.micro_batches import fixed_micro_batches, step_slices, token_budget_micro_batches
 from slime_core.plugins import Plugins
+from slime_core.rank.micro_batches import fixed_micro_batches, step_slices, token_budget_micro_batches
 from slime_core.rollout_batch import RolloutBatch
 
 #: ``log_probs(model)``: per-sample response log-probs of the rank's share under ``model``

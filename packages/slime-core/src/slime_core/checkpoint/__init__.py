@@ -1,0 +1,1 @@
+"""The checkpoint directory every backend writes and resumes from, and reading it safely."""

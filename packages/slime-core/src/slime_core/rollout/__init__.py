@@ -1,0 +1,1 @@
+"""The default rollout: generate, reward, filter; what rollout and generate functions are handed and return."""

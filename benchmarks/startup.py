@@ -16,7 +16,7 @@ Latest (2026-11-27 at ebf50e8, a noisy hour: 9.3-13.1 s for the same code): medi
 ebf50e8 ``ray.init`` no longer waits in whole seconds for the raylet to register (see
 ``slime_core.cluster.local_ray``). Before (2026-11-27 at 2c1887a, a slower day): median 9.95 s over 6 rounds against
 10.35 s for a553eaa taken in turn with it, 14.9 against 16.4 CPU-s by the first generation (the
-README's start-up row says where). Before (2026-11-25 at 17eb4c7, quiet machine, bytecode
+start-up figure in docs/benchmarks.md says where). Before (2026-11-25 at 17eb4c7, quiet machine, bytecode
 compiled): median 8.9 s over 5 rounds
 (8.8-10.0 s; the slow rounds are those where ``ray.init`` waited a whole second more for the
 raylet to register), about 14 CPU-s by the first generation (train rank 3.5-3.9, engine 3.1-3.4,

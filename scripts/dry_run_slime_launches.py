@@ -138,7 +138,7 @@ def dry_run(argv: list[str]) -> tuple[list[str], list[str]]:
         config = load_config(flags, options, plugins, checks=lambda c: run_problems(c, plugins))
     except ConfigError as exc:
         return exc.errors, _notes(flags, options)
-    return [], no_effect_warnings(config) + no_effect_notes(config)
+    return [], no_effect_warnings(config, options) + no_effect_notes(config)
 
 
 def _notes(flags: list[str], options) -> list[str]:

@@ -90,6 +90,20 @@ def test_flags_that_cannot_run_as_given_are_refused_together_with_the_reason(mak
     assert "--train-mode async" in message  # slime's own function with a native equivalent says which
 
 
+@pytest.mark.parametrize(
+    ("path", "selected"),
+    [
+        (P + "rollout", "slime.rollout_function"),
+        ("slime.rollout.sft_rollout.generate_rollout", "slime.rollout_function_without_engines"),
+    ],
+)
+def test_a_rollout_function_path_runs_with_debug_train_only(make_config, path, selected):
+    """--debug-train-only starts no engines, which slime-core refuses for the default rollout
+    function only: a launch script's own rollout function is selected before that check."""
+    config, _ = make_config("--debug-train-only", "--rollout-function-path", path)
+    assert (config.debug_train_only, config.rollout_function) == (True, selected)
+
+
 def _groups(n_groups=1, size=2, response="a1"):
     return [
         [CoreSample(group_index=g, index=i, prompt="p", response=response, label="1") for i in range(size)]

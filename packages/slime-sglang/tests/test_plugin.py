@@ -1,3 +1,5 @@
+import pytest
+
 from slime_core.testing import check_plugin_installed
 
 
@@ -44,3 +46,21 @@ def test_an_in_process_run_that_would_start_engines_is_refused_before_it_starts(
     assert not (tmp_path / "run").exists()
     sft = ["--rollout-function", "sft", "--loss-type", "sft_loss", "--dry-run"]
     assert run_command([*argv, *sft], Plugins()) == 0
+
+
+def test_fault_tolerance_is_refused_for_engines_slime_did_not_start(tmp_path):
+    """slime restarts only the engines it started, so --use-fault-tolerance and
+    --rollout-external-engine-addrs exclude each other (whichever rollout backend)."""
+    from slime_core.config import ConfigError, OptionSet, load_config
+    from slime_core.plugins import Plugins
+
+    data = tmp_path / "prompts.jsonl"
+    data.write_text('{"prompt": "1+1=", "label": "2"}\n')
+    plugins, options = Plugins(), OptionSet()
+    plugins.add_options(options)
+    argv = ["--prompt-data", str(data), "--hf-checkpoint", "m", "--rollout-batch-size", "1", "--use-fault-tolerance"]
+    with pytest.raises(
+        ConfigError, match="engines given by --rollout-external-engine-addrs are not slime's to restart"
+    ):
+        load_config([*argv, "--rollout-external-engine-addrs", "127.0.0.1:1"], options, plugins)
+    assert load_config(argv, options, plugins).use_fault_tolerance

@@ -246,6 +246,17 @@ def sft_without_labels(config) -> None:
         config.sources["label_key"] = f"--rollout-function-path {SFT_ROLLOUT} (chat messages have no label)"
 
 
+def select_rollout_function(config) -> None:
+    """Select ``--rollout-function-path``'s rollout function before slime's own checks run, which
+    ask whether the run's rollout function is the default one (it needs engines, which
+    ``--debug-train-only`` does not start); `apply_hooks` selects it again, or refuses it."""
+    hook = next(hook for hook in HOOKS if hook.key == "rollout_function_path")
+    path = config.get(hook.key)
+    if path and (hook.key, path) not in NATIVE_INSTEAD:
+        config.rollout_function = NATIVE_EQUIVALENTS.get((hook.key, path), hook.selects[1])
+        config.sources["rollout_function"] = f"{hook.flag} {path}"
+
+
 def apply_hooks(config) -> list[str]:
     """Select the adapters of the given ``--*-path`` flags; the errors of those that cannot run here."""
     errors = []

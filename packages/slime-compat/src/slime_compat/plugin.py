@@ -19,11 +19,12 @@ def slime_add_options(options):
 
 @hookimpl
 def slime_resolve_config(config):
-    from slime_compat.hooks import sft_without_labels
+    from slime_compat.hooks import select_rollout_function, sft_without_labels
     from slime_compat.megatron_hooks import pick_megatron
 
     pick_megatron(config, HOOKS)
     sft_without_labels(config)
+    select_rollout_function(config)
 
 
 @hookimpl

@@ -32,6 +32,8 @@ def slime_add_options(options):
         help="compile each decoder layer's forward with torch.compile (dynamic shapes): norms, rotary embedding, "
         "activations and casts run as fused kernels; the first micro-batches pay for the compilation",
         group=GROUP,
+        acts_when=lambda config: config.train_backend == "fsdp",
+        no_effect="it compiles the FSDP backend's layers (--train-backend fsdp)",
     )
     options.add(
         "--fsdp-cpu-offload",

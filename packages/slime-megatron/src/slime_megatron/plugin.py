@@ -41,6 +41,12 @@ OPTION_KEYS = (
     + MTP_KEYS
 )
 
+#: When a layer option acts (its model-parallel sizes are refused with another backend instead).
+ONLY_MEGATRON = {
+    "acts_when": lambda config: config.train_backend == "megatron",
+    "no_effect": "it configures the Megatron backend (--train-backend megatron)",
+}
+
 
 @hookimpl
 def slime_add_options(options):
@@ -86,6 +92,7 @@ def slime_add_options(options):
         default=False,
         help="with tensor parallelism, also split norms and dropout over the sequence",
         group=GROUP,
+        **ONLY_MEGATRON,
     )
     add(
         "--recompute-granularity",
@@ -93,6 +100,7 @@ def slime_add_options(options):
         choices=["full", "selective"],
         help="recompute activations in the backward pass: whole layers (full) or attention only (selective)",
         group=GROUP,
+        **ONLY_MEGATRON,
     )
     add(
         "--recompute-method",
@@ -101,6 +109,7 @@ def slime_add_options(options):
         help="full recomputation: checkpoint groups of --recompute-num-layers layers (uniform) or the first that many "
         "layers of each stage (block)",
         group=GROUP,
+        **ONLY_MEGATRON,
     )
     add(
         "--recompute-num-layers",
@@ -108,6 +117,7 @@ def slime_add_options(options):
         default=None,
         help="layers per recomputation group (uniform) or recomputed layers per stage (block)",
         group=GROUP,
+        **ONLY_MEGATRON,
     )
     add(
         "--use-distributed-optimizer",
@@ -115,6 +125,7 @@ def slime_add_options(options):
         default=False,
         help="shard the optimizer state over data-parallel ranks (ZeRO-1)",
         group=GROUP,
+        **ONLY_MEGATRON,
     )
     add(
         "--megatron-config",
@@ -122,6 +133,7 @@ def slime_add_options(options):
         default=None,
         help="KEY=VALUE overrides of any other megatron TransformerConfig field (e.g. attention_softmax_in_fp32=true)",
         group=GROUP,
+        **ONLY_MEGATRON,
     )
     for key, help in HOOK_OPTIONS.items():
         add("--" + key.replace("_", "-"), default=None, help=help, group=GROUP)
@@ -149,6 +161,8 @@ def slime_add_options(options):
         default=0.2,
         help="weight of the MTP loss (averaged over the MTP layers) in the training loss",
         group=GROUP,
+        acts_when=lambda config: config.get("enable_mtp_training"),
+        no_effect="it weights the MTP loss, which --enable-mtp-training adds (slime-megatron)",
     )
 
 

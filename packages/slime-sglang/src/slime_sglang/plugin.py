@@ -35,9 +35,14 @@ def slime_validate_config(config, plugins):
     from slime_core.components import run_generates
     from slime_sglang.engine_group import engine_count, engine_url
 
-    if config.get("rollout_backend") != "sglang":
-        return []
     errors = []
+    if config.get("use_fault_tolerance") and config.get("rollout_external_engine_addrs"):
+        errors.append(
+            "--use-fault-tolerance restarts the engines slime started; engines given by "
+            "--rollout-external-engine-addrs are not slime's to restart (drop one of the two options)"
+        )
+    if config.get("rollout_backend") != "sglang":
+        return errors
     if (
         config.get("actor_runtime") == "inprocess"
         and not config.get("rollout_external_engine_addrs")

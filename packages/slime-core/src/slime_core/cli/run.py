@@ -28,7 +28,7 @@ def run_command(argv: list[str], plugins) -> int:
     except ConfigError as exc:
         print(f"slime run: {exc}", file=sys.stderr)
         return 2
-    for warning in no_effect_warnings(config) + no_effect_notes(config):
+    for warning in no_effect_warnings(config, options) + no_effect_notes(config):
         print(f"slime run: warning: {warning}", file=sys.stderr)
     if config.dry_run:
         print(describe_run(config, plugins, *resolve_components(config, plugins), data_notes=data_notes))

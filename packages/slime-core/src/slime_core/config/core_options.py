@@ -5,11 +5,13 @@ Backends, engines and the router declare their own options through the same hook
 
 from __future__ import annotations
 
+from slime_core.config.no_effect import add_core_rules
 from slime_core.config.options import OptionSet
 
 
 def add_core_options(options: OptionSet) -> None:
-    """Declare every core option, grouped as `slime run --help` shows them."""
+    """Declare every core option, grouped as `slime run --help` shows them, with the rules of
+    when each acts (`slime_core.config.no_effect.RULES`)."""
     for add in (
         _run,
         _cluster,
@@ -26,6 +28,7 @@ def add_core_options(options: OptionSet) -> None:
         _compatibility,
     ):
         add(options)
+    add_core_rules(options)
 
 
 def _run(o: OptionSet) -> None:

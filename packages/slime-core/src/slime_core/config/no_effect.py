@@ -5,20 +5,24 @@ each one the user gave (in the YAML file or on the command line; defaults are no
 naming the option, why it does nothing here and what would make it count. They are warnings,
 not errors, because launch scripts (slime's among them) set options for several
 configurations at once.
+
+Each option says when it acts (``OptionSet.add(..., acts_when=, no_effect=)``), so a plugin
+states the rules of its own options where it declares them; `RULES` holds those of the core
+options, attached by `add_core_rules`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from slime_core.config.options import key_to_flag
+from slime_core.config.options import OptionSet, key_to_flag
 
 _MISMATCH_OFF = (
     "the rollout/train mismatch weights are computed with --use-tis (or reported with --get-mismatch-metrics)"
 )
 _SFT_NO_RATIO = "supervised training (--loss-type sft_loss) has no ratio"
 
-#: option -> (whether it acts in this config, why not / what makes it act)
+#: core option -> (whether it acts in this config, why not / what makes it act)
 RULES: dict[str, tuple[Callable, str]] = {
     "max_staleness": (
         lambda c: c.train_mode == "async",
@@ -111,33 +115,36 @@ RULES: dict[str, tuple[Callable, str]] = {
     ),
     "max_engine_restarts": (lambda c: c.use_fault_tolerance, "engines are replaced with --use-fault-tolerance"),
     "generate_max_retries": (lambda c: c.use_fault_tolerance, "samples are generated again with --use-fault-tolerance"),
-    "mtp_loss_scaling_factor": (
-        lambda c: c.get("enable_mtp_training"),
-        "it weights the MTP loss, which --enable-mtp-training adds (slime-megatron)",
-    ),
-    "fsdp_torch_compile": (
-        lambda c: c.train_backend == "fsdp",
-        "it compiles the FSDP backend's layers (--train-backend fsdp)",
-    ),
-    # slime-megatron's layer options (its model-parallel sizes are refused with another backend)
-    **dict.fromkeys(
-        (
-            "sequence_parallel",
-            "recompute_granularity",
-            "recompute_method",
-            "recompute_num_layers",
-            "use_distributed_optimizer",
-            "megatron_config",
-        ),
-        (lambda c: c.train_backend == "megatron", "it configures the Megatron backend (--train-backend megatron)"),
-    ),
 }
 
 
-def no_effect_warnings(config) -> list[str]:
-    """One line for each option the user set that does nothing in this configuration."""
-    warnings = []
-    for key, (acts, reason) in RULES.items():
-        if key in config and config.sources.get(key, "default") != "default" and not acts(config):
-            warnings.append(f"{key_to_flag(key)} has no effect here: {reason}")
-    return warnings
+def add_core_rules(options: OptionSet) -> None:
+    """Attach `RULES` to the core options (declared already)."""
+    for key, (acts_when, reason) in RULES.items():
+        options.add_rule(key, acts_when, reason)
+
+
+def no_effect_warnings(config, options: OptionSet | None = None) -> list[str]:
+    """One line for each option the user set that does nothing in this configuration.
+
+    ``options``: the run's declared options; by default those of the installed plugins."""
+    if options is None:
+        options = _installed_options()
+    return [
+        f"{key_to_flag(key)} has no effect here: {reason}"
+        for key, (acts_when, reason) in options.rules.items()
+        if _given(config, key) and not acts_when(config)
+    ]
+
+
+def _given(config, key: str) -> bool:
+    """Whether the user set ``key`` (in the YAML file or on the command line)."""
+    return key in config and config.sources.get(key, "default") != "default"
+
+
+def _installed_options() -> OptionSet:
+    from slime_core.plugins import Plugins
+
+    options = OptionSet()
+    Plugins().add_options(options)
+    return options

@@ -2,12 +2,15 @@
 
 Each package declares its options through the ``slime_add_options`` hook. An option has one
 flag (``--rollout-batch-size``), whose config key is the flag without dashes, with
-underscores (``rollout_batch_size``).
+underscores (``rollout_batch_size``). An option that acts only in some configurations says
+when (``acts_when``, with the ``no_effect`` reason), so that `slime_core.config.no_effect`
+warns about it where it does nothing, whichever package declared it.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,11 +44,18 @@ def key_to_flag(key: str) -> str:
     return "--" + key.replace("_", "-")
 
 
+def _check_rule(flag: str, acts_when, no_effect) -> None:
+    if (acts_when is None) != (no_effect is None):
+        raise ValueError(f"option {flag}: give acts_when and no_effect together (when it acts, and why not otherwise)")
+
+
 class OptionSet:
     """All declared options, by config key."""
 
     def __init__(self):
         self.options: dict[str, Option] = {}
+        #: key -> (acts_when(config), no_effect reason), in the order the rules were given
+        self.rules: dict[str, tuple[Callable[[Any], Any], str]] = {}
         self.current_plugin: str | None = None  # set by the plugin manager around each hook call
 
     def add(
@@ -59,20 +69,35 @@ class OptionSet:
         choices: list | tuple | None = None,
         nargs: str | None = None,
         required: bool = False,
+        acts_when: Callable[[Any], Any] | None = None,
+        no_effect: str | None = None,
     ) -> None:
-        """Declare an option; declaring the same flag twice is an error naming both plugins."""
+        """Declare an option; declaring the same flag twice is an error naming both plugins.
+
+        ``acts_when(config)`` is false in the configurations where the option changes nothing;
+        a user who sets it there is warned with ``no_effect`` (why, and what would make it act)."""
         if not flag.startswith("--") or flag != flag.lower() or "_" in flag:
             raise ValueError(f"option {flag!r}: write flags as --lower-case-with-dashes")
         if type not in _TYPES:
             raise ValueError(f"option {flag}: type must be one of str, int, float, bool (got {type!r})")
         if nargs not in (None, "+"):
             raise ValueError(f"option {flag}: nargs must be None or '+'")
+        _check_rule(flag, acts_when, no_effect)
         plugin = self.current_plugin or "unknown"
         option = Option(flag, type, default, help, group, plugin, tuple(choices) if choices else None, nargs, required)
         if option.key in self.options:
             first = self.options[option.key]
             raise ValueError(f"option {flag} is declared twice: by plugin '{first.plugin}' and by plugin '{plugin}'")
         self.options[option.key] = option
+        if acts_when is not None:
+            self.rules[option.key] = (acts_when, no_effect)
+
+    def add_rule(self, key: str, acts_when: Callable[[Any], Any], no_effect: str) -> None:
+        """Say when an option declared already acts (see `add`), e.g. from a table of rules."""
+        if key not in self.options:
+            raise ValueError(f"no-effect rule for {key_to_flag(key)}: no such option is declared")
+        _check_rule(key_to_flag(key), acts_when, no_effect)
+        self.rules[key] = (acts_when, no_effect)
 
     def __contains__(self, key: str) -> bool:
         return key in self.options

@@ -76,7 +76,6 @@ def _check_debug(config: Config) -> list[str]:
         config.get("debug_train_only")
         and not config.get("load_debug_rollout_data")
         and config.get("rollout_function") == "default"
-        and not config.get("rollout_function_path")
     ):
         errors.append(
             "--debug-train-only starts no engines, and the default rollout function needs them: replay "
@@ -103,17 +102,11 @@ def _check_resume(config: Config) -> list[str]:
 def _check_fault_tolerance(config: Config) -> list[str]:
     if not config.get("use_fault_tolerance"):
         return []
-    errors = [
+    return [
         f"{key_to_flag(key)} must be positive, got {config.get(key)}"
         for key in ("rollout_health_check_interval", "rollout_health_check_timeout")
         if config.get(key) <= 0
     ]
-    if config.get("rollout_external_engine_addrs"):
-        errors.append(
-            "--use-fault-tolerance restarts the engines slime started; engines given by "
-            "--rollout-external-engine-addrs are not slime's to restart (drop one of the two options)"
-        )
-    return errors
 
 
 def _check_nonfinite(config: Config) -> list[str]:

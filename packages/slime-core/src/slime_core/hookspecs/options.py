@@ -10,7 +10,10 @@ def slime_add_options(options):
     Called once when the option set is built, before any config is read.
 
     :param options: a ``slime_core.config.options.OptionSet``; call
-        ``options.add("--flag-name", type=int, default=..., help=..., group=...)``.
+        ``options.add("--flag-name", type=int, default=..., help=..., group=...)``. An option
+        that acts only in some configurations says when, with the reason otherwise
+        (``acts_when=lambda config: config.train_backend == "fsdp", no_effect="it ..."``):
+        ``slime run`` warns a user who sets it where it does nothing.
     :return: nothing.
 
     Runs in the driver.

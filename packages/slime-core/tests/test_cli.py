@@ -64,6 +64,23 @@ def test_run_help_lists_options_by_group():
         assert text in result.stdout
 
 
+def test_run_help_lists_the_options_a_user_sets_and_help_all_adds_the_compatibility_flags():
+    """Megatron-LM's --num-layers and slime's --allgather-cp are accepted for launch scripts:
+    only --help-all lists them, under their group; --help ends by pointing there."""
+    short, full = run("run", "--help"), run("run", "--help-all")
+    assert short.returncode == full.returncode == 0
+    listed = [
+        {line.split()[0].rstrip(",") for line in result.stdout.splitlines() if line.startswith("  --")}
+        for result in (short, full)
+    ]
+    assert {"--rollout-batch-size", "--tensor-model-parallel-size", "--custom-rm-path"} <= listed[0] & listed[1]
+    assert {"--num-layers", "--allgather-cp"} <= listed[1] - listed[0]
+    for group in ("accepted Megatron-LM flags (", "accepted from slime's train.py ("):
+        assert group not in short.stdout and group in full.stdout
+    assert short.stdout.rstrip().splitlines()[-1].endswith("launch scripts.")
+    assert "`slime run --help-all` also lists the" in short.stdout and "also lists" not in full.stdout
+
+
 def test_plugins_lists_every_package_as_json():
     plugins = {p["name"]: p for p in json.loads(run("plugins").stdout)}
     assert {"core", "fsdp", "megatron", "sglang", "rewards", "router"} <= set(plugins)

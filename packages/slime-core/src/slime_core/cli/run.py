@@ -19,8 +19,8 @@ def run_command(argv: list[str], plugins) -> int:
     argv = [token for arg in argv for token in (["--train-mode", "async"] if arg == "--async" else [arg])]
     options = OptionSet()
     plugins.add_options(options)
-    if "-h" in argv or "--help" in argv:
-        options.help_parser("slime run").print_help()
+    if "-h" in argv or "--help" in argv or "--help-all" in argv:
+        options.help_parser("slime run", everything="--help-all" in argv).print_help()
         return 0
     try:
         config = load_config(argv, options, plugins, checks=lambda c: run_problems(c, plugins))

@@ -35,7 +35,7 @@ class Accepted:
         return flag_to_key(self.flag)
 
     def status(self) -> str:
-        """What the flag does here, as `slime run --help` and docs/coming-from-slime.md say it."""
+        """What the flag does here, as `slime run --help-all` and docs/coming-from-slime.md say it."""
         if self.alias:
             return f"mapped to {key_to_flag(self.alias)}"
         if self.hf_keys:
@@ -52,7 +52,8 @@ def accepted_flags() -> dict[str, Accepted]:
 
 
 def declare(options: OptionSet, table: tuple[Accepted, ...], group: str) -> None:
-    """Declare the flags of ``table`` as options (switches default to off, values to None)."""
+    """Declare the flags of ``table`` as compatibility options (switches default to off, values
+    to None), which ``slime run --help-all`` lists."""
     for entry in table:
         options.add(
             entry.flag,
@@ -61,6 +62,7 @@ def declare(options: OptionSet, table: tuple[Accepted, ...], group: str) -> None
             nargs=entry.nargs,
             help=entry.status(),
             group=group,
+            compatibility=True,
         )
 
 

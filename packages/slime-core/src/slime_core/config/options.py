@@ -30,6 +30,7 @@ class Option:
     choices: tuple | None = None
     nargs: str | None = None  # "+" for a list of values
     required: bool = False
+    compatibility: bool = False  # accepted only so slime's and Megatron-LM's launch scripts run (--help-all)
 
     @property
     def key(self) -> str:
@@ -71,11 +72,13 @@ class OptionSet:
         required: bool = False,
         acts_when: Callable[[Any], Any] | None = None,
         no_effect: str | None = None,
+        compatibility: bool = False,
     ) -> None:
         """Declare an option; declaring the same flag twice is an error naming both plugins.
 
         ``acts_when(config)`` is false in the configurations where the option changes nothing;
-        a user who sets it there is warned with ``no_effect`` (why, and what would make it act)."""
+        a user who sets it there is warned with ``no_effect`` (why, and what would make it act).
+        ``compatibility`` options are listed only by ``slime run --help-all``."""
         if not flag.startswith("--") or flag != flag.lower() or "_" in flag:
             raise ValueError(f"option {flag!r}: write flags as --lower-case-with-dashes")
         if type not in _TYPES:
@@ -84,7 +87,18 @@ class OptionSet:
             raise ValueError(f"option {flag}: nargs must be None or '+'")
         _check_rule(flag, acts_when, no_effect)
         plugin = self.current_plugin or "unknown"
-        option = Option(flag, type, default, help, group, plugin, tuple(choices) if choices else None, nargs, required)
+        option = Option(
+            flag,
+            type,
+            default,
+            help,
+            group,
+            plugin,
+            tuple(choices) if choices else None,
+            nargs,
+            required,
+            compatibility,
+        )
         if option.key in self.options:
             first = self.options[option.key]
             raise ValueError(f"option {flag} is declared twice: by plugin '{first.plugin}' and by plugin '{plugin}'")
@@ -108,17 +122,29 @@ class OptionSet:
     def defaults(self) -> dict[str, Any]:
         return {key: option.default for key, option in self.options.items()}
 
-    def help_parser(self, prog: str) -> argparse.ArgumentParser:
-        """An argparse parser used only to print ``slime run --help``, grouped by heading."""
+    def help_parser(self, prog: str, everything: bool = False) -> argparse.ArgumentParser:
+        """An argparse parser used only to print ``slime run --help``, grouped by heading.
+
+        It lists the options a user sets; ``everything`` (``--help-all``) adds the flags accepted
+        for slime's and Megatron-LM's launch scripts."""
+        more = sum(option.compatibility for option in self.options.values())
         parser = argparse.ArgumentParser(
             prog=prog,
+            usage="%(prog)s [CONFIG.yaml] [--option VALUE ...]",
             description="Run RL training. Options come from a YAML CONFIG and the command line (which wins). "
             "Flags starting with --sglang- or --router- that slime does not declare are passed to SGLang "
             "and to the router.",
+            epilog=None
+            if everything or not more
+            else f"`{prog} --help-all` also lists the {more} flags accepted from slime's and Megatron-LM's launch "
+            "scripts.",
         )
         parser.add_argument("config", nargs="?", help="YAML config file")
+        parser.add_argument("--help-all", action="help", help="show every option, with the compatibility flags")
         groups: dict[str, argparse._ArgumentGroup] = {}
         for option in self.options.values():
+            if option.compatibility and not everything:
+                continue
             group = groups.setdefault(option.group, parser.add_argument_group(option.group))
             kwargs: dict[str, Any] = {"help": f"{option.help} (default: {option.default})"}
             if option.type is bool:

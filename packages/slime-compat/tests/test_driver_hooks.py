@@ -251,10 +251,10 @@ def test_a_native_post_processor_feeds_the_default_batch_and_a_wrong_count_is_re
     config, plugins = make_config()
     plugins.register_object("native_post", Native)
     try:
-        config.reward_post_process = "negated"
+        config = config.replace(reward_post_process="negated")  # the config is frozen: a changed copy
         batch = train_batch(_samples(), config, plugins)
         assert batch.rewards == [-0.0, -1.0, -0.0, -1.0] and batch.raw_rewards == [0.0, 1.0, 0.0, 1.0]
-        config.reward_post_process = "short"
+        config = config.replace(reward_post_process="short")
         with pytest.raises(
             ValueError, match="reward post-processor 'short' returned 1 raw rewards and 1 rewards for 4"
         ):

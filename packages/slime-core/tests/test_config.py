@@ -2,7 +2,7 @@ import pickle
 
 import pytest
 
-from slime_core.config import ConfigError, OptionSet, load_config
+from slime_core.config import ConfigError, FrozenConfigError, OptionSet, load_config
 
 
 @pytest.fixture
@@ -188,3 +188,15 @@ def test_options_set_but_without_effect_are_warned_about_by_name_and_reason(tmp_
         "slime run: warning: --tis-clip has no effect here: the rollout/train mismatch weights are computed with "
         "--use-tis (or reported with --get-mismatch-metrics)",
     ]  # --kl-loss-coef acts (--use-kl-loss is on); defaults are not reported
+
+
+def test_a_resolved_config_is_frozen_and_says_where_to_resolve_instead(options, base):
+    config = load_config(base + ["--lr", "3e-4"], options)
+    for frozen in (config, pickle.loads(pickle.dumps(config))):  # as a Ray actor or a rank process gets it
+        with pytest.raises(FrozenConfigError, match=r"config\.lr cannot be set: .*slime_resolve_config hook"):
+            frozen.lr = 1e-3
+        assert frozen.lr == 3e-4
+    changed = config.replace(lr=1e-3)
+    assert (changed.lr, config.lr) == (1e-3, 3e-4)
+    with pytest.raises(FrozenConfigError, match=r"config\.seed cannot be set"):
+        changed.seed = 2

@@ -71,7 +71,7 @@ def test_the_run_token_guards_the_router_and_stays_out_of_the_run_directory(
 
     token = "-" + secrets.token_urlsafe(24)
     config = make_run_config(router_middleware=["tag", "sessions"], output_dir=str(tmp_path))
-    config.network = Network(spans_nodes=True, token=token)
+    config = config.replace(network=Network(spans_nodes=True, token=token))  # as the driver makes the run's
     keyed = {"Authorization": f"Bearer {token}"}
     completion = {"prompt": "1+1=", "max_tokens": 2, "session_id": "agent-1"}
     with start_router(config, engines[:1], test_plugins) as router:
@@ -97,7 +97,7 @@ def test_a_run_on_one_node_guards_the_control_routes_and_leaves_generation_open(
     from slime_core.cluster.network import Network
 
     config = make_run_config(router_middleware=["tag"], output_dir=str(tmp_path))
-    config.network = Network.for_nodes(1)
+    config = config.replace(network=Network.for_nodes(1))
     with start_router(config, engines[:1], test_plugins) as router:
         urls = (router.router_url, router.url)
         add = [httpx.post(f"{url}/workers", json={"url": engines[1]}, timeout=60) for url in urls]

@@ -48,8 +48,10 @@ def slime_before_run(config):
 
 @hookimpl
 def slime_before_rollout(rollout_id, config):
+    from slime_compat.args import remember_run
     from slime_compat.data_source import before_rollout
 
+    remember_run(config)  # the run's config as its parts have it (with the run's network, a copy of before_run's)
     before_rollout(rollout_id, config)
 
 

@@ -77,14 +77,8 @@ def _model_dir_problem(path: Path) -> str | None:
 def load_problems(config) -> list[str]:
     """``--load`` is a checkpoint directory: existing (an empty one starts fresh), its latest pointer intact,
     holding the ``--ckpt-step`` checkpoint if one is named, and its critic's when the run is PPO.
-
-    ``--load X --save X`` with no X yet starts fresh, as in slime (the usual launch script
-    resumes from the run's own checkpoints once there are some): ``--load`` is dropped."""
+    (``--load X --save X`` with no X yet was dropped by `slime_core.config.resolve`: a fresh start.)"""
     if not config.get("load"):
-        return []
-    load = Path(config.load)
-    if config.get("save") and not load.exists() and load.resolve() == Path(config.save).resolve():
-        config.load = None
         return []
     from slime_core.checkpoint.directory import missing_critic, resume_checkpoint
 

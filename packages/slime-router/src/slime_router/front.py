@@ -109,9 +109,7 @@ def load_config(path: str, token: str | None):
     """The pickled config at ``path``, with the run's ``token`` (for the middlewares' own calls)."""
     with open(path, "rb") as file:
         config = pickle.load(file)
-    if token:
-        config.network = dataclasses.replace(config.network, token=token)
-    return config
+    return config.replace(network=dataclasses.replace(config.network, token=token)) if token else config
 
 
 def main(argv: list[str] | None = None) -> int:

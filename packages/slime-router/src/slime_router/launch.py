@@ -18,7 +18,6 @@ up to `PORT_ATTEMPTS` times.
 from __future__ import annotations
 
 import atexit
-import copy
 import dataclasses
 import os
 import pickle
@@ -213,11 +212,10 @@ def _front_config(config, router_url: str):
     """A copy of ``config`` whose ``sglang_router_ip/port`` name the sglang-router behind the
     front, without the run's token: the copy is a file in the run directory, and the token
     reaches the front by its environment (`_front_env`)."""
-    front_config = copy.deepcopy(config)
     host, _, port = router_url.removeprefix("http://").rpartition(":")
-    front_config.sglang_router_ip, front_config.sglang_router_port = host, int(port)
-    front_config.network = dataclasses.replace(config.network, token=None)
-    return front_config
+    return config.replace(
+        sglang_router_ip=host, sglang_router_port=int(port), network=dataclasses.replace(config.network, token=None)
+    )
 
 
 def _front_env(plugins, network) -> dict[str, str]:

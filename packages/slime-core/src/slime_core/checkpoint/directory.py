@@ -221,15 +221,13 @@ def role_config(config, role: str, start: int):
     """``config`` as the ranks of ``role`` (a PPO critic) read it: ``--save`` and ``--load`` at
     the role's place (`role_dir`), resuming the checkpoint of the rollout the policy resumed
     (``start - 1``; none when the policy starts fresh), and no ``--save-hf`` (the Hugging Face
-    export is the policy's)."""
-    import copy
-
-    own = copy.deepcopy(config)
-    own.save = str(role_dir(config.save, role)) if config.get("save") else None
-    own.load = str(role_dir(config.load, role)) if start > 0 else None
-    own.ckpt_step = start - 1 if start > 0 else None
-    own.save_hf = None
-    return own
+    export is the policy's): a copy (`Config.replace`), ``config`` is left as it is."""
+    return config.replace(
+        save=str(role_dir(config.save, role)) if config.get("save") else None,
+        load=str(role_dir(config.load, role)) if start > 0 else None,
+        ckpt_step=start - 1 if start > 0 else None,
+        save_hf=None,
+    )
 
 
 def missing_critic(config) -> str | None:

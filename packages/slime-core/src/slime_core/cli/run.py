@@ -8,6 +8,7 @@ from slime_core.components import resolve_components
 from slime_core.config import ConfigError, OptionSet, load_config
 from slime_core.config.accepted_flags import no_effect_notes
 from slime_core.config.no_effect import no_effect_warnings
+from slime_core.config.resolve import prompt_count
 from slime_core.data.checks import prompt_length_problems, record_problems
 from slime_core.faults.run_error import RunError
 from slime_core.loop.trackers import TrackerError, tracker_problems
@@ -76,28 +77,17 @@ def checked_prompts(config, plugins) -> list[str]:
 
 
 def epoch_problems(config) -> list[str]:
-    """slime's ``--num-epoch``: without ``--num-rollout``, run num_epoch × (prompts //
-    rollout_batch_size) rollouts; the prompts are counted in --prompt-data (its slice)."""
-    if config.num_rollout or not config.get("num_epoch"):
+    """slime's ``--num-epoch`` that makes no rollout: fewer prompts in --prompt-data than one
+    rollout batch (the count of rollouts is resolved by `slime_core.config.resolve`)."""
+    if config.num_rollout != 0 or not config.sources.get("num_rollout", "").startswith("--num-epoch"):
         return []
-    from slime_core.data.records import DataError, read_records
     from slime_core.data.slicing import split_path_slice
 
-    path, part = split_path_slice(config.prompt_data)
-    try:
-        prompts = len(range(*part.indices(sum(1 for _ in read_records(path)))))
-    except DataError:
-        return []  # a missing or unreadable file is reported by the data checks
-    if not prompts:
-        return []  # an empty file or slice: reported by the data checks
-    config.num_rollout = config.num_epoch * (prompts // config.rollout_batch_size)
-    config.sources["num_rollout"] = f"--num-epoch {config.num_epoch} × ({prompts} prompts // --rollout-batch-size)"
-    if not config.num_rollout:
-        return [
-            f"--num-epoch {config.num_epoch}: {path} holds {prompts} prompts, fewer than one rollout batch "
-            f"(--rollout-batch-size {config.rollout_batch_size}); lower the batch size or give --num-rollout"
-        ]
-    return []
+    path, _ = split_path_slice(config.prompt_data)
+    return [
+        f"--num-epoch {config.num_epoch}: {path} holds {prompt_count(config.prompt_data)} prompts, fewer than one "
+        f"rollout batch (--rollout-batch-size {config.rollout_batch_size}); lower the batch size or give --num-rollout"
+    ]
 
 
 def loop_problems(config, plugins) -> list[str]:

@@ -18,6 +18,10 @@ class ConfigError(ValueError):
         super().__init__(f"{len(errors)} problem(s) in the config:\n" + "\n".join(f"  - {e}" for e in errors))
 
 
+class FrozenConfigError(AttributeError):
+    """An assignment to a config that is frozen (resolved and checked)."""
+
+
 class Config:
     """Option values by key (``config.rollout_batch_size``), plus pass-through dicts.
 
@@ -25,8 +29,14 @@ class Config:
     not declare itself, keyed without their prefix, for the SGLang servers and the router
     (``router`` itself is the ``--router`` option: which router runs).
     ``sources`` says where each value came from: ``default``, ``FILE:LINE`` or ``command line``.
-    ``network`` (`slime_core.cluster.network.Network`) is no option: the driver sets it once the run's
-    placement is reserved (loopback until then), and it reaches every process with the config.
+    ``network`` (`slime_core.cluster.network.Network`) is no option: the driver makes the run's
+    config with it (`replace`) once the run's placement is reserved (loopback until then), and it
+    reaches every process with the config.
+
+    `load_config` freezes the config once it is resolved and checked (`freeze`): from then on
+    every process reads the values that were checked, and an assignment raises
+    `FrozenConfigError` naming the key. A value that follows from others is resolved before
+    that, in a ``slime_resolve_config`` hook; a changed copy is made with `replace`.
     """
 
     def __init__(
@@ -41,6 +51,7 @@ class Config:
         self.__dict__["sglang"] = dict(sglang or {})
         self.__dict__["router_args"] = dict(router or {})
         self.__dict__["network"] = Network()
+        self.__dict__["frozen"] = False
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -53,18 +64,40 @@ class Config:
         raise AttributeError(f"config has no option '{name}'{hint}")
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if name != "network" and name not in self._values:
+            raise AttributeError(f"config has no option '{name}'; declare it with the slime_add_options hook")
+        if self.frozen:
+            raise FrozenConfigError(
+                f"config.{name} cannot be set: the config is frozen once resolved and checked, so every process "
+                f"reads the values that were checked; compute it in a slime_resolve_config hook, or make a "
+                f"changed copy with config.replace({name}=...)"
+            )
         if name == "network":
             self.__dict__[name] = value
-            return
-        if name not in self._values:
-            raise AttributeError(f"config has no option '{name}'; declare it with the slime_add_options hook")
-        self._values[name] = value
+        else:
+            self._values[name] = value
+
+    def freeze(self) -> Config:
+        """Refuse every assignment from now on (this config and its pickled or replaced copies)."""
+        self.__dict__["frozen"] = True
+        return self
+
+    def replace(self, **changes: Any) -> Config:
+        """A copy with ``changes`` (option values by key, or ``network``), frozen if this one is;
+        this config is left as it is. Sources stay those of the loaded values."""
+        network = changes.pop("network", self.network)
+        unknown = [key for key in changes if key not in self._values]
+        if unknown:
+            raise AttributeError(f"config has no option '{unknown[0]}'; declare it with the slime_add_options hook")
+        copy = Config({**self._values, **changes}, self.sources, self.sglang, self.router_args)
+        copy.__dict__["network"] = network
+        return copy.freeze() if self.frozen else copy
 
     def __getstate__(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({"frozen": False, **state})
 
     def __contains__(self, name: str) -> bool:
         return name in self._values

@@ -15,6 +15,7 @@ import yaml
 from slime_core.config.accepted_flags import apply_aliases
 from slime_core.config.config import Config, ConfigError
 from slime_core.config.options import Option, OptionSet, flag_to_key, key_to_flag
+from slime_core.config.resolve import resolve
 from slime_core.config.validate import validate
 
 PASSTHROUGH = ("sglang", "router")  # undeclared --sglang-* / --router-* options go to these tools
@@ -34,10 +35,13 @@ class _Collected:
 
 
 def load_config(argv: list[str], options: OptionSet, plugins=None, checks=None) -> Config:
-    """Resolve ``[CONFIG.yaml] [--flag value ...]`` into a validated `Config`.
+    """Resolve ``[CONFIG.yaml] [--flag value ...]`` into a validated, frozen `Config`.
 
-    ``checks(config) -> list[str]``, if given, adds the caller's own problems, so that one
-    `ConfigError` lists everything wrong at once."""
+    In order: defaults, YAML and command line merged; slime's aliases; every plugin's
+    ``slime_resolve_config``, then slime's own (`slime_core.config.resolve`); the checks
+    (slime's, every plugin's ``slime_validate_config``, and ``checks(config) -> list[str]``, the
+    caller's own, if given), so that one `ConfigError` lists everything wrong at once; then the
+    config is frozen (`Config.freeze`): nothing changes it after it was checked."""
     got = _Collected()
     config_path, cli = _scan_argv(argv, options, got)
     if config_path is not None:
@@ -50,6 +54,7 @@ def load_config(argv: list[str], options: OptionSet, plugins=None, checks=None) 
     apply_aliases(config)
     if plugins is not None and not got.errors:
         plugins.resolve_config(config)
+    resolve(config)
     errors = got.errors + validate(config, options)
     if plugins is not None and not errors:
         errors += plugins.validate_config(config)
@@ -57,7 +62,7 @@ def load_config(argv: list[str], options: OptionSet, plugins=None, checks=None) 
         errors += checks(config)
     if errors:
         raise ConfigError(errors)
-    return config
+    return config.freeze()
 
 
 def load_overrides(argv: list[str], options: OptionSet) -> Config:
@@ -73,7 +78,7 @@ def load_overrides(argv: list[str], options: OptionSet) -> Config:
         _set(got, options[key], raw, where)
     if got.errors:
         raise ConfigError(got.errors)
-    return Config({**options.defaults(), **got.values}, got.sources, **got.passthrough)
+    return Config({**options.defaults(), **got.values}, got.sources, **got.passthrough).freeze()
 
 
 # ---- the command line ------------------------------------------------------------------

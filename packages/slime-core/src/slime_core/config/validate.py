@@ -12,7 +12,7 @@ from slime_core.data.slicing import split_path_slice
 
 
 def validate(config: Config, options: OptionSet) -> list[str]:
-    """Every cross-option problem in ``config`` (derived batch sizes are filled in place)."""
+    """Every cross-option problem in ``config``."""
     errors = [
         f"{option.flag} is required: {option.help}"
         for option in options.options.values()
@@ -41,18 +41,15 @@ def _check_top_p(config: Config) -> list[str]:
 
 
 def _check_context_len(config: Config) -> list[str]:
-    """``--rollout-max-context-len`` as slime reads it: the prompt limit defaults to one token
-    less (so every kept prompt leaves room for a trained token) and may not exceed that."""
+    """``--rollout-max-context-len`` as slime reads it: the prompt limit (one token less unless
+    given, `slime_core.config.resolve`) may not exceed one token less."""
     context = config.get("rollout_max_context_len")
     if context is None:
         return []
     if context < 2:
         return [f"--rollout-max-context-len must be at least 2 (a prompt token and a response token), got {context}"]
     prompt = config.get("rollout_max_prompt_len")
-    if prompt is None:
-        config.rollout_max_prompt_len = context - 1
-        config.sources["rollout_max_prompt_len"] = f"--rollout-max-context-len {context} minus 1"
-    elif prompt > context - 1:
+    if prompt is not None and prompt > context - 1:
         return [
             f"--rollout-max-prompt-len {prompt} leaves no room for a response within --rollout-max-context-len "
             f"{context}: lower it to at most {context - 1} (or raise the context length)"
@@ -61,7 +58,7 @@ def _check_context_len(config: Config) -> list[str]:
 
 
 def _check_debug(config: Config) -> list[str]:
-    """The debug modes exclude each other; replaying rollouts means training only."""
+    """The debug modes exclude each other; replaying rollouts means training only (resolved)."""
     errors = []
     for key in ("save_debug_rollout_data", "load_debug_rollout_data"):
         template = config.get(key)
@@ -70,8 +67,6 @@ def _check_debug(config: Config) -> list[str]:
                 f"{key_to_flag(key)} {template}: put {{rollout_id}} in the path (one file per rollout), "
                 "e.g. dbg/rollout_{rollout_id}.json"
             )
-    if config.get("load_debug_rollout_data"):
-        config.debug_train_only = True
     if (
         config.get("debug_train_only")
         and not config.get("load_debug_rollout_data")
@@ -137,7 +132,8 @@ def _check_batching(config: Config) -> list[str]:
 def _check_batch(config: Config) -> list[str]:
     """slime's constraint: rollout_batch_size × n_samples_per_prompt = global_batch_size × num_steps_per_rollout.
 
-    A missing global_batch_size or num_steps_per_rollout is derived from the others.
+    A missing global_batch_size or num_steps_per_rollout was derived from the others where they
+    allow it (`slime_core.config.resolve`); here the case that does not is reported.
     """
     if "rollout_batch_size" not in config or config.rollout_batch_size is None:
         return []
@@ -159,14 +155,12 @@ def _check_batch(config: Config) -> list[str]:
                 f"{per_rollout}, which does not split into {steps} optimizer steps; pick --num-steps-per-rollout "
                 f"dividing {total}"
             ]
-        config.global_batch_size, config.num_steps_per_rollout = total // steps, steps
     elif steps is None:
         if total % gb:
             return [
                 f"{per_rollout}, which is not a multiple of --global-batch-size {gb}; pick a global batch size "
                 f"dividing {total}"
             ]
-        config.num_steps_per_rollout = total // gb
     elif gb * steps != total:
         return [
             f"{per_rollout}, but global_batch_size × num_steps_per_rollout = {gb} × {steps} = {gb * steps}; "

@@ -26,7 +26,9 @@ def slime_resolve_config(config):
     this plugin's backend when only its options are given).
 
     Called after the config is merged and type-checked and slime's aliases are applied, before
-    slime's own checks and any ``slime_validate_config``, so every check sees the final values.
+    slime's own resolution (`slime_core.config.resolve`), slime's checks and any
+    ``slime_validate_config``, so every check sees the final values. This is the last place an
+    option may be set: the config is frozen once checked, and an assignment after that raises.
     Set an option with ``setattr(config, key, value)`` and say why in
     ``config.sources[key]`` (``--dry-run`` shows it); report problems from
     ``slime_validate_config``, not here.

@@ -44,6 +44,7 @@ def run(config, plugins) -> int:
     a fault that a watcher finds (the Ray cluster lost, an engine failing) stops it with that
     `slime_core.faults.run_fault.RunFault` (``failed``)."""
     run_dir = RunDir.create(config, plugins)
+    config = run_dir.config  # with the run directory
     run_dir.log(f"slime run: writing to {run_dir.path}")
     plugins.before_run(config)
     _import_torch_before_ray()
@@ -325,6 +326,7 @@ class Run:
 
         try:
             self.parts = start_parts(self.config, self.plugins, self.run_dir, self._stack)
+            self.config = self.parts.config  # with the run's network, which the parts reach each other by
             self.start, self.version = self.parts.start, self.parts.version
             if self.parts.engines is not None:
                 self.monitor = self._stack.enter_context(self._monitored())

@@ -20,15 +20,19 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slime_core.rollout.parts import needs_engines
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 
 @dataclass
 class Parts:
     """A run's started parts (None where the run has no such part)."""
 
+    config: Config  # the config the parts were started with: the run's, with the placement's network
     placement: Any  # slime_core.cluster.placement.Placement
     trainer: Any | None  # slime_core.train_backend.TrainGroup; None with --debug-rollout-only
     critic: Any | None  # the PPO critic's TrainGroup
@@ -47,7 +51,7 @@ def start_parts(config, plugins, run_dir, stack: ExitStack) -> Parts:
     engine_side = _engine_side(config, plugins)
     run_dir.mark("Ray up")
     placement = stack.enter_context(_reserved(config, engine_side))
-    config.network = placement.network
+    config = config.replace(network=placement.network)  # the run's addresses and token, for every part
     run_dir.log(placement.describe())
     run_dir.mark("placement reserved")
     training = {}
@@ -76,6 +80,7 @@ def start_parts(config, plugins, run_dir, stack: ExitStack) -> Parts:
             "close",
         )
     parts = Parts(
+        config,
         placement,
         trainer,
         critic,

@@ -23,30 +23,38 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slime_core.loop.trackers import Tracker, open_trackers
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 
 class RunDir:
     """Paths of a run and the files it appends to; each metrics record also goes to the
-    trackers (TensorBoard, W&B) that `create` opened and `close` finishes."""
+    trackers (TensorBoard, W&B) that `create` opened and `close` finishes. ``config``: the
+    run's config, which names this directory (see `create`)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, config: Config):
         self.path = Path(path)
+        self.config = config
         self.path.mkdir(parents=True, exist_ok=True)
         self.trackers: list[Tracker] = []
         self.started = time.perf_counter()
         self._marked: set[str] = set()
 
     @classmethod
-    def create(cls, config, plugins) -> RunDir:
-        """The run's directory with its config and plugin list written; fills in ``--save``
-        (``<run>/checkpoints``) when ``--save-interval`` is given without it."""
-        run = cls(config.output_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
-        config.output_dir = str(run.path)
-        if config.save_interval and not config.save:
-            config.save = str(run.path / "checkpoints")
+    def create(cls, config: Config, plugins) -> RunDir:
+        """The run's directory (``--output-dir``, default a new ``runs/<timestamp>``) with its
+        config and plugin list written. The run directory is a fact of the run, not of the
+        options: its ``config`` is a copy of ``config`` (`Config.replace`) whose ``output_dir``
+        names it and whose ``--save`` is ``<run>/checkpoints`` when ``--save-interval`` is given
+        without it; the parts of the run read that one."""
+        path = Path(config.output_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
+        save = str(path / "checkpoints") if config.save_interval and not config.save else config.save
+        run = cls(path, config.replace(output_dir=str(path), save=save))
+        config = run.config
         described = plugins.describe()
         (run.path / "config.yaml").write_text(config.to_yaml())
         (run.path / "plugins.json").write_text(json.dumps(described, indent=2) + "\n")

@@ -54,8 +54,9 @@ uv pip install --quiet -p "$VENV_PY" "torch==$torch_pin" \
     -e packages/slime-fsdp \
     -e packages/slime-megatron \
     -e packages/slime-compat
-# The development tools CI runs before the tests (pinned: a formatter's output moves between versions).
-uv pip install --quiet -p "$VENV_PY" "ruff==0.17.6"
+# The development tools CI runs before the tests (pinned: a formatter's output and a type
+# checker's findings move between versions).
+uv pip install --quiet -p "$VENV_PY" "ruff==0.17.6" "mypy==2.4.1"
 # The editable packages' own modules are not compiled by uv: compile them once here (0.4 s)
 # rather than in every process of every run (a source edited later is compiled as usual).
 "$VENV_PY" -m compileall -q packages/*/src >/dev/null

@@ -31,10 +31,14 @@ A minimal backend (see ``examples/plugins/slime-example-engine``)::
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from slime_core.engine import RolloutEngine
 from slime_core.rank.weight_bucket import WeightBucket
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
+    from slime_core.plugins import Plugins
 
 #: How new weights reach engines (``--update-weight-transport``): ``tensor`` (buckets of
 #: tensors over the engine's API, in memory), ``broadcast`` (a collective from the driver,
@@ -51,9 +55,17 @@ class Engines(Protocol):
     the first engine's error once all answered (`slime_core.engine.EngineError`;
     `EngineUnavailable` when an engine is gone)."""
 
-    urls: list[str]  # each engine's address, as the router and `RolloutBackend.client` take it
-    transports: tuple[str, ...]  # the `WEIGHT_TRANSPORTS` these engines can take
-    restartable: bool  # whether `restart` can replace an engine (started by the backend, not external)
+    @property
+    def urls(self) -> list[str]:
+        """Each engine's address, as the router and `RolloutBackend.client` take it."""
+
+    @property
+    def transports(self) -> tuple[str, ...]:
+        """The `WEIGHT_TRANSPORTS` these engines can take."""
+
+    @property
+    def restartable(self) -> bool:
+        """Whether `restart` can replace an engine (started by the backend, not external)."""
 
     async def pause(self) -> None:
         """Stop decoding; running requests wait (before a weight update)."""
@@ -106,14 +118,14 @@ class Engines(Protocol):
 class RolloutBackend(Protocol):
     """A kind of rollout engine, registered by name (see the module docstring)."""
 
-    def engine_bundles(self, config, gpu: bool) -> list[dict[str, float]]:
+    def engine_bundles(self, config: Config, gpu: bool) -> list[dict[str, float]]:
         """The Ray resource bundle of each engine a run with ``config`` starts (``gpu``:
         whether the machine has CUDA), e.g. ``[{"GPU": 2, "CPU": 1}] * 4``; ``[]`` when it
         starts none (external engines). A bundle without GPU is a CPU engine, which shares
         the machine's cores with CPU train ranks. Colocated runs put engines in the train
         ranks' bundles instead; the count is still the number of engines."""
 
-    def start(self, config, actor_options: ActorOptions | None, plugins) -> Engines:
+    def start(self, config: Config, actor_options: ActorOptions | None, plugins: Plugins) -> Engines:
         """Start the engines (placed by ``actor_options``) or connect to external ones, and
         return once every one answers; on failure, stop what started and raise. ``plugins``:
         the run's loaded plugins (for registries the backend keeps, such as engine commands)."""

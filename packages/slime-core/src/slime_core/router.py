@@ -15,15 +15,21 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from slime_core.engine import GenerateResult, RolloutEngine, SamplingParams
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
+    from slime_core.plugins import Plugins
 
 
 class Router(Protocol):
     """A running router in front of a run's engines."""
 
-    url: str | None  # where generation goes; None: no router process, the engines are used in turn
+    @property
+    def url(self) -> str | None:
+        """Where generation goes; None: no router process, the engines are used in turn."""
 
     def add_worker(self, url: str) -> None:
         """Route to the engine at ``url`` too (returns once it is routed to)."""
@@ -41,16 +47,20 @@ class Router(Protocol):
         """Stop what the router started (idempotent)."""
 
 
+#: A registered router: ``start(config, worker_urls, plugins) -> Router`` (see the module docstring).
+RouterStart = Callable[["Config", list[str], "Plugins"], Router]
+
+
 class DirectRouter:
     """``--router none``: no process; the addresses of the engines, used in turn."""
 
-    url = None
+    url: str | None = None
 
     def __init__(self, worker_urls: list[str]):
         self._workers = list(worker_urls)
 
     @classmethod
-    def start(cls, config, worker_urls: list[str], plugins=None) -> DirectRouter:
+    def start(cls, config: Config, worker_urls: list[str], plugins: Plugins | None = None) -> DirectRouter:
         return cls(worker_urls)
 
     def add_worker(self, url: str) -> None:
@@ -75,7 +85,7 @@ class EnginesInTurn:
     """A `RolloutEngine` over a `DirectRouter`'s engines: each request goes to the next engine
     routed to (engines added or removed later included), through the backend's client for it."""
 
-    def __init__(self, router: DirectRouter, client_for: Callable[[str], RolloutEngine]):
+    def __init__(self, router: Router, client_for: Callable[[str], RolloutEngine]):
         self.router, self.client_for = router, client_for
         self._clients: dict[str, RolloutEngine] = {}
         self._turn = itertools.count()

@@ -91,7 +91,9 @@ class Sample:
         empty nuclei once the sample has recorded any.
         """
         tokens = list(tokens)
-        if trainable and (log_probs is None or len(log_probs) != len(tokens)):
+        if not trainable:
+            log_probs = [0.0] * len(tokens)
+        elif log_probs is None or len(log_probs) != len(tokens):
             got = "none" if log_probs is None else len(log_probs)
             raise ValueError(
                 f"append_response: {len(tokens)} trainable tokens need as many log-probs, got {got}; "
@@ -102,28 +104,30 @@ class Sample:
         self.response_length += len(tokens)
         self.response += text
         self.loss_mask.extend([1 if trainable else 0] * len(tokens))
-        self.rollout_log_probs.extend(log_probs if trainable else [0.0] * len(tokens))
+        self.rollout_log_probs.extend(log_probs)
         if weight_version is not None and weight_version not in self.weight_versions:
             self.weight_versions.append(weight_version)
 
     def _append_nuclei(self, count: int, ids: list[int] | None, offsets: list[int] | None) -> None:
         """Extend the recorded nuclei by ``count`` tokens' (empty ones when none are given);
         the first nuclei given start the record, with empty ones for the tokens before."""
+        recorded_ids, recorded_offsets = self.rollout_top_p_token_ids, self.rollout_top_p_token_offsets
         if ids is None and offsets is None:
-            if self.rollout_top_p_token_offsets is not None:
-                self.rollout_top_p_token_offsets.extend([len(self.rollout_top_p_token_ids)] * count)
+            if recorded_ids is not None and recorded_offsets is not None:
+                recorded_offsets.extend([len(recorded_ids)] * count)
             return
         problem = _offsets_problem(ids, offsets, count)
-        if problem:
+        if problem or ids is None or offsets is None:
             raise ValueError(
                 f"sample {self.group_index}/{self.index}: the engine's top-p nuclei do not fit its "
                 f"{count} tokens: {problem}; is the engine's top-p replay broken?"
             )
-        if self.rollout_top_p_token_offsets is None:
-            self.rollout_top_p_token_ids, self.rollout_top_p_token_offsets = [], [0] * (self.response_length + 1)
-        base = len(self.rollout_top_p_token_ids)
-        self.rollout_top_p_token_ids.extend(ids)
-        self.rollout_top_p_token_offsets.extend(base + offset for offset in offsets[1:])
+        if recorded_ids is None or recorded_offsets is None:
+            recorded_ids, recorded_offsets = [], [0] * (self.response_length + 1)
+            self.rollout_top_p_token_ids, self.rollout_top_p_token_offsets = recorded_ids, recorded_offsets
+        base = len(recorded_ids)
+        recorded_ids.extend(ids)
+        recorded_offsets.extend(base + offset for offset in offsets[1:])
 
     def check(self) -> None:
         """Raise ValueError if the length invariants do not hold."""

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from types import SimpleNamespace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from slime_core.cluster.network import LOOPBACK
 from slime_core.faults.nonfinite import NonFiniteError
@@ -23,6 +23,9 @@ from slime_core.faults.run_fault import RunFault
 from slime_core.rank.process_group import SERVED_STORE_ENV, serve_store
 from slime_core.rank.weight_bucket import WeightBucket
 from slime_core.rollout_batch import RolloutBatch, dp_rank_indices
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 #: Which model a log-prob pass uses: the policy being trained, the frozen reference
 #: (KL loss / KL penalty) or the distillation teacher.
@@ -32,10 +35,9 @@ LOST_RANK_WAIT_S = 10.0
 
 
 class TrainRank(Protocol):
-    """One training rank of a backend. Every method is called on every rank at once."""
-
-    def __init__(self, config, rank: int, world_size: int, master_addr: str, master_port: int):
-        """Join the process group; load nothing yet. ``config`` is the run's `Config`."""
+    """One training rank of a backend: what the loop calls, on every rank at once. A backend's
+    registered rank class is a `RankClass` (its constructor joins the process group and loads
+    nothing yet); its ranks may offer more (slime's report ``memory()``: GiB in use, for tests)."""
 
     def init(self) -> dict[str, Any]:
         """Load the model from ``--hf-checkpoint``, or resume from ``--load`` when it holds a
@@ -56,9 +58,6 @@ class TrainRank(Protocol):
     def finish_train(self) -> dict[str, float]:
         """End the rollout's training (the weights are one version newer); the rollout's
         global-batch metrics (its steps averaged, equal on every rank)."""
-
-    def compute_values(self, batch: RolloutBatch) -> list[list[float]]:
-        """Critics only: per-sample values of the response tokens (PPO's V_old)."""
 
     def weight_buckets(self, bucket_bytes: int) -> int:
         """Plan the export of the weights in buckets of about ``bucket_bytes``; returns how
@@ -88,8 +87,17 @@ class TrainRank(Protocol):
     def onload(self) -> None:
         """Bring them back to the training device."""
 
-    def memory(self) -> dict[str, float]:
-        """Memory in use, in GiB (device memory on GPU, resident memory on CPU)."""
+
+class CriticRank(TrainRank, Protocol):
+    """A rank of a PPO critic (``slime_register_critics``): a train rank that also values."""
+
+    def compute_values(self, batch: RolloutBatch) -> list[list[float]]:
+        """Per-sample values of the response tokens (PPO's V_old)."""
+
+
+#: A registered rank class: ``rank_class(config, rank, world_size, master_addr, master_port)``
+#: joins the process group (``config``: the run's `Config`) and loads nothing yet.
+RankClass = Callable[["Config", int, int, str, int], TrainRank]
 
 
 class TrainGroup:
@@ -99,8 +107,8 @@ class TrainGroup:
 
     def __init__(
         self,
-        rank_class,
-        config,
+        rank_class: RankClass,
+        config: Config,
         num_ranks: int,
         num_gpus_per_rank: float = 0,
         actor_options=None,
@@ -187,11 +195,11 @@ class TrainGroup:
                     timed_out = (rank, exc)
         if silent and timed_out:
             hung = ", ".join(str(calls.index(call)) for call in silent)
-            rank, exc = timed_out
+            rank, error = timed_out
             return RankLost(
                 f"train rank(s) {hung} of {self.num_ranks} did not answer {method}: hung (stopped, deadlocked); "
                 f"rank {rank} gave up waiting for them after --distributed-timeout-minutes "
-                f"({_last_line(exc)}). The run stopped; resume from the last checkpoint with --load"
+                f"({_last_line(error)}). The run stopped; resume from the last checkpoint with --load"
             )
         return None
 

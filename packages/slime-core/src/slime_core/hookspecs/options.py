@@ -27,8 +27,8 @@ def slime_resolve_config(config):
 
     Called after the config is merged and type-checked and slime's aliases are applied, before
     slime's own resolution (`slime_core.config.resolve`), slime's checks and any
-    ``slime_validate_config``, so every check sees the final values. This is the last place an
-    option may be set: the config is frozen once checked, and an assignment after that raises.
+    ``slime_validate_config``, so every check sees the final values. Set options here: the
+    config is frozen once checked, and an assignment after that raises (`FrozenConfigError`).
     Set an option with ``setattr(config, key, value)`` and say why in
     ``config.sources[key]`` (``--dry-run`` shows it); report problems from
     ``slime_validate_config``, not here.

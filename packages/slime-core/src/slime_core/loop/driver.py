@@ -16,6 +16,7 @@ import threading
 import time
 from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slime_core.checkpoint.directory import (
     CheckpointError,
@@ -36,8 +37,14 @@ from slime_core.loop.runtime import ray_runtime
 from slime_core.loop.sample_filters import SampleFilters
 from slime_core.rollout_batch import train_batch
 
+if TYPE_CHECKING:
+    from slime_core.config import Config
+    from slime_core.loop.fault_tolerance import EngineMonitor
+    from slime_core.loop.parts import Parts
+    from slime_core.plugins import Plugins
 
-def run(config, plugins) -> int:
+
+def run(config: Config, plugins: Plugins) -> int:
     """Run the loop to ``--num-rollout``; 0 when it finished. Ctrl-C or SIGTERM stop it
     cleanly: every part (engines, router, train ranks, Ray) is shut down on the way out, and
     the run directory says ``interrupted`` (the run can be resumed from its last checkpoint);
@@ -100,10 +107,15 @@ class Run:
     """The parts of a running loop and its phases; a context manager that starts the parts
     in order and stops them in reverse."""
 
-    def __init__(self, config, plugins, run_dir: RunDir):
+    parts: Parts  # started by __enter__
+    start: int  # the first rollout this run makes
+    version: int  # the trainer's weight version
+    progress: Progress
+
+    def __init__(self, config: Config, plugins: Plugins, run_dir: RunDir):
         self.config, self.plugins, self.run_dir = config, plugins, run_dir
         self.sample_filters = SampleFilters.from_config(config, plugins)
-        self.monitor = None  # slime_core.loop.fault_tolerance.EngineMonitor, when the run has engines
+        self.monitor: EngineMonitor | None = None  # when the run has engines
         self.skipped_steps = SkippedSteps(
             config.max_consecutive_skipped_steps if config.check_for_nan_in_loss_and_grad else None
         )
@@ -216,7 +228,8 @@ class Run:
         self.parts.colocation.for_rollout()
         self.plugins.before_weight_update(rollout_id, self.version)
         push = lambda: weights.push(self.version)  # noqa: E731
-        metrics = self.monitor.after_replacements(push) if self.config.use_fault_tolerance else push()
+        monitor = self.monitor if self.config.use_fault_tolerance else None
+        metrics = monitor.after_replacements(push) if monitor is not None else push()
         metrics["time/weight_update"] = metrics["weight_update/seconds"]
         if self.config.check_weight_update_equal:
             from slime_core.loop.weight_check import max_logprob_diff
@@ -233,7 +246,7 @@ class Run:
             metrics["time/save"] = _timed(self.save, rollout_id)[1]
         if self.parts.router is not None:
             metrics.update(self.parts.router.metrics())  # e.g. slime-router's `metrics` middleware
-        if self.config.use_fault_tolerance:
+        if self.config.use_fault_tolerance and self.monitor is not None:  # none without engines
             metrics.update(self.monitor.metrics())
         step = sum(v for k, v in metrics.items() if k.startswith("time/"))
         metrics["perf/step_seconds"] = step
@@ -255,7 +268,11 @@ class Run:
         self.parts.colocation.for_rollout()
         self.plugins.before_eval(rollout_id)
         start = time.perf_counter()
-        result = self.parts.rollouts.evaluate()
+        from slime_core.loop.rollouts import RolloutManager
+
+        rollouts = self.parts.rollouts
+        assert isinstance(rollouts, RolloutManager)  # eval_due: replayed rollouts have no eval datasets
+        result = rollouts.evaluate()
         skip = self.plugins.log_eval(rollout_id, self.config, result.groups, result.metrics)
         metrics = {} if skip else result.metrics
         metrics["time/eval"] = time.perf_counter() - start
@@ -268,7 +285,9 @@ class Run:
         makes the set the latest; then ``--save-retain-count``'s pruning. Weights that are not
         finite are refused before anything is written; a save that fails (a full disk) stops the
         run with a `CheckpointError` naming the checkpoint left intact."""
-        self.parts.trainer.check_finite_weights(f"save the checkpoint of rollout {rollout_id}")
+        trainer = self.parts.trainer
+        assert trainer is not None  # save_due: a run without a trainer saves nothing
+        trainer.check_finite_weights(f"save the checkpoint of rollout {rollout_id}")
         if self.parts.critic is not None:
             self.parts.critic.check_finite_weights(f"save the critic's checkpoint of rollout {rollout_id}")
         try:
@@ -286,7 +305,7 @@ class Run:
         self.plugins.before_save(rollout_id, self.config.save)
         if self.parts.critic is not None:
             self.parts.critic.save(rollout_id)
-        self.parts.trainer.save(rollout_id)
+        self.parts.trainer.save(rollout_id)  # type: ignore[union-attr]  # save_due: there is one
         self.plugins.after_save(rollout_id, self.config.save)
 
     def _prune(self) -> None:

@@ -14,18 +14,31 @@ name in the plugin registries: nothing here knows which package provides it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from slime_core.rollout.parts import needs_engines
 
 if TYPE_CHECKING:
+    from slime_core.cluster.placement import Placement
     from slime_core.config import Config
+    from slime_core.engine import RolloutEngine
+    from slime_core.loop.colocation import Colocation
+    from slime_core.loop.debug_rollouts import ReplayedRollouts
+    from slime_core.loop.rollouts import RolloutManager
+    from slime_core.loop.run_dir import RunDir
+    from slime_core.loop.weight_sync import WeightSync
+    from slime_core.plugins import Plugins
+    from slime_core.rollout_backend import ActorOptions, Engines, RolloutBackend
+    from slime_core.router import Router
+    from slime_core.train_backend import RankClass, TrainGroup
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -33,20 +46,20 @@ class Parts:
     """A run's started parts (None where the run has no such part)."""
 
     config: Config  # the config the parts were started with: the run's, with the placement's network
-    placement: Any  # slime_core.cluster.placement.Placement
-    trainer: Any | None  # slime_core.train_backend.TrainGroup; None with --debug-rollout-only
-    critic: Any | None  # the PPO critic's TrainGroup
-    backend: Any | None  # slime_core.rollout_backend.RolloutBackend, when engines run
-    engines: Any | None  # slime_core.rollout_backend.Engines
-    router: Any | None  # slime_core.router.Router
-    rollouts: Any  # slime_core.loop.rollouts.RolloutManager, or the replayed rollouts
-    colocation: Any  # slime_core.loop.colocation.Colocation
-    weights: Any | None  # slime_core.loop.weight_sync.WeightSync, when there are engines to update
+    placement: Placement
+    trainer: TrainGroup | None  # None with --debug-rollout-only
+    critic: TrainGroup | None  # the PPO critic's ranks
+    backend: RolloutBackend | None  # when engines run
+    engines: Engines | None
+    router: Router | None
+    rollouts: RolloutManager | ReplayedRollouts  # generated, or replayed from files
+    colocation: Colocation
+    weights: WeightSync | None  # when there are engines to update
     start: int  # the first rollout to run (after a resume: the one after the checkpoint)
     version: int  # the trainer's weight version
 
 
-def start_parts(config, plugins, run_dir, stack: ExitStack) -> Parts:
+def start_parts(config: Config, plugins: Plugins, run_dir: RunDir, stack: ExitStack) -> Parts:
     """Start every part of the run; each is stopped by ``stack`` (in reverse) at its close."""
     engine_side = _engine_side(config, plugins)
     run_dir.mark("Ray up")
@@ -68,15 +81,17 @@ def start_parts(config, plugins, run_dir, stack: ExitStack) -> Parts:
         rollouts = _stopped_by(stack, _rollouts(config, plugins, engine_side, engines, router, tokenizer), "close")
     trainer, critic = training.get("trainer"), training.get("critic")
     from slime_core.loop.colocation import Colocation
+    from slime_core.loop.rollouts import RolloutManager
 
-    colocation = Colocation(config.colocate, trainer, engines, rollouts.run if engines else None)
+    generating = rollouts if isinstance(rollouts, RolloutManager) and engines is not None else None
+    colocation = Colocation(config.colocate, trainer, engines, generating.run if generating is not None else None)
     weights = None
-    if engines is not None and trainer is not None:
+    if generating is not None and engines is not None and trainer is not None:
         from slime_core.loop.weight_sync import WeightSync
 
         weights = _stopped_by(
             stack,
-            WeightSync(config, trainer, engines, rollouts.run, Path(run_dir.path) / "weights", gpu=placement.gpu),
+            WeightSync(config, trainer, engines, generating.run, Path(run_dir.path) / "weights", gpu=placement.gpu),
             "close",
         )
     parts = Parts(
@@ -96,13 +111,13 @@ def start_parts(config, plugins, run_dir, stack: ExitStack) -> Parts:
     run_dir.write_placement(placement_record(placement, router))
     if parts.start > 0:
         _resume(config, parts)
-    elif parts.weights is not None and _engines_may_hold_other_weights(config, engines):
+    elif parts.weights is not None and engines is not None and _engines_may_hold_other_weights(config, engines):
         parts.weights.push(parts.version)
         run_dir.mark("first weights pushed")
     return parts
 
 
-def _engines_may_hold_other_weights(config, engines) -> bool:
+def _engines_may_hold_other_weights(config: Config, engines: Engines) -> bool:
     """Whether, before the first rollout of a fresh run, the engines may serve weights other than
     the trainer's, which THUDM slime answers by always pushing them first: engines the run cannot
     restart (external ones serve whatever they were last given; a backend whose engines it
@@ -116,7 +131,7 @@ def _engines_may_hold_other_weights(config, engines) -> bool:
     return not engines.restartable or starts_from_ref_load(config) or loaded
 
 
-def placement_record(placement, router) -> dict[str, Any]:
+def placement_record(placement: Placement, router: Router | None) -> dict[str, Any]:
     """``placement.json``: the node of each rank, engine, the driver and the router it started."""
     record = placement.record()
     if router is not None and "driver" in record["parts"]:
@@ -124,7 +139,7 @@ def placement_record(placement, router) -> dict[str, Any]:
     return record
 
 
-def _engine_side(config, plugins):
+def _engine_side(config: Config, plugins: Plugins) -> RolloutBackend | None:
     """The rollout backend when this run generates (None: replayed rollouts, or a rollout
     function that needs no engine, such as ``sft``)."""
     if config.debug_train_only:
@@ -135,7 +150,7 @@ def _engine_side(config, plugins):
 
 
 @contextmanager
-def _reserved(config, backend):
+def _reserved(config: Config, backend: RolloutBackend | None) -> Iterator[Placement]:
     """The run's placement: the ranks' bundles and the engines' the backend asks for."""
     from slime_core.cluster.placement import Placement, cluster_has_gpus
 
@@ -155,14 +170,14 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _stopped_by(stack: ExitStack, part, method: str):
+def _stopped_by(stack: ExitStack, part: T, method: str) -> T:
     """``part``, whose ``method`` the stack calls when it closes."""
     stack.callback(getattr(part, method))
     return part
 
 
 @contextmanager
-def _alongside(start: Callable[[], None], parallel: bool):
+def _alongside(start: Callable[[], None], parallel: bool) -> Iterator[None]:
     """``start()`` in a thread while the body starts other parts: the train ranks load
     (imports, weights, process groups) while the engine servers do the same (a 2-rollout run
     of the tiny CPU model: 45 s → 38 s on 2 cores), and the router starts while the engines
@@ -182,7 +197,7 @@ def _alongside(start: Callable[[], None], parallel: bool):
     started.result()
 
 
-def _start_training(config, plugins, placement, stack: ExitStack) -> dict[str, Any]:
+def _start_training(config: Config, plugins: Plugins, placement: Placement, stack: ExitStack) -> dict[str, Any]:
     """The train ranks (and a PPO critic), loaded or resumed; nothing with --debug-rollout-only."""
     if config.debug_rollout_only:
         return {}
@@ -203,7 +218,9 @@ def _start_training(config, plugins, placement, stack: ExitStack) -> dict[str, A
     return started
 
 
-def _train_group(config, plugins, rank_class, placement, actor_options):
+def _train_group(
+    config: Config, plugins: Plugins, rank_class: RankClass, placement: Placement, actor_options: ActorOptions
+) -> TrainGroup:
     """One rank per ``--actor-num-nodes × --actor-num-gpus-per-node``, each placed by
     ``actor_options(rank)`` in its bundle (in this process with ``--actor-runtime inprocess``)
     and loading the run's plugins; they rendezvous at a store this process serves."""
@@ -221,7 +238,9 @@ def _train_group(config, plugins, rank_class, placement, actor_options):
     )
 
 
-def _engines_and_router(config, plugins, backend, placement, run_dir, stack: ExitStack):
+def _engines_and_router(
+    config: Config, plugins: Plugins, backend: RolloutBackend, placement: Placement, run_dir: RunDir, stack: ExitStack
+) -> tuple[Engines, Router]:
     """The engines, and the router (``--router``) started alongside them with no engine and
     given each once they answer: neither waits for the other to start. The router starts in
     this thread: the processes it starts die with the thread that started them
@@ -242,7 +261,7 @@ def _engines_and_router(config, plugins, backend, placement, run_dir, stack: Exi
     return engines, router
 
 
-def _tokenizer_loading(config) -> Future | None:
+def _tokenizer_loading(config: Config) -> Future[Any] | None:
     """The rollout manager's tokenizer, loaded in a thread while the engines and the ranks start:
     after them it cost 1.1 s of transformers imports on the way to the first generation
     (benchmarks/startup.py); at once where the prompt checks loaded it (`load_tokenizer`).
@@ -257,7 +276,7 @@ def _tokenizer_loading(config) -> Future | None:
     from slime_core.tokenizer import load_tokenizer
 
     if config.actor_runtime == "inprocess":
-        loaded = Future()
+        loaded: Future[Any] = Future()
         loaded.set_result(load_tokenizer(config.hf_checkpoint))
         return loaded
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slime-load-tokenizer")
@@ -266,7 +285,14 @@ def _tokenizer_loading(config) -> Future | None:
     return loading
 
 
-def _rollouts(config, plugins, backend, engines, router, tokenizer: Future | None):
+def _rollouts(
+    config: Config,
+    plugins: Plugins,
+    backend: RolloutBackend | None,
+    engines: Engines | None,
+    router: Router | None,
+    tokenizer: Future[Any] | None,
+) -> RolloutManager | ReplayedRollouts:
     """Where rollouts come from: generated (the rollout manager, given the ``tokenizer`` being
     loaded), or replayed from files."""
     if config.load_debug_rollout_data:
@@ -277,18 +303,21 @@ def _rollouts(config, plugins, backend, engines, router, tokenizer: Future | Non
 
     rollout_fn = plugins.registry("rollout_functions").get(config.rollout_function)
     make_client = None
-    if engines is not None:
+    if engines is not None and backend is not None and router is not None:
         from slime_core.router import generation_client
 
         client_for = partial(backend.client, api_key=config.network.token)  # the run's servers want its token
+        started = router
 
-        async def make_client():  # on the rollout loop, which the client's connections belong to
-            return generation_client(router, client_for)
+        async def make_client() -> RolloutEngine:  # on the rollout loop, which the client's connections belong to
+            return generation_client(started, client_for)
 
-    return RolloutManager(config, plugins, rollout_fn, make_client, engines, tokenizer=tokenizer.result())
+    return RolloutManager(
+        config, plugins, rollout_fn, make_client, engines, tokenizer=tokenizer.result() if tokenizer else None
+    )
 
 
-def _resume(config, parts: Parts) -> None:
+def _resume(config: Config, parts: Parts) -> None:
     """The data source as it was at the checkpoint, and the engines on the trainer's weights."""
     from slime_core.checkpoint.directory import rollout_state_path
 

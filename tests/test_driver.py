@@ -16,7 +16,7 @@ from fake_backends import FakeBackendsPlugin, Recorder  # noqa: E402
 from slime_core import hookimpl  # noqa: E402
 from slime_core.cli.run import run_command  # noqa: E402
 from slime_core.loop.run_dir import read_metrics  # noqa: E402
-from slime_core.plugins import Plugins  # noqa: E402
+from slime_core.plugins import PluginError, Plugins  # noqa: E402
 
 FAKE = ["--actor-runtime", "inprocess", "--train-backend", "fake", "--rollout-backend", "fake", "--router", "fake"]
 
@@ -255,3 +255,27 @@ def test_weights_that_are_not_finite_are_never_saved(fake_run, capsys):
     ckpt = fake_run.tmp_path / "run" / "checkpoints"
     assert not list(ckpt.glob("iter_*")) and not list(ckpt.glob("rollout_state/*"))
     assert json.loads((fake_run.tmp_path / "run" / "status.json").read_text())["status"] == "failed"
+
+
+def test_every_part_reads_the_checked_config_and_the_run_facts_come_in_its_copy(fake_run):
+    """The config is frozen once checked: a hook that assigns to it stops the run with an error
+    naming the plugin, the key and the fix. The run's facts reach the parts in the copy they are given: the
+    run directory, the checkpoint directory --save-interval defaults to, the run's token."""
+    seen = {}
+
+    class Hooks:
+        @staticmethod
+        @hookimpl
+        def slime_before_rollout(rollout_id, config):
+            seen.update(output_dir=config.output_dir, save=config.save, token=config.network.token)
+            config.num_rollout = 99
+
+    frozen = (
+        r"'driver_test_hooks_0' .* FrozenConfigError: config\.num_rollout cannot be set: .*slime_resolve_config hook"
+    )
+    with pytest.raises(PluginError, match=frozen):
+        fake_run("--num-rollout", "2", "--save-interval", "1", hooks=[Hooks])
+    run = fake_run.tmp_path / "run"
+    assert (seen["output_dir"], seen["save"]) == (str(run), str(run / "checkpoints")) and seen["token"]
+    fake_run("--num-rollout", "1", "--save-interval", "1", output="saved")
+    assert list((fake_run.tmp_path / "saved" / "checkpoints").glob("iter_*"))

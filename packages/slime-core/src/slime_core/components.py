@@ -8,9 +8,12 @@ without slime-sglang) is no error there.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slime_core.rollout.parts import needs_engines
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 #: option -> registry kind; the option's value is a registered name (or a list of names).
 COMPONENTS: dict[str, str] = {
@@ -48,7 +51,7 @@ ENGINE_SIDE = {
 }
 
 
-def selected_components(config, generates: bool = True) -> list[tuple[str, str, str]]:
+def selected_components(config: Config, generates: bool = True) -> list[tuple[str, str, str]]:
     """``(option, kind, name)`` for every component the config selects (with ``generates``
     False, none of the `ENGINE_SIDE` ones)."""
     rows = []
@@ -64,7 +67,7 @@ def selected_components(config, generates: bool = True) -> list[tuple[str, str, 
     return rows
 
 
-def run_generates(config, plugins) -> bool:
+def run_generates(config: Config, plugins) -> bool:
     """Whether the run starts rollout engines: it generates its rollouts (not replayed ones)
     with a rollout function that needs engines. Unknown rollout functions count as generating."""
     if config.get("debug_train_only") or config.get("load_debug_rollout_data"):
@@ -74,7 +77,7 @@ def run_generates(config, plugins) -> bool:
     return name not in registry or needs_engines(registry.get(name))
 
 
-def resolve_components(config, plugins) -> tuple[list[dict[str, Any]], list[str]]:
+def resolve_components(config: Config, plugins) -> tuple[list[dict[str, Any]], list[str]]:
     """Look every component the run uses up; return a row per component and the errors."""
     rows, errors = [], []
     for option, kind, name in selected_components(config, run_generates(config, plugins)):

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slime_core.checkpoint.directory import is_megatron_checkpoint, megatron_checkpoint
 from slime_core.config.options import key_to_flag
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 #: options naming a Hugging Face model directory (``--ref-load`` may also be a Megatron checkpoint)
 MODEL_DIRS = ("hf_checkpoint", "opd_teacher_load", "critic_load")
@@ -17,7 +21,7 @@ MODEL_DIRS = ("hf_checkpoint", "opd_teacher_load", "critic_load")
 REWARD_KL_FREE = ("grpo", "gspo", "cispo", "dr_grpo")
 
 
-def preflight_problems(config, trains: bool) -> list[str]:
+def preflight_problems(config: Config, trains: bool) -> list[str]:
     """Every problem found; ``trains``: whether the run trains (not --debug-rollout-only)."""
     problems = model_dir_problems(config) + load_problems(config)
     if trains:
@@ -25,7 +29,7 @@ def preflight_problems(config, trains: bool) -> list[str]:
     return problems
 
 
-def model_dir_problems(config) -> list[str]:
+def model_dir_problems(config: Config) -> list[str]:
     """Each model option names a directory whose config.json is a JSON object with a model_type;
     ``--ref-load`` may instead be a Megatron checkpoint (`megatron_checkpoint`)."""
     checks = [(key, _model_dir_problem) for key in MODEL_DIRS] + [("ref_load", _reference_problem)]
@@ -74,7 +78,7 @@ def _model_dir_problem(path: Path) -> str | None:
     return None
 
 
-def load_problems(config) -> list[str]:
+def load_problems(config: Config) -> list[str]:
     """``--load`` is a checkpoint directory: existing (an empty one starts fresh), its latest pointer intact,
     holding the ``--ckpt-step`` checkpoint if one is named, and its critic's when the run is PPO.
     (``--load X --save X`` with no X yet was dropped by `slime_core.config.resolve`: a fresh start.)"""
@@ -90,7 +94,7 @@ def load_problems(config) -> list[str]:
     return [problem] if problem else []
 
 
-def loss_problems(config) -> list[str]:
+def loss_problems(config: Config) -> list[str]:
     """The loss options as a train rank reads them (e.g. a dual-clip bound that is not > 1)."""
     from slime_core.rank.policy_loss_config import PolicyLossConfig
 
@@ -102,7 +106,7 @@ def loss_problems(config) -> list[str]:
     return []
 
 
-def kl_coef_problems(config) -> list[str]:
+def kl_coef_problems(config: Config) -> list[str]:
     """``--kl-coef`` puts a KL penalty into the per-token reward; the group-relative estimators
     have none to put it in, so there it would be silently ignored."""
     if config.get("kl_coef") and config.advantage_estimator in REWARD_KL_FREE:

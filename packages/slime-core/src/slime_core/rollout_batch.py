@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
 
 from slime_core.faults.nonfinite import NonFiniteError
 from slime_core.rollout.reward_hub import scalar_reward
 from slime_core.sample import Sample, SampleStatus
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 
 @dataclass
@@ -98,7 +102,7 @@ def trainable(samples: list[Sample]) -> list[Sample]:
     return [sample for sample in samples if sample.status not in (SampleStatus.FAILED, SampleStatus.ABORTED)]
 
 
-def train_batch(samples: list[Sample], config, plugins) -> RolloutBatch:
+def train_batch(samples: list[Sample], config: Config, plugins) -> RolloutBatch:
     """The train data of a rollout's samples (in prompt order): ``--train-data-converter``'s
     batch, or `RolloutBatch.from_samples`; with ``--reward-post-process``, the post-processor's
     rewards (trained on as they are) and raw rewards (logged) replace the scored ones."""
@@ -126,7 +130,7 @@ def train_batch(samples: list[Sample], config, plugins) -> RolloutBatch:
     return batch
 
 
-def _post_processed(samples: list[Sample], config, plugins) -> tuple[list[float], list[float]] | None:
+def _post_processed(samples: list[Sample], config: Config, plugins) -> tuple[list[float], list[float]] | None:
     """``(raw_rewards, rewards)`` of ``--reward-post-process``, one per sample; None without it."""
     name = config.get("reward_post_process")
     if not name:
@@ -152,7 +156,7 @@ def _post_processed(samples: list[Sample], config, plugins) -> tuple[list[float]
     return raw, rewards
 
 
-def _converted(samples: list[Sample], config, plugins, name: str) -> RolloutBatch:
+def _converted(samples: list[Sample], config: Config, plugins, name: str) -> RolloutBatch:
     """The batch of ``--train-data-converter NAME``."""
     batch = plugins.registry("train_data_converters").get(name)(samples, config)
     if not isinstance(batch, RolloutBatch):

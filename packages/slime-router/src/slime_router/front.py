@@ -27,11 +27,15 @@ import dataclasses
 import logging
 import pickle
 import sys
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from slime_core.cluster.network import LOOPBACK, bearer_matches, take_keys
 from slime_router.handlers import Handler, HTTPError, Request, Response, error_response
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 log = logging.getLogger("slime_router.front")
 MAX_BODY_BYTES = 1 << 30
@@ -90,12 +94,12 @@ def refusal(request: Request, api_key: str | None, admin_key: str | None) -> Res
     )
 
 
-def router_url(config) -> str:
+def router_url(config: Config) -> str:
     """The sglang-router behind the front (``--sglang-router-ip/--sglang-router-port``)."""
     return f"http://{config.sglang_router_ip}:{config.sglang_router_port}"
 
 
-def build_handler(config, plugins, api_key: str | None = None):
+def build_handler(config: Config, plugins, api_key: str | None = None):
     """The composed chain for ``config.router_middleware``, and the proxy to close at shutdown;
     ``api_key``: the key the proxy sends sglang-router with every request (see the module docstring)."""
     from slime_router.chain import compose

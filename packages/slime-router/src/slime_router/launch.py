@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -33,6 +34,9 @@ from slime_core.cluster.child_process import die_with_parent
 from slime_router import balancer
 from slime_router.servers import RouterError, Server, connect_host, log_tail
 from slime_router.workers import WorkerError, Workers
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 #: How many times the router's processes are started when one lost its port (module docstring).
 PORT_ATTEMPTS = 3
@@ -91,7 +95,7 @@ class Router:
         self.stop()
 
 
-def start_router(config, worker_urls: list[str], plugins=None) -> Router:
+def start_router(config: Config, worker_urls: list[str], plugins=None) -> Router:
     """Start (or connect to) sglang-router for ``worker_urls``, and the middleware front if
     ``config.router_middleware`` names any; return once both answer and list the engines.
 
@@ -133,7 +137,9 @@ def start_router(config, worker_urls: list[str], plugins=None) -> Router:
     return handle
 
 
-def _start(config, worker_urls: list[str], plugins, names: list[str], log_dir: Path, started: list[Server]) -> None:
+def _start(
+    config: Config, worker_urls: list[str], plugins, names: list[str], log_dir: Path, started: list[Server]
+) -> None:
     """Start sglang-router and the front (``names``: its middlewares) into ``started``; return
     once both answer and sglang-router lists the engines."""
     # both start at once: the front loads its tokenizer while sglang-router finds its engines
@@ -148,10 +154,15 @@ def _start(config, worker_urls: list[str], plugins, names: list[str], log_dir: P
 
 def _lost_port(server: Server) -> bool:
     """Whether ``server`` (started here) exited because its port was in use."""
-    return server.process is not None and server.process.poll() is not None and ports.port_taken_in(server.log_path)
+    return (
+        server.process is not None
+        and server.process.poll() is not None
+        and server.log_path is not None
+        and ports.port_taken_in(server.log_path)
+    )
 
 
-def _sglang_router(config, worker_urls: list[str], log_dir: Path) -> Server:
+def _sglang_router(config: Config, worker_urls: list[str], log_dir: Path) -> Server:
     """The configured sglang-router (``--sglang-router-ip/port``), or a new one for ``worker_urls``."""
     if config.get("sglang_router_ip"):
         return Server(
@@ -177,7 +188,7 @@ def _register(router: Server, worker_urls: list[str], api_key: str | None) -> No
         raise RouterError(f"{exc}\n{log_tail(router.log_path)}") from exc
 
 
-def _front(config, router_url: str, plugins, log_dir: Path) -> Server:
+def _front(config: Config, router_url: str, plugins, log_dir: Path) -> Server:
     """Start the middleware front in front of ``router_url`` (on the router's host)."""
     host = balancer.router_host(dict(config.router_args), config.network)
     port = ports.free_port(host)
@@ -208,7 +219,7 @@ def _front(config, router_url: str, plugins, log_dir: Path) -> Server:
     )
 
 
-def _front_config(config, router_url: str):
+def _front_config(config: Config, router_url: str):
     """A copy of ``config`` whose ``sglang_router_ip/port`` name the sglang-router behind the
     front, without the run's token: the copy is a file in the run directory, and the token
     reaches the front by its environment (`_front_env`)."""

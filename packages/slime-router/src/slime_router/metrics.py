@@ -22,15 +22,19 @@ import statistics
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from slime_router.handlers import Handler, Request, Response
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 ROUTES = ("/generate", "/v1/chat/completions", "/v1/completions")
 BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, float("inf"))
 WINDOW = 100_000  # summaries cover at most the latest this many requests
 
 
-def metrics_middleware(next_handler: Handler, config) -> Handler:
+def metrics_middleware(next_handler: Handler, config: Config) -> Handler:
     collected = Collected()
 
     async def metrics(request: Request) -> Response:

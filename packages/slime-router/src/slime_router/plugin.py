@@ -7,7 +7,14 @@ named by ``"module:attribute"`` strings, so importing this module (as ``slime --
 imports neither aiohttp nor transformers.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from slime_core import hookimpl
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 GROUP = "router (slime-router)"
 
@@ -45,7 +52,7 @@ def slime_add_options(options):
 
 
 @hookimpl
-def slime_validate_config(config):
+def slime_validate_config(config: Config):
     errors = []
     if bool(config.get("sglang_router_ip")) != bool(config.get("sglang_router_port")):
         errors.append(

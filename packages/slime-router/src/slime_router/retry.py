@@ -17,12 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 import httpx
 
 from slime_router.front import router_url
 from slime_router.handlers import ROUTING_KEY_HEADER, SESSION_HEADER, Handler, Request, Response, error_response
 from slime_router.workers import WorkerError, Workers
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 log = logging.getLogger("slime_router.retry")
 RETRIED_PATHS = frozenset({"/generate", "/v1/chat/completions", "/v1/completions"})
@@ -31,7 +35,7 @@ RETRIES_HEADER = "x-slime-retries"
 HEALTH_TIMEOUT_S = 2.0
 
 
-def retry_middleware(next_handler: Handler, config) -> Handler:
+def retry_middleware(next_handler: Handler, config: Config) -> Handler:
     attempts = 1 + config.router_middleware_retries
     timeout = config.router_middleware_timeout
     engines = DeadEngineRemover(Workers(router_url(config), api_key=config.network.token))

@@ -35,7 +35,10 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 LATEST = "latest_checkpointed_iteration.txt"
 #: where each role's checkpoints live under the ``--save`` directory ("" = the top level)
@@ -196,7 +199,7 @@ def prune(root: str | Path, keep: int, protect: int | None = None) -> list[int]:
     return doomed
 
 
-def resume_checkpoint(config, written_by: str = "an earlier run") -> Path | None:
+def resume_checkpoint(config: Config, written_by: str = "an earlier run") -> Path | None:
     """The checkpoint a run resumes from under ``--load``: the latest, or with ``--ckpt-step N``
     (Megatron-LM's option) the one written after rollout N, which must be there. None without
     ``--load`` or while it holds no checkpoint (a fresh start)."""
@@ -217,7 +220,7 @@ def resume_checkpoint(config, written_by: str = "an earlier run") -> Path | None
     return path
 
 
-def role_config(config, role: str, start: int):
+def role_config(config: Config, role: str, start: int):
     """``config`` as the ranks of ``role`` (a PPO critic) read it: ``--save`` and ``--load`` at
     the role's place (`role_dir`), resuming the checkpoint of the rollout the policy resumed
     (``start - 1``; none when the policy starts fresh), and no ``--save-hf`` (the Hugging Face
@@ -230,7 +233,7 @@ def role_config(config, role: str, start: int):
     )
 
 
-def missing_critic(config) -> str | None:
+def missing_critic(config: Config) -> str | None:
     """The problem with resuming a PPO run from ``--load`` whose checkpoint has no critic: a run
     without PPO wrote it, or slime before the roles had their own places, whose critic then
     overwrote the policy's ``iter_*`` (refused: that checkpoint lost its policy)."""
@@ -254,7 +257,7 @@ def is_megatron_checkpoint(path) -> bool:
     return bool(path) and (Path(path) / LATEST).is_file()
 
 
-def starts_from_ref_load(config) -> bool:
+def starts_from_ref_load(config: Config) -> bool:
     """Whether the policy starts from ``--ref-load``'s weights, as in slime: when it is a
     Megatron checkpoint and ``--load`` holds none yet (slime then loads ``--ref-load`` as
     ``--load``, at rollout 0 with a fresh optimizer; its launch scripts give the same model

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from slime_core.components import resolve_components
 from slime_core.config import ConfigError, OptionSet, load_config
@@ -14,6 +16,9 @@ from slime_core.faults.run_error import RunError
 from slime_core.loop.trackers import TrackerError, tracker_problems
 from slime_core.plugins.custom_paths import apply_custom_paths
 from slime_core.preflight import preflight_problems
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 
 def run_command(argv: list[str], plugins) -> int:
@@ -50,7 +55,7 @@ def run_command(argv: list[str], plugins) -> int:
         return 1
 
 
-def run_problems(config, plugins) -> list[str]:
+def run_problems(config: Config, plugins) -> list[str]:
     """Components that are not installed and settings the loop cannot run with; a dry run
     reports the components instead of failing on them, and fails on the data as a run would."""
     apply_custom_paths(config, plugins)
@@ -66,7 +71,7 @@ def run_problems(config, plugins) -> list[str]:
     )
 
 
-def checked_prompts(config, plugins) -> list[str]:
+def checked_prompts(config: Config, plugins) -> list[str]:
     """Once every other check passed: the prompts measured as the engine will see them
     (`slime_core.data.checks.prompt_length_problems`, which imports transformers and
     tokenizes); raises `ConfigError` for the problems, returns a line per file for the dry run."""
@@ -76,7 +81,7 @@ def checked_prompts(config, plugins) -> list[str]:
     return notes
 
 
-def epoch_problems(config) -> list[str]:
+def epoch_problems(config: Config) -> list[str]:
     """slime's ``--num-epoch`` that makes no rollout: fewer prompts in --prompt-data than one
     rollout batch (the count of rollouts is resolved by `slime_core.config.resolve`)."""
     if config.num_rollout != 0 or not config.sources.get("num_rollout", "").startswith("--num-epoch"):
@@ -90,7 +95,7 @@ def epoch_problems(config) -> list[str]:
     ]
 
 
-def loop_problems(config, plugins) -> list[str]:
+def loop_problems(config: Config, plugins) -> list[str]:
     """What stops the loop before any process starts (beyond each option's own checks)."""
     problems = part_problems(config, plugins)
     if not config.num_rollout:
@@ -105,7 +110,7 @@ def loop_problems(config, plugins) -> list[str]:
     return problems
 
 
-def part_problems(config, plugins) -> list[str]:
+def part_problems(config: Config, plugins) -> list[str]:
     """Parts the chosen backends cannot provide: a PPO critic, an in-process run of several ranks."""
     problems = []
     backend = config.train_backend
@@ -128,7 +133,9 @@ def part_problems(config, plugins) -> list[str]:
     return problems
 
 
-def describe_run(config, plugins, components: list[dict], missing: list[str], data_notes: list[str] = ()) -> str:
+def describe_run(
+    config: Config, plugins, components: list[dict], missing: list[str], data_notes: Sequence[str] = ()
+) -> str:
     """The dry-run report: resolved config, loaded plugins, the selected components, and the
     prompt files' lengths as the engine will see them."""
     lines = ["# resolved config", config.to_yaml().rstrip(), "", "# plugins"]

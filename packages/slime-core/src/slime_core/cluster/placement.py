@@ -35,11 +35,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slime_core.cluster import ray_watch
 from slime_core.cluster.network import Network, gloo_interface
 from slime_core.train_backend import cpu_thread_options
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 #: Colocated on a GPU: the share each side asks Ray for (they never run at the same time).
 COLOCATED_TRAIN_GPU, COLOCATED_ENGINE_GPU = 0.6, 0.3
@@ -63,7 +66,7 @@ class Placement:
     network: Network = field(default_factory=Network)
 
     @classmethod
-    def reserve(cls, config, engine_bundles: list[dict[str, float]], gpu: bool | None = None) -> Placement:
+    def reserve(cls, config: Config, engine_bundles: list[dict[str, float]], gpu: bool | None = None) -> Placement:
         """The run's placement groups, ready; an error naming what could not be reserved.
         ``engine_bundles``: one per engine the rollout backend starts
         (`slime_core.rollout_backend.RolloutBackend.engine_bundles`); ``gpu``: whether the
@@ -92,7 +95,7 @@ class Placement:
         )
 
     @classmethod
-    def in_process(cls, config, engine_bundles: list[dict[str, float]]) -> Placement:
+    def in_process(cls, config: Config, engine_bundles: list[dict[str, float]]) -> Placement:
         """``--actor-runtime inprocess``: nothing reserved, every part in this process."""
         ranks, critic = train_ranks(config)
         return cls([], ranks, critic, config.colocate, False, list(engine_bundles), network=Network.for_nodes(1))
@@ -211,7 +214,7 @@ def cluster_has_gpus() -> bool:
 
 
 def group_layout(
-    config, engine_bundles: list[dict[str, float]], gpu: bool, colocated: bool
+    config: Config, engine_bundles: list[dict[str, float]], gpu: bool, colocated: bool
 ) -> list[tuple[str, list[dict[str, float]]]]:
     """(Ray strategy, bundles) of each placement group the run reserves: a ``STRICT_PACK``
     group per train node (the policy's, then a PPO critic's), each holding that node's GPUs
@@ -225,7 +228,7 @@ def group_layout(
     return layout + ([("PACK", engines)] if engines and not colocated else [])
 
 
-def _reserved(layout: list[tuple[str, list[dict[str, float]]]], config) -> list[Any]:
+def _reserved(layout: list[tuple[str, list[dict[str, float]]]], config: Config) -> list[Any]:
     """The placement groups of ``layout``, all ready within `RESERVE_TIMEOUT_S`; otherwise none
     is kept and the error names what was asked and what the cluster has."""
     import ray
@@ -290,7 +293,7 @@ def _on_node(node_id: str, fn, *args):
     return ray.get(ray.remote(num_cpus=0)(fn).options(scheduling_strategy=there).remote(*args))
 
 
-def train_ranks(config) -> tuple[int, int]:
+def train_ranks(config: Config) -> tuple[int, int]:
     """(policy ranks, critic ranks) the run starts: none with --debug-rollout-only."""
     if config.get("debug_rollout_only"):
         return 0, 0
@@ -303,7 +306,7 @@ def cpu_engines(engine_bundles: list[dict[str, float]]) -> int:
     return sum(1 for bundle in engine_bundles if not bundle.get("GPU"))
 
 
-def rank_threads(config, num_ranks: int, num_cpu_engines: int) -> int:
+def rank_threads(config: Config, num_ranks: int, num_cpu_engines: int) -> int:
     """Torch threads of each CPU training rank: this machine's cores, less those of CPU engines
     that generate while the ranks train (see the module docstring), shared by the ranks."""
     busy = num_cpu_engines if config.train_mode == "async" and not config.colocate else 0

@@ -13,9 +13,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slime_core.config.options import OptionSet, flag_to_key, key_to_flag
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 
 @dataclass(frozen=True)
@@ -66,11 +69,11 @@ def declare(options: OptionSet, table: tuple[Accepted, ...], group: str) -> None
         )
 
 
-def _given(config, key: str) -> bool:
+def _given(config: Config, key: str) -> bool:
     return key in config and config.sources.get(key, "default") != "default"
 
 
-def apply_aliases(config) -> None:
+def apply_aliases(config: Config) -> None:
     """Copy each alias the user gave to its option, unless that option was given too; a lone
     ``--eval-prompt-data PATH`` is named ``aime``, as slime names it."""
     eval_data = config.get("eval_prompt_data")
@@ -82,7 +85,7 @@ def apply_aliases(config) -> None:
             config.sources[entry.alias] = f"{entry.flag} ({config.sources[entry.key]})"
 
 
-def no_effect_notes(config) -> list[str]:
+def no_effect_notes(config: Config) -> list[str]:
     """One line for each accepted flag the user gave that changes nothing here."""
     return [
         f"{entry.flag}: accepted, no effect here: {entry.reason}"
@@ -91,7 +94,7 @@ def no_effect_notes(config) -> list[str]:
     ]
 
 
-def architecture_problems(config) -> list[str]:
+def architecture_problems(config: Config) -> list[str]:
     """Each architecture flag the user gave that disagrees with ``--hf-checkpoint``'s config.json.
 
     An unreadable or missing checkpoint is not a problem here: the model-directory check

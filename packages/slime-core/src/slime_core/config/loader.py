@@ -27,7 +27,7 @@ YAML_PASSTHROUGH = {"sglang": "sglang", "router": "router", "router_args": "rout
 class _Collected:
     """Values, their sources, pass-through options and errors gathered while reading."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.values: dict[str, Any] = {}
         self.sources: dict[str, str] = {}
         self.passthrough: dict[str, dict[str, Any]] = {name: {} for name in PASSTHROUGH}
@@ -86,7 +86,8 @@ def load_overrides(argv: list[str], options: OptionSet) -> Config:
 
 def _scan_argv(argv: list[str], options: OptionSet, got: _Collected) -> tuple[str | None, dict]:
     """Split argv into the config path and ``{key: (raw value, source)}`` of declared flags."""
-    config_path, cli = None, {}
+    config_path: str | None = None
+    cli: dict[str, tuple[Any, str]] = {}
     i = 0
     while i < len(argv):
         token = argv[i]
@@ -241,6 +242,7 @@ def _convert(option: Option, raw: Any) -> Any:
 
 def _convert_one(option: Option, raw: Any) -> Any:
     kind = option.type
+    value: Any
     if kind is bool:
         value = _to_bool(raw)
     elif kind is str:

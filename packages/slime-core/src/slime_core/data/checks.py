@@ -23,6 +23,7 @@ Two stages, both in ``slime run`` and ``slime run --dry-run``:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slime_core.data.labels import label_checker
 from slime_core.data.prompt_budget import PromptBudget, prompt_budget
@@ -30,8 +31,11 @@ from slime_core.data.prompt_dataset import PromptDataset, PromptFormat, check_re
 from slime_core.data.records import DataError, read_records
 from slime_core.data.slicing import split_path_slice
 
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
-def data_specs(config) -> list[tuple[str, str, bool]]:
+
+def data_specs(config: Config) -> list[tuple[str, str, bool]]:
     """``(flag, spec, evaluation)`` for every prompt file the run reads (``spec`` may hold a slice)."""
     specs = [("--prompt-data", config.prompt_data, False)] if config.get("prompt_data") else []
     pairs = config.get("eval_prompt_data") or []
@@ -39,7 +43,7 @@ def data_specs(config) -> list[tuple[str, str, bool]]:
     return specs
 
 
-def record_problems(config, plugins) -> list[str]:
+def record_problems(config: Config, plugins) -> list[str]:
     """The first bad record of each prompt file, and each file or slice without a record."""
     fmt, check_label = PromptFormat.from_config(config), label_checker(config, plugins)
     problems = []
@@ -76,7 +80,7 @@ def budget_problems(budgets: set[PromptBudget | None]) -> list[str]:
     ]
 
 
-def prompt_length_problems(config, plugins) -> tuple[list[str], list[str]]:
+def prompt_length_problems(config: Config, plugins) -> tuple[list[str], list[str]]:
     """Problems (a response limit that leaves no room for a prompt, prompts over the engine's
     budget, files left without prompts) and one line per file on its prompts' lengths (for the
     dry run's report). Loads nothing when the run needs no tokenized prompt: no chat template,

@@ -12,16 +12,19 @@ rollouts) checks nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slime_core.components import run_generates
 from slime_core.data.records import DataError
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 #: ``check(where, record)``: raises `DataError` naming ``where`` for a label of the wrong kind
 LabelCheck = Callable[[str, dict[str, Any]], None]
 
 
-def label_checker(config, plugins) -> LabelCheck:
+def label_checker(config: Config, plugins) -> LabelCheck:
     """The check of one record's label against its reward function's declaration."""
     if not run_generates(config, plugins):
         return lambda where, record: None

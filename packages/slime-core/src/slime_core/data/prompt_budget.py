@@ -22,8 +22,12 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slime_core.components import run_generates
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ def shortens_responses(command_fn: Callable) -> Callable:
     return command_fn
 
 
-def engine_context(config) -> tuple[int, str] | None:
+def engine_context(config: Config) -> tuple[int, str] | None:
     """The engines' context length and where it comes from; None when unknown (no
     ``--sglang-context-length``, no model config with ``max_position_embeddings``)."""
     given = config.sglang.get("context_length")
@@ -71,7 +75,7 @@ def engine_context(config) -> tuple[int, str] | None:
     return (positions, "max_position_embeddings of --hf-checkpoint") if isinstance(positions, int) else None
 
 
-def prompt_budget(config, evaluation: bool, plugins) -> PromptBudget | None:
+def prompt_budget(config: Config, evaluation: bool, plugins) -> PromptBudget | None:
     """The budget of the rollout's prompts (``evaluation``: of the evaluation's); None for a
     run without engines or with an unknown context length."""
     if not run_generates(config, plugins):

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slime_core.data.records import DataError, read_records
 from slime_core.data.slicing import split_path_slice
 from slime_core.sample import Sample
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 logger = logging.getLogger("slime.data")
 
@@ -26,7 +29,7 @@ class PromptFormat:
     max_prompt_len: int | None = None  # in tokens; longer prompts are dropped and counted
 
     @classmethod
-    def from_config(cls, config) -> PromptFormat:
+    def from_config(cls, config: Config) -> PromptFormat:
         """From slime's options (``--input-key``, ``--apply-chat-template``, ...)."""
         return cls(
             input_key=config.input_key,

@@ -12,11 +12,14 @@ import json
 import os
 import random
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from slime_core.data.buffer import BufferFilter, GroupBuffer, take_oldest
 from slime_core.data.prompt_dataset import PromptDataset, PromptFormat
 from slime_core.sample import Sample
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 
 @runtime_checkable
@@ -59,7 +62,7 @@ class PromptDataSource:
         self._order = self._epoch_order(0)
 
     @classmethod
-    def from_config(cls, config, tokenizer=None, buffer_filter: BufferFilter = take_oldest) -> PromptDataSource:
+    def from_config(cls, config: Config, tokenizer=None, buffer_filter: BufferFilter = take_oldest) -> PromptDataSource:
         """Build from slime's options (``--prompt-data``, ``--input-key``, ...)."""
         fmt = PromptFormat.from_config(config)
         dataset = PromptDataset.load(config.prompt_data, fmt, tokenizer)

@@ -1,6 +1,13 @@
 """Lifecycle hooks: before/after pairs around each phase of the loop."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from slime_core.hookspecs.marker import hookspec
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 # --------------------------------------------------------------------------------------
 # lifecycle: the run
@@ -8,7 +15,7 @@ from slime_core.hookspecs.marker import hookspec
 
 
 @hookspec
-def slime_before_run(config):
+def slime_before_run(config: Config):
     """Called once after the config is resolved, before any Ray actor starts.
 
     :param config: the resolved ``Config``.
@@ -19,7 +26,7 @@ def slime_before_run(config):
 
 
 @hookspec
-def slime_after_run(config, status):
+def slime_after_run(config: Config, status):
     """Called once when the run ends, after actors are shut down.
 
     :param config: the resolved ``Config``.
@@ -36,7 +43,7 @@ def slime_after_run(config, status):
 
 
 @hookspec
-def slime_before_rollout(rollout_id, config):
+def slime_before_rollout(rollout_id, config: Config):
     """Called before generation of a rollout starts.
 
     :param rollout_id: index of the rollout (0-based, continues after a resume).
@@ -62,7 +69,7 @@ def slime_after_rollout(rollout_id, groups, metrics):
 
 
 @hookspec
-def slime_log_rollout(rollout_id, config, groups, metrics, seconds):
+def slime_log_rollout(rollout_id, config: Config, groups, metrics, seconds):
     """Called before a rollout's metrics are logged, after ``slime_after_rollout`` and the
     stale-group drop: a plugin that logs rollouts its own way can leave out the default ones.
 
@@ -158,7 +165,7 @@ def slime_before_eval(rollout_id):
 
 
 @hookspec
-def slime_log_eval(rollout_id, config, groups, metrics):
+def slime_log_eval(rollout_id, config: Config, groups, metrics):
     """Called after an evaluation rollout, before ``slime_after_eval``: a plugin that logs
     evaluations its own way can read every scored sample and leave out the default metrics.
 

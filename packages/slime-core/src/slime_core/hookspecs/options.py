@@ -1,6 +1,13 @@
 """Options hooks: a package adds its options and subcommands and resolves and checks the config."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from slime_core.hookspecs.marker import hookspec
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 
 @hookspec
@@ -21,7 +28,7 @@ def slime_add_options(options):
 
 
 @hookspec
-def slime_resolve_config(config):
+def slime_resolve_config(config: Config):
     """Fill in what follows from the options the user gave, before any check runs (e.g. pick
     this plugin's backend when only its options are given).
 
@@ -41,7 +48,7 @@ def slime_resolve_config(config):
 
 
 @hookspec
-def slime_validate_config(config, plugins):
+def slime_validate_config(config: Config, plugins):
     """Check a resolved config for problems only this plugin understands.
 
     Called after the config is merged and type-checked, before anything starts. Errors

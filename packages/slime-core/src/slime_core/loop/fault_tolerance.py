@@ -35,9 +35,13 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from slime_core.engine import EngineUnavailable
 from slime_core.faults.run_fault import RunFault, stop_run
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 #: The monitor of the run in this process while it watches (`engine_fault_handled` asks it).
 _watching: EngineMonitor | None = None
@@ -69,7 +73,7 @@ class EngineMonitor:
 
     def __init__(
         self,
-        config,
+        config: Config,
         engines,
         router,
         weights,

@@ -15,10 +15,13 @@ import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slime_core.rollout.parts import GenerateContext, RolloutParts
 from slime_core.rollout.result import EvalResult, RolloutResult
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 #: the metric with the seconds a rollout took to generate and score (in asynchronous mode,
 #: ``time/wait_rollout`` is only the part that training did not hide)
@@ -33,7 +36,7 @@ class RolloutManager:
 
     def __init__(
         self,
-        config,
+        config: Config,
         plugins,
         rollout_fn,
         make_client: Callable[[], Coroutine] | None = None,
@@ -106,13 +109,13 @@ class RolloutManager:
         self._thread.join(timeout=10)
 
 
-def _data_source(config, plugins, tokenizer):
+def _data_source(config: Config, plugins, tokenizer):
     source_class = plugins.registry("data_sources").get(config.data_source)
     buffer_filter = plugins.registry("buffer_filters").get(config.buffer_filter)
     return source_class.from_config(config, tokenizer, buffer_filter)
 
 
-def _eval_datasets(config, tokenizer) -> dict:
+def _eval_datasets(config: Config, tokenizer) -> dict:
     from slime_core.data.prompt_dataset import PromptDataset, PromptFormat
 
     pairs = config.eval_prompt_data or []

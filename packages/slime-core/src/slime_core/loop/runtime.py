@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from slime_core.cluster.local_ray import kill_process_groups, ray_process_groups, start_local_ray
 from slime_core.cluster.ray_watch import watching
 
+if TYPE_CHECKING:
+    from slime_core.config import Config
+
 
 @contextmanager
-def ray_runtime(config):
+def ray_runtime(config: Config):
     """Use the Ray instance this process is already connected to, or the cluster named by
         ``--ray-address`` or ``RAY_ADDRESS`` (set by ``ray job submit`` for the job's command), or
         start a local one for the run (`start_local_ray`; shut down after it). Attached, the run starts no Ray of its
@@ -53,7 +57,7 @@ def ray_runtime(config):
         kill_process_groups(local_groups)
 
 
-def _actors_needed(config) -> int:
+def _actors_needed(config: Config) -> int:
     """Train ranks plus engines: each actor may reserve a CPU slot."""
     ranks = config.actor_num_nodes * config.actor_num_gpus_per_node
     engines = (config.rollout_num_gpus or 1) // max(config.rollout_num_gpus_per_engine, 1)

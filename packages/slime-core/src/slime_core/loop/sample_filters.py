@@ -14,8 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from slime_core.sample import Sample, SampleStatus
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 
 def over_rollout(filter_fn: Callable) -> Callable:
@@ -24,7 +28,7 @@ def over_rollout(filter_fn: Callable) -> Callable:
     return filter_fn
 
 
-def _verdicts(filter_fn: Callable, groups: list[list[Sample]], config) -> list[list[bool]]:
+def _verdicts(filter_fn: Callable, groups: list[list[Sample]], config: Config) -> list[list[bool]]:
     """``keep[g][i]`` of one filter for sample i of group g."""
     if getattr(filter_fn, "over_rollout", False):
         return [list(map(bool, keep)) for keep in filter_fn(groups, config)]
@@ -42,7 +46,7 @@ class SampleFilters:
     config: object
 
     @classmethod
-    def from_config(cls, config, plugins) -> SampleFilters:
+    def from_config(cls, config: Config, plugins) -> SampleFilters:
         registry = plugins.registry("sample_filters")
         return cls([(name, registry.get(name)) for name in config.get("sample_filter") or []], config)
 

@@ -13,7 +13,10 @@ import importlib.util
 import math
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 #: tracker flag -> (module it needs, the extra of slime-core that installs it)
 LIBRARIES = {
@@ -30,7 +33,7 @@ class Tracker(Protocol):
         """Flush and finish; ``status`` is the run's end: completed, failed or interrupted."""
 
 
-def tracker_problems(config) -> list[str]:
+def tracker_problems(config: Config) -> list[str]:
     """One line per tracker that was asked for but whose library is not installed."""
     problems = []
     for flag, (module, extra) in LIBRARIES.items():
@@ -46,7 +49,7 @@ class TrackerError(RuntimeError):
     """A tracker that cannot start; the message says which and how to fix it."""
 
 
-def open_trackers(config, described: list[dict[str, Any]], run_path: Path) -> list[Tracker]:
+def open_trackers(config: Config, described: list[dict[str, Any]], run_path: Path) -> list[Tracker]:
     """The trackers the config asks for, started; ``described`` is ``Plugins.describe()``."""
     problems = tracker_problems(config)
     if problems:
@@ -104,7 +107,7 @@ class WandbTracker:
     against ``rollout_id``, which is logged as a metric of its own because W&B's internal
     step cannot start at -1 (the eval before training)."""
 
-    def __init__(self, config, described: list[dict[str, Any]], run_path: Path):
+    def __init__(self, config: Config, described: list[dict[str, Any]], run_path: Path):
         import wandb
 
         directory = Path(config.wandb_dir or run_path)

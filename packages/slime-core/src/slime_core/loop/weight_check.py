@@ -9,11 +9,16 @@ weight export shows up as a large difference.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
+
 PROBE_TEXT = "1+2="
 PROBE_TOKENS = 8
 
 
-def max_logprob_diff(parts, config, version: int) -> float:
+def max_logprob_diff(parts, config: Config, version: int) -> float:
     """The largest |engine − trainer| log-prob over every engine's probe; raises when it is
     beyond tolerance (1e-3 in float32, 5e-2 in bf16). ``parts``: the run's
     `slime_core.loop.parts.Parts` (its rollout backend, engines, rollout manager and trainer)."""
@@ -42,7 +47,7 @@ def max_logprob_diff(parts, config, version: int) -> float:
     return diff
 
 
-async def _probe_engines(backend, urls: list[str], prompt: list[int], config) -> list:
+async def _probe_engines(backend, urls: list[str], prompt: list[int], config: Config) -> list:
     """Each engine's sampled probe, through the rollout backend's client for that engine."""
     from slime_core.engine import SamplingParams
 

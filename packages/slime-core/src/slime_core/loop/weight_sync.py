@@ -25,9 +25,13 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 
-def default_transport(config, supported: tuple[str, ...], gpu: bool) -> str:
+def default_transport(config: Config, supported: tuple[str, ...], gpu: bool) -> str:
     """``--update-weight-transport`` if given; else ``tensor`` when colocated or without GPUs
     (``gpu``: the placement's) and ``broadcast`` otherwise, or ``disk`` (then the first) when the
     engines do not take that one."""
@@ -43,7 +47,7 @@ class WeightSync:
     """Sends the trainer's current weights to the engines (`slime_core.rollout_backend.Engines`)
     and reports time and bytes. ``run`` runs a coroutine on the rollout loop."""
 
-    def __init__(self, config, trainer, engines, run, weights_dir: Path, gpu: bool):
+    def __init__(self, config: Config, trainer, engines, run, weights_dir: Path, gpu: bool):
         self.transport = default_transport(config, tuple(engines.transports), gpu)
         if self.transport not in engines.transports:
             raise ValueError(

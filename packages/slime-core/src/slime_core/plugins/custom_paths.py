@@ -8,7 +8,12 @@ name: the function has the native signature of its kind (``slime_core.hookspecs`
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from slime_core import hookimpl
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 #: option whose value may be an import path -> the registry kind it selects from
 CUSTOM_PATHS: dict[str, str] = {
@@ -54,7 +59,7 @@ for _kind in set(CUSTOM_PATHS.values()):
     setattr(CustomPathsPlugin, f"slime_register_{_kind}", _registration_hook(_kind))
 
 
-def apply_custom_paths(config, plugins) -> None:
+def apply_custom_paths(config: Config, plugins) -> None:
     """Register the import paths the config gives instead of registered names."""
     if PLUGIN_NAME in plugins.info:
         return

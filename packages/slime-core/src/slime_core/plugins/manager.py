@@ -25,17 +25,20 @@ import inspect
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from types import CodeType, FrameType, ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 from slime_core import hookspecs
 from slime_core.plugins.registry import KINDS, Registry, RegistryError
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 ENV_DISABLE_AUTOLOAD = "SLIME_DISABLE_PLUGIN_AUTOLOAD"
 ENV_BLOCK = "SLIME_BLOCK_PLUGINS"
@@ -127,7 +130,7 @@ class Plugins:
         self._add(module_name, module, dist, _version(dist) if dist else None)
 
     @classmethod
-    def in_worker(cls, config) -> Plugins:
+    def in_worker(cls, config: Config) -> Plugins:
         """The run's plugins as a worker process (a train rank, the router front) loads them:
         installed ones, the driver's ``-p`` modules (``SLIME_PLUGINS``, set by `worker_env`),
         and the config's ``--custom-*-path`` functions."""
@@ -277,10 +280,10 @@ class Plugins:
         finally:
             options.current_plugin = None
 
-    def resolve_config(self, config) -> None:
+    def resolve_config(self, config: Config) -> None:
         self._call("slime_resolve_config", config=config)
 
-    def validate_config(self, config) -> list[str]:
+    def validate_config(self, config: Config) -> list[str]:
         errors: list[str] = []
         for result in self._call("slime_validate_config", config=config, plugins=self):
             errors.extend(result)
@@ -291,19 +294,19 @@ class Plugins:
 
     # ---- lifecycle -----------------------------------------------------------------
 
-    def before_run(self, config) -> None:
+    def before_run(self, config: Config) -> None:
         self._call("slime_before_run", config=config)
 
-    def after_run(self, config, status: str) -> None:
+    def after_run(self, config: Config, status: str) -> None:
         self._call("slime_after_run", config=config, status=status)
 
-    def before_rollout(self, rollout_id: int, config) -> None:
+    def before_rollout(self, rollout_id: int, config: Config) -> None:
         self._call("slime_before_rollout", rollout_id=rollout_id, config=config)
 
     def after_rollout(self, rollout_id: int, groups, metrics: dict) -> None:
         self._call("slime_after_rollout", rollout_id=rollout_id, groups=groups, metrics=metrics)
 
-    def log_rollout(self, rollout_id: int, config, groups, metrics: dict, seconds: float) -> bool:
+    def log_rollout(self, rollout_id: int, config: Config, groups, metrics: dict, seconds: float) -> bool:
         """Whether a plugin leaves out the rollout's default metrics (``slime_log_rollout``)."""
         return any(
             self._call(
@@ -331,7 +334,7 @@ class Plugins:
     def before_eval(self, rollout_id: int) -> None:
         self._call("slime_before_eval", rollout_id=rollout_id)
 
-    def log_eval(self, rollout_id: int, config, groups: dict, metrics: dict) -> bool:
+    def log_eval(self, rollout_id: int, config: Config, groups: dict, metrics: dict) -> bool:
         """Whether a plugin leaves out the evaluation's default metrics (``slime_log_eval``)."""
         return any(self._call("slime_log_eval", rollout_id=rollout_id, config=config, groups=groups, metrics=metrics))
 
@@ -394,7 +397,7 @@ def _codes(function: Any) -> Iterator[CodeType | None]:
         function = getattr(function, "__wrapped__", None)
 
 
-def _print_hook_call(hook_name: str, impls: list[pluggy.HookImpl], kwargs: dict[str, Any]) -> None:
+def _print_hook_call(hook_name: str, impls: Sequence[pluggy.HookImpl], kwargs: Mapping[str, Any]) -> None:
     """``SLIME_TRACE_HOOKS``: one line to stderr per implementation a hook call runs, in
     the order pluggy starts them (wrappers first)."""
     for impl in reversed(impls):
@@ -404,7 +407,7 @@ def _print_hook_call(hook_name: str, impls: list[pluggy.HookImpl], kwargs: dict[
 
 def _import_root(module: ModuleType) -> Path:
     """The ``sys.path`` folder ``module`` was imported from (``a.b`` in ``ROOT/a/b.py``: ROOT)."""
-    path = Path(module.__file__).resolve()
+    path = Path(module.__file__ or module.__name__).resolve()  # a -p module is a file
     depth = module.__name__.count(".") + (1 if path.name == "__init__.py" else 0)
     return path.parents[depth]
 

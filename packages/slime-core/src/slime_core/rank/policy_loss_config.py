@@ -8,7 +8,10 @@ mistake is answered at once.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 #: The estimators of KL(π‖π_ref) (`slime_core.algorithms.kl.approx_kl`).
 KL_KINDS = ("k1", "k2", "k3", "low_var_kl")
@@ -49,7 +52,7 @@ class PolicyLossConfig:
             raise ValueError("invalid policy loss options:\n  " + "\n  ".join(errors))
 
     @classmethod
-    def from_config(cls, config) -> PolicyLossConfig:
+    def from_config(cls, config: Config) -> PolicyLossConfig:
         """Take every field that ``config`` (any object with attributes) has, by name.
 
         As in slime, ``--advantage-estimator gspo`` (or ``cispo``) with the default

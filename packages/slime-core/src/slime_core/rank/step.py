@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -56,6 +57,9 @@ from slime_core.algorithms.reduce import rollout_token_totals
 from slime_core.plugins import Plugins
 from slime_core.rank.micro_batches import fixed_micro_batches, step_slices, token_budget_micro_batches
 from slime_core.rollout_batch import RolloutBatch
+
+if TYPE_CHECKING:
+    from slime_core.config import Config
 
 #: ``log_probs(model)``: per-sample response log-probs of the rank's share under ``model``
 #: ("actor", "ref" or "teacher"), each a (response_len,) tensor.
@@ -156,7 +160,7 @@ class RolloutSteps:
 class RankStep:
     """The RL math of one rank: options, advantage estimator and loss from the plugins."""
 
-    def __init__(self, config, group=None, padded_rows: bool = False):
+    def __init__(self, config: Config, group=None, padded_rows: bool = False):
         """``group``: the data-parallel process group the share's statistics are summed over
         (default: every rank); ``padded_rows``: the backend gives each sample a right-padded row
         of its own, so a token budget counts rows × the longest sample (`token_budget_micro_batches`)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from slime_core.engine import parse_generate
 from slime_router.handlers import ROUTING_KEY_HEADER, SESSION_HEADER, HTTPError, Request, Response, json_request
@@ -27,11 +28,14 @@ from slime_router.sessions.chat_template import ChatTemplate, TemplateError
 from slime_router.sessions.tool_calls import assistant_message
 from slime_router.sessions.trajectory import Trajectory
 
+if TYPE_CHECKING:
+    from slime_core.config import Config
+
 SESSIONS_PREFIX = "/sessions/"
 MAX_SESSION_ID = 256
 
 
-def sessions_middleware(next_handler, config):
+def sessions_middleware(next_handler, config: Config):
     return Sessions(next_handler, ChatTemplate.load(config.hf_checkpoint), str(config.hf_checkpoint)).handle
 
 

@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 def slime_before_run(config: Config):
     """Called once after the config is resolved, before any Ray actor starts.
 
-    :param config: the resolved ``Config``.
+    :param config: the resolved, frozen ``Config``, with the run directory (``output_dir``). The
+        parts started after this hook get a copy with the run's network too
+        (``config.network``), which the later hooks are given.
     :return: nothing.
 
     Runs in the driver.

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from slime_core.loop.fault_tolerance import EngineMonitor
     from slime_core.loop.parts import Parts
     from slime_core.plugins import Plugins
+    from slime_core.train_backend import TrainGroup
 
 
 def run(config: Config, plugins: Plugins) -> int:
@@ -291,13 +292,13 @@ class Run:
         if self.parts.critic is not None:
             self.parts.critic.check_finite_weights(f"save the critic's checkpoint of rollout {rollout_id}")
         try:
-            self._save_roles(rollout_id)
+            self._save_roles(rollout_id, trainer)
         except Exception as exc:  # noqa: BLE001 - any failure of a save ends the run the same way
             raise _save_failed(self.config.save, rollout_id, exc) from exc
         if self.config.save_retain_count:
             self._prune()
 
-    def _save_roles(self, rollout_id: int) -> None:
+    def _save_roles(self, rollout_id: int, trainer: TrainGroup) -> None:
         path = rollout_state_path(self.config.save, rollout_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         state = self.source_states.get(rollout_id + 1) or self.parts.rollouts.state_dict()
@@ -305,7 +306,7 @@ class Run:
         self.plugins.before_save(rollout_id, self.config.save)
         if self.parts.critic is not None:
             self.parts.critic.save(rollout_id)
-        self.parts.trainer.save(rollout_id)  # type: ignore[union-attr]  # save_due: there is one
+        trainer.save(rollout_id)
         self.plugins.after_save(rollout_id, self.config.save)
 
     def _prune(self) -> None:

@@ -1,7 +1,9 @@
 """Root pytest configuration shared by every package's tests.
 
 GPU-marked tests skip cleanly on machines without CUDA; the check imports torch only
-when such a test was collected, so CPU-only collections stay fast.
+when such a test was collected, so CPU-only collections stay fast. The shared fixtures (a Ray
+session, the tiny model, the rank pool, runs on the fake backends) are slime-core's test kit's,
+`slime_core.testing.pytest_plugin`, which pytest loads through its entry point.
 """
 
 import pytest
@@ -18,34 +20,3 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs a CUDA device (gpu marker)")
     for item in gpu_items:
         item.add_marker(skip)
-
-
-@pytest.fixture(scope="session")
-def ray_cluster():
-    """One local Ray instance for the whole test session (started on first use), with its
-    token and session files in a temporary folder; shut down at the end."""
-    from slime_core.testing import ray_session
-
-    with ray_session():
-        yield
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory):
-    """A tiny random Qwen3-architecture model with the character tokenizer, saved once."""
-    from slime_core.tools.tiny_models import build_tiny_qwen3
-
-    return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3"))
-
-
-@pytest.fixture(scope="session")
-def rank_pool():
-    """Rank processes kept for the whole session (`slime_core.rank.processes.RankPool`): each
-    multi-rank test runs on them instead of spawning its own (seconds of imports each)."""
-    from slime_core.rank.processes import RankPool
-
-    pool = RankPool()
-    try:
-        yield pool
-    finally:
-        pool.close()

@@ -1,69 +1,16 @@
 """The real driver (`slime run`) with fake train and rollout backends and a fake router, all
-registered through the public hooks (`tests/fake_backends.py`), in this process without Ray:
-sync, async with staleness, colocated, eval, save / resume, Ctrl-C and engine failure."""
+registered through the public hooks (`slime_core.testing.fakes`, run by the test kit's ``fake_run``
+fixture) in this process without Ray: sync, async with staleness, colocated, eval, save / resume,
+Ctrl-C and engine failure."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-if str(Path(__file__).parent) not in sys.path:  # fake_backends.py beside this file, as a plugin author's test module
-    sys.path.insert(0, str(Path(__file__).parent))
-
-from fake_backends import FakeBackendsPlugin, Recorder  # noqa: E402
-
-from slime_core import hookimpl  # noqa: E402
-from slime_core.cli.run import run_command  # noqa: E402
-from slime_core.loop.run_dir import read_metrics  # noqa: E402
-from slime_core.plugins import PluginError, Plugins  # noqa: E402
-
-FAKE = ["--actor-runtime", "inprocess", "--train-backend", "fake", "--rollout-backend", "fake", "--router", "fake"]
-
-
-@pytest.fixture
-def fake_run(tiny_model_dir, tmp_path):
-    """``fake_run(*flags, hooks=(), exit_code=0)`` runs ``slime run`` on the fakes; returns the
-    metrics records."""
-    data = tmp_path / "prompts.jsonl"
-    data.write_text(
-        "".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n" for a in range(10) for b in range(10))
-    )
-    base = [
-        *FAKE,
-        "--prompt-data",
-        str(data),
-        "--hf-checkpoint",
-        str(tiny_model_dir),
-        "--rm-type",
-        "digit_share",
-        "--rollout-batch-size",
-        "4",
-        "--n-samples-per-prompt",
-        "4",
-        "--rollout-max-response-len",
-        "6",
-        "--lr",
-        "2",
-    ]
-
-    def run(*flags, output="run", hooks=(), exit_code=0):
-        Recorder.reset()
-        plugins = Plugins()
-        extra = {"fake_backends": FakeBackendsPlugin, **{f"driver_test_hooks_{i}": h for i, h in enumerate(hooks)}}
-        for name, obj in extra.items():
-            plugins.register_object(name, obj)
-        try:
-            assert run_command([*base, "--output-dir", str(tmp_path / output), *flags], plugins) == exit_code
-        finally:
-            for name in extra:
-                plugins.unregister(name)
-        if exit_code:
-            return []
-        return [r for r in read_metrics(tmp_path / output / "metrics.jsonl") if r["rollout_id"] >= 0]
-
-    run.tmp_path = tmp_path
-    return run
+from slime_core import hookimpl
+from slime_core.loop.run_dir import read_metrics
+from slime_core.plugins import PluginError
+from slime_core.testing import Recorder
 
 
 def test_sync_run_uses_every_selected_part_and_learns(fake_run):

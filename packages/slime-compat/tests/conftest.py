@@ -7,10 +7,8 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).parent
-TESTS = Path(__file__).resolve().parents[3] / "tests"  # the repository's tests/: fake_backends.py
-for folder in (HERE, TESTS):  # slime_style_*.py, named by dotted path as in a launch script
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
+if str(HERE) not in sys.path:  # slime_style_*.py, named by dotted path as in a launch script
+    sys.path.insert(0, str(HERE))
 
 PLUGINS = "slime_style_plugins"
 
@@ -60,52 +58,34 @@ def make_config(tmp_path):
 @pytest.fixture
 def fake_loop(tiny_model_dir, tmp_path):
     """``fake_loop(*flags, rollouts=2, prompts=8, output="run") -> (records, batch)``: ``slime
-    run`` in this process on the fake backends of the repository's tests/ (no Ray), 2 groups of
-    2 samples per rollout from ``prompts`` addition prompts; the run's metrics records (evaluations
-    before training included) and the batch the fake rank last trained on."""
-    from fake_backends import FakeBackendsPlugin, Recorder
-
-    from slime_core.cli.run import run_command
+    run`` in this process on the test kit's fake backends (`slime_core.testing.run_on_fakes`, no
+    Ray), 2 groups of 2 samples per rollout from ``prompts`` addition prompts; the run's metrics
+    records (evaluations before training included) and the batch the fake rank last trained on."""
     from slime_core.loop.run_dir import read_metrics
-    from slime_core.plugins import Plugins
+    from slime_core.testing import Recorder, run_on_fakes
 
     def run(*flags, rollouts=2, prompts=8, output="run"):
         data = tmp_path / f"prompts{prompts}.jsonl"
         data.write_text("".join(f'{{"prompt": "{i}+1=", "label": "{i + 1}"}}\n' for i in range(prompts)))
-        plugins = Plugins()
-        plugins.register_object("fake_backends", FakeBackendsPlugin)
-        Recorder.reset()
-        try:
-            code = run_command(
-                [
-                    "--actor-runtime",
-                    "inprocess",
-                    "--train-backend",
-                    "fake",
-                    "--rollout-backend",
-                    "fake",
-                    "--router",
-                    "fake",
-                    "--prompt-data",
-                    str(data),
-                    "--hf-checkpoint",
-                    str(tiny_model_dir),
-                    "--rollout-batch-size",
-                    "2",
-                    "--n-samples-per-prompt",
-                    "2",
-                    "--rollout-max-response-len",
-                    "4",
-                    "--num-rollout",
-                    str(rollouts),
-                    "--output-dir",
-                    str(tmp_path / output),
-                    *flags,
-                ],
-                plugins,
-            )
-        finally:
-            plugins.unregister("fake_backends")
+        code = run_on_fakes(
+            [
+                "--prompt-data",
+                str(data),
+                "--hf-checkpoint",
+                str(tiny_model_dir),
+                "--rollout-batch-size",
+                "2",
+                "--n-samples-per-prompt",
+                "2",
+                "--rollout-max-response-len",
+                "4",
+                "--num-rollout",
+                str(rollouts),
+                "--output-dir",
+                str(tmp_path / output),
+                *flags,
+            ]
+        )
         assert code == 0
         return read_metrics(tmp_path / output / "metrics.jsonl"), Recorder.ranks[-1].batch if Recorder.ranks else None
 

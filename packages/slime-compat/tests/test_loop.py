@@ -1,4 +1,4 @@
-"""One real ``slime run`` (fake backends from the repository's tests/, in this process, no Ray)
+"""One real ``slime run`` (the test kit's fake backends, in this process, no Ray)
 whose generate function, reward and dynamic-sampling filter are slime-style functions named
 with slime's flags."""
 

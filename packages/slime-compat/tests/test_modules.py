@@ -330,7 +330,7 @@ def test_async_utils_runs_coroutines_from_sync_code_on_one_loop():
 
 def test_slime_sft_rollout_named_by_flag_trains_chat_messages_without_starting_an_engine(fake_loop, tmp_path):
     """slime's SFT launch: messages in, the multi-turn loss mask trained, no engine nor router."""
-    from fake_backends import Recorder
+    from slime_core.testing import Recorder
 
     data = tmp_path / "chats.jsonl"
     data.write_text(

@@ -8,7 +8,9 @@ train rank does REINFORCE with group-relative advantages on θ. So a run learns,
 travel from the rank to the engines through the weight-update contract, and every part
 records what it was asked to do (`Recorder`), which the tests read.
 
-Use with ``--actor-runtime inprocess --train-backend fake --rollout-backend fake --router fake``.
+Register `FakeBackendsPlugin` and run with ``--actor-runtime inprocess --train-backend fake
+--rollout-backend fake --router fake`` (`slime_core.testing.driver.run_on_fakes` does both; the
+``fake_run`` fixture on top of it).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """Fixtures of the end-to-end tests: ``slime run`` on the tiny model with CPU engines."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -74,36 +70,3 @@ def slime_run(ray_cluster, tiny_model_dir, tmp_path):
 
     run.tmp_path, run.base = tmp_path, base
     return run
-
-
-@pytest.fixture(scope="session")
-def example_plugin_env(tmp_path_factory):
-    """``example_plugin_env(folder)``: the example plugin under ``examples/plugins/folder``
-    installed for real (pip, into a fresh target folder); an environment that sees it."""
-    installed = {}
-
-    def install(folder: str) -> dict[str, str]:
-        if folder not in installed:
-            source = Path(__file__).resolve().parents[1] / "examples" / "plugins" / folder
-            target = tmp_path_factory.mktemp("site")
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--no-deps",
-                    "--no-build-isolation",
-                    "--target",
-                    str(target),
-                    str(source),
-                ],
-                check=True,
-                capture_output=True,
-                timeout=300,
-            )
-            installed[folder] = {**os.environ, "PYTHONPATH": str(target)}
-        return installed[folder]
-
-    return install

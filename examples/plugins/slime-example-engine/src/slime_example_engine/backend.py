@@ -55,7 +55,11 @@ class Engine:
 
     @torch.no_grad()
     def _sample(self, input_ids: list[int], sampling: SamplingParams, aborted_at_start: int) -> GenerateResult:
-        generator = torch.Generator().manual_seed(sampling.sampling_seed or 0)
+        generator = torch.Generator()
+        if sampling.sampling_seed is None:
+            generator.seed()  # each request draws anew, so the samples of a group differ
+        else:
+            generator.manual_seed(sampling.sampling_seed)
         logits, cache = self._forward(torch.tensor([input_ids]), None)
         ids, log_probs, finish = [], [], "length"
         for _ in range(sampling.max_new_tokens):

@@ -1,4 +1,5 @@
-"""The example third-party plugin, installed for real and found through its entry point."""
+"""The example third-party plugin, installed for real (the test kit's ``install_plugin``) and
+found through its entry point by ``slime`` itself: listed, selected, blocked, scoring."""
 
 import json
 import os
@@ -8,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = Path(__file__).resolve().parents[1]
+ROOT = PLUGIN.parents[2]  # the repository: the commands below name its quickstart config
 SLIME = str(Path(sys.executable).with_name("slime"))
 
 
-@pytest.fixture(scope="module")
-def installed(example_plugin_env):
-    return example_plugin_env("slime-example-plugin")
+@pytest.fixture
+def installed(install_plugin):
+    return install_plugin(PLUGIN)
 
 
 def slime(*args, env):

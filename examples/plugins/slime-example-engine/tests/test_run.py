@@ -13,13 +13,13 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = Path(__file__).resolve().parents[1]
 SLIME = str(Path(sys.executable).with_name("slime"))
 
 
-@pytest.fixture(scope="module")
-def installed(example_plugin_env):
-    return example_plugin_env("slime-example-engine")
+@pytest.fixture
+def installed(install_plugin):
+    return install_plugin(PLUGIN)
 
 
 def test_the_engine_plugin_is_listed_with_its_backend(installed):
@@ -62,7 +62,7 @@ def test_a_run_generates_on_the_plugin_engine_and_pushes_weights_into_it(install
         done = subprocess.run(
             command,
             env={**installed, "HOME": ray_dir, "RAY_TMPDIR": ray_dir},
-            cwd=ROOT,
+            cwd=tmp_path,
             capture_output=True,
             text=True,
             timeout=400,

@@ -8,15 +8,27 @@ from pathlib import Path
 import pytest
 
 PACKAGES = Path(__file__).resolve().parents[1] / "packages"
-SLIME_PACKAGES = {"slime_core", "slime_fsdp", "slime_megatron", "slime_sglang", "slime_rewards", "slime_router"}
-#: package -> the other slime packages it may import
+#: distribution -> the top-level modules it ships (slime-compat: its own, and slime's namespace)
+MODULES = {
+    "slime-core": {"slime_core"},
+    "slime-fsdp": {"slime_fsdp"},
+    "slime-megatron": {"slime_megatron"},
+    "slime-sglang": {"slime_sglang"},
+    "slime-rewards": {"slime_rewards"},
+    "slime-router": {"slime_router"},
+    "slime-compat": {"slime_compat", "slime"},
+}
+SLIME_PACKAGES = set().union(*MODULES.values())
+#: distribution -> the other distributions' modules it may import
 ALLOWED = {
-    "slime_core": set(),
-    "slime_router": {"slime_core"},
-    "slime_sglang": {"slime_core"},
-    "slime_rewards": {"slime_core"},
-    "slime_fsdp": {"slime_core"},
-    "slime_megatron": {"slime_core"},
+    "slime-core": set(),
+    "slime-router": {"slime_core"},
+    "slime-sglang": {"slime_core"},
+    "slime-rewards": {"slime_core"},
+    "slime-fsdp": {"slime_core"},
+    "slime-megatron": {"slime_core"},
+    # slime's API on top of the core; rm_hub's DAPO grader is slime-rewards' (its `rewards` extra)
+    "slime-compat": {"slime_core", "slime_rewards"},
 }
 
 
@@ -31,14 +43,22 @@ def imported_packages(path: Path) -> list[tuple[str, int]]:
     return found
 
 
+def test_every_package_is_checked():
+    assert sorted(path.name for path in PACKAGES.iterdir() if (path / "pyproject.toml").exists()) == sorted(MODULES)
+    for package, modules in MODULES.items():
+        assert {path.name for path in (PACKAGES / package / "src").iterdir() if path.is_dir()} - {
+            "__pycache__"
+        } == modules
+
+
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_a_package_imports_only_the_slime_packages_it_may(package):
-    source = PACKAGES / package.replace("_", "-") / "src" / package
     forbidden = [
         f"{path.relative_to(PACKAGES)}:{line} imports {module}"
-        for path in sorted(source.rglob("*.py"))
+        for own in sorted(MODULES[package])
+        for path in sorted((PACKAGES / package / "src" / own).rglob("*.py"))
         for module, line in imported_packages(path)
-        if module in SLIME_PACKAGES - {package} - ALLOWED[package]
+        if module in SLIME_PACKAGES - MODULES[package] - ALLOWED[package]
     ]
     assert not forbidden, (
         f"{package} may import only {sorted(ALLOWED[package]) or 'no other slime package'}; "

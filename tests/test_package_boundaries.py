@@ -1,6 +1,7 @@
 """Which slime package may import which: the core imports no plugin package, the router no
-rollout backend, and the two train backends not each other. Every import counts, lazy ones
-inside functions included, since a lazy import is still a dependency the moment it runs."""
+rollout backend, the two train backends not each other, and slime-compat only the core and the
+rewards. Every import counts, lazy ones inside functions included, since a lazy import is still
+a dependency the moment it runs."""
 
 import ast
 from pathlib import Path

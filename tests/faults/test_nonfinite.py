@@ -1,6 +1,8 @@
-"""Faults: non-finite values and failing rewards, injected on the route a run takes (`slime run`'s
-command in this process, on the test session's Ray: train ranks as Ray actors, a CPU engine
-behind the real sglang-router, weights pushed every rollout, a checkpoint after each rollout).
+"""Faults: non-finite values and failing rewards. The faults in training and in the weights are
+injected on the route a run takes (`slime run`'s command in this process, on the test session's
+Ray: train ranks as Ray actors, a CPU engine behind the real sglang-router, weights pushed every
+rollout, a checkpoint after each rollout); the reward faults, which the driver and its rollout
+handle before any backend sees a reward, on the same command with the test kit's fake backends.
 
 What the user gets, per fault:
 
@@ -30,6 +32,7 @@ import pytest
 from slime_core.cli.run import run_command
 from slime_core.loop.run_dir import read_metrics
 from slime_core.plugins import Plugins
+from slime_core.testing import run_on_fakes
 
 pytestmark = pytest.mark.integration
 
@@ -137,21 +140,19 @@ def plugin_dir(tmp_path_factory):
     return folder
 
 
-@pytest.fixture
-def slime(ray_cluster, tiny_model_dir, plugin_dir, tmp_path, monkeypatch, capsys):
-    """``slime(*flags, output=...)``: ``slime run`` with the faults plugin on 16 addition prompts,
-    two groups of four per rollout, a checkpoint after every rollout; returns the exit code, what
-    it printed to stderr, and the run directory."""
+def faults_runner(launch, data_dir, tiny_model_dir, plugin_dir, monkeypatch, capsys, route=()):
+    """``run(*flags, output=...)``: ``launch(argv)`` (``slime run``'s exit code) with the faults plugin on
+    16 addition prompts, two groups of four per rollout, a checkpoint after every rollout, and
+    the ``route`` flags; returns the exit code, what it printed to stderr, and the run directory."""
     monkeypatch.syspath_prepend(str(plugin_dir))
-    data = tmp_path / "prompts.jsonl"
+    data = data_dir / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{a}+1=", "label": str(a + 1)}) + "\n" for a in range(16)))
     base = [
         "--prompt-data",
         str(data),
         "--hf-checkpoint",
         str(tiny_model_dir),
-        "--rollout-engine",
-        "cpu",
+        *route,
         "--rollout-batch-size",
         "2",
         "--n-samples-per-prompt",
@@ -163,16 +164,45 @@ def slime(ray_cluster, tiny_model_dir, plugin_dir, tmp_path, monkeypatch, capsys
         "--save-interval",
         "1",
         "--save",
-        str(tmp_path / "ckpt"),
+        str(data_dir / "ckpt"),
     ]
 
     def run(*flags, output="run"):
         capsys.readouterr()
-        code = run_command([*base, "--output-dir", str(tmp_path / output), *flags], Plugins(["nonfinite_faults"]))
-        return code, capsys.readouterr().err, tmp_path / output
+        code = launch([*base, "--output-dir", str(data_dir / output), *flags])
+        return code, capsys.readouterr().err, data_dir / output
 
-    run.data, run.ckpt = data, tmp_path / "ckpt"
+    run.data, run.ckpt = data, data_dir / "ckpt"
     return run
+
+
+@pytest.fixture
+def slime(ray_cluster, tiny_model_dir, plugin_dir, tmp_path, monkeypatch, capsys):
+    """`faults_runner` on the route a run takes: ``slime run``'s command in this process, on the
+    session's Ray, with a CPU engine (for faults in training and in the weights)."""
+    return faults_runner(
+        lambda argv: run_command(argv, Plugins(["nonfinite_faults"])),
+        tmp_path,
+        tiny_model_dir,
+        plugin_dir,
+        monkeypatch,
+        capsys,
+        route=("--rollout-engine", "cpu"),
+    )
+
+
+@pytest.fixture
+def slime_on_fakes(tiny_model_dir, plugin_dir, tmp_path, monkeypatch, capsys):
+    """`faults_runner` on the test kit's fake backends (`slime_core.testing.run_on_fakes`), in this
+    process without Ray: for the reward faults, which the driver and its rollout handle alone."""
+    return faults_runner(
+        lambda argv: run_on_fakes(argv, modules=["nonfinite_faults"]),
+        tmp_path,
+        tiny_model_dir,
+        plugin_dir,
+        monkeypatch,
+        capsys,
+    )
 
 
 def saved_rollouts(ckpt: Path) -> list[int]:
@@ -181,8 +211,8 @@ def saved_rollouts(ckpt: Path) -> list[int]:
     return sorted(r for r in states if (ckpt / f"iter_{r:07d}").is_dir())
 
 
-def test_a_nan_reward_stops_the_run_naming_the_function_the_sample_its_prompt_and_the_value(slime):
-    code, err, run_dir = slime("--num-rollout", "3", "--rm-type", "nan_once")
+def test_a_nan_reward_stops_the_run_naming_the_function_the_sample_its_prompt_and_the_value(slime_on_fakes):
+    code, err, run_dir = slime_on_fakes("--num-rollout", "3", "--rm-type", "nan_once")
     nan = json.loads((run_dir / "nan_sample.json").read_text())
     assert code == 1, err[-2000:]
     message = (
@@ -190,24 +220,26 @@ def test_a_nan_reward_stops_the_run_naming_the_function_the_sample_its_prompt_an
         f"{nan['group']}/1 (#{nan['global']}) of the prompt at {nan['source']}"
     )
     assert message in err and "--drop-nonfinite-rewards" in err
-    assert nan["source"].startswith(f"{slime.data}:")  # the prompt's own line of the data file
+    assert nan["source"].startswith(f"{slime_on_fakes.data}:")  # the prompt's own line of the data file
     assert "Traceback" not in err
     assert message in (run_dir / "slime.log").read_text()
     assert json.loads((run_dir / "status.json").read_text())["status"] == "failed"
     assert [r["rollout_id"] for r in read_metrics(run_dir / "metrics.jsonl")] == [0]
-    assert saved_rollouts(slime.ckpt) == [0]  # rollout 1 saved nothing; rollout 0's checkpoint is whole:
-    code, err, resumed = slime(
-        "--num-rollout", "2", "--rm-type", "_digits_reward", "--load", str(slime.ckpt), output="resumed"
+    assert saved_rollouts(slime_on_fakes.ckpt) == [0]  # rollout 1 saved nothing; rollout 0's checkpoint is whole:
+    code, err, resumed = slime_on_fakes(
+        "--num-rollout", "2", "--rm-type", "_digits_reward", "--load", str(slime_on_fakes.ckpt), output="resumed"
     )
     assert code == 0, err[-2000:]
     assert [r["rollout_id"] for r in read_metrics(resumed / "metrics.jsonl")] == [1]
 
 
-def test_dropped_nan_and_failed_rewards_leave_their_groups_out_counted(slime, caplog):
+def test_dropped_nan_and_failed_rewards_leave_their_groups_out_counted(slime_on_fakes, caplog):
     """A NaN reward with --drop-nonfinite-rewards, and a reward call that raises, for one
     sample each: the groups are left out and replaced, the run finishes and counts them; a
     warning (on stderr in a terminal) names each sample."""
-    code, err, run_dir = slime("--num-rollout", "2", "--rm-type", "nan_once_and_raise_once", "--drop-nonfinite-rewards")
+    code, err, run_dir = slime_on_fakes(
+        "--num-rollout", "2", "--rm-type", "nan_once_and_raise_once", "--drop-nonfinite-rewards"
+    )
     assert code == 0, err[-2000:]
     first, second = read_metrics(run_dir / "metrics.jsonl")
     assert first["reward/non_finite"] == 0 and first["reward/failed"] == 0
@@ -220,11 +252,11 @@ def test_dropped_nan_and_failed_rewards_leave_their_groups_out_counted(slime, ca
     assert (
         f"{function} returned nan for sample " in caplog.text and "; dropped (--drop-nonfinite-rewards)" in caplog.text
     )
-    assert caplog.text.count(f"of the prompt at {slime.data}:") == 2
+    assert caplog.text.count(f"of the prompt at {slime_on_fakes.data}:") == 2
 
 
-def test_a_reward_that_always_raises_stops_the_run_naming_it_and_the_sample(slime):
-    code, err, run_dir = slime(
+def test_a_reward_that_always_raises_stops_the_run_naming_it_and_the_sample(slime_on_fakes):
+    code, err, run_dir = slime_on_fakes(
         "--num-rollout", "3", "--rm-type", "raises_when_armed", "--dynamic-sampling-max-groups", "2"
     )
     assert code == 1, err[-2000:]
@@ -232,9 +264,9 @@ def test_a_reward_that_always_raises_stops_the_run_naming_it_and_the_sample(slim
         "had a sample whose reward failed, the last: reward function 'raises_when_armed' (plugin "
         "'nonfinite_faults', local module) raised ValueError: grader crashed on sample " in err
     )
-    assert f"of the prompt at {slime.data}:" in err and "--rm-failure-reward" in err
+    assert f"of the prompt at {slime_on_fakes.data}:" in err and "--rm-failure-reward" in err
     assert "Traceback" not in err.split("grader crashed on sample")[-1]  # the message ends it, no traceback
-    assert saved_rollouts(slime.ckpt) == [0]
+    assert saved_rollouts(slime_on_fakes.ckpt) == [0]
 
 
 @pytest.mark.parametrize(

@@ -19,17 +19,17 @@ FAKE_FLAGS = (
 )
 
 
-def run_on_fakes(argv, hooks=()) -> int:
-    """``slime run FAKE_FLAGS *argv`` in this process, with the installed plugins, the fake
-    backends and ``hooks`` (objects or modules with ``@hookimpl`` functions) registered for
-    this run only; its exit code. `Recorder` is reset first: afterwards it holds what this run
-    asked of the fakes."""
+def run_on_fakes(argv, hooks=(), modules=()) -> int:
+    """``slime run FAKE_FLAGS *argv`` in this process, with the installed plugins, the local
+    plugin ``modules`` (as ``slime -p module`` loads them), and the fake backends and ``hooks``
+    (objects or modules with ``@hookimpl`` functions) registered for this run only; its exit
+    code. `Recorder` is reset first: afterwards it holds what this run asked of the fakes."""
     from slime_core.cli.run import run_command
     from slime_core.plugins import Plugins
     from slime_core.testing.fakes import FakeBackendsPlugin, Recorder
 
     Recorder.reset()
-    plugins = Plugins()
+    plugins = Plugins(modules)
     extra = {"fake_backends": FakeBackendsPlugin, **{f"driver_test_hooks_{i}": hook for i, hook in enumerate(hooks)}}
     for name, plugin in extra.items():
         plugins.register_object(name, plugin)

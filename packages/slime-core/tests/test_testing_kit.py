@@ -1,5 +1,6 @@
 """The test kit's pytest plugin: pytest finds it through its entry point, in any project, and
-it stays light, since it loads in every pytest session of an environment with slime-core."""
+it stays light and leaves the code under test alone, since it loads in every pytest session of
+an environment with slime-core."""
 
 import subprocess
 import sys
@@ -28,3 +29,14 @@ def test_the_plugin_imports_nothing_heavy():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_pytest_rewrites_the_asserts_of_the_kit_only():
+    import slime_core.loop.weight_check  # (not one of the modules the kit imports as pytest loads it)
+    import slime_core.testing.plugins
+
+    def rewritten(module) -> bool:
+        return type(module.__loader__).__name__ == "AssertionRewritingHook"
+
+    assert rewritten(slime_core.testing.plugins)  # a failed check in a plugin's tests says what differed
+    assert not rewritten(slime_core.loop.weight_check)

@@ -74,7 +74,10 @@ def start_parts(config: Config, plugins: Plugins, run_dir: RunDir, stack: ExitSt
         run_dir.mark("train ranks loaded")
 
     tokenizer = _tokenizer_loading(config)
-    with _alongside(start_training, parallel=not (config.colocate and placement.gpu)):
+    # In one process (--actor-runtime inprocess) the rank and an in-process engine would load their
+    # models at once, and transformers' loading is not thread-safe (one got meta tensors: 1 run in 5).
+    in_one_process = config.actor_runtime == "inprocess"
+    with _alongside(start_training, parallel=not (config.colocate and placement.gpu) and not in_one_process):
         engines = router = None
         if engine_side is not None:
             engines, router = _engines_and_router(config, plugins, engine_side, placement, run_dir, stack)

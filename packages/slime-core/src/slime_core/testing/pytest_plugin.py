@@ -18,6 +18,21 @@ import os
 import pytest
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config):
+    """Let pytest rewrite the asserts of the kit (`slime_core.testing`) only. pytest marks the
+    whole package of a ``pytest11`` plugin, here all of slime_core: it would then parse every
+    module a test imports, which slows imports, changes the asserts of the code under test, and
+    on some Python 3.11 releases (a CPython bug) fails imports from two threads at once with "AST
+    constructor recursion depth mismatch" (an in-process rank and engine import at once)."""
+    rewrite = early_config.pluginmanager.rewrite_hook
+    marked = getattr(rewrite, "_must_rewrite", None)  # absent with --assert=plain
+    if isinstance(marked, set) and "slime_core" in marked:
+        marked.discard("slime_core")
+        marked.add("slime_core.testing")
+        getattr(rewrite, "_marked_for_rewrite_cache", {}).clear()
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """One local Ray instance for the whole test session (started on first use), with its

@@ -1,7 +1,7 @@
 """slime-core and slime-fsdp alone, with CPU torch, in a fresh venv.
 
 `slime tiny-model` and the quickstart's SFT warm-up must run to completion there, although
-the defaults of ``--rollout-backend``, ``--router`` and the rollout functions name parts of
+the defaults of ``--rollout-backend`` and ``--router`` name parts of
 slime-sglang and slime-router: an SFT run does not use them. The quickstart's GRPO stage does,
 so it must stop before starting anything and say which package to install.
 """
@@ -28,10 +28,7 @@ OTHER_PACKAGES = ("slime_sglang", "slime_router", "slime_rewards", "slime_megatr
 CUDA_PREFIXES = ("nvidia-", "cuda-")
 #: Options of the GRPO config whose default names a part of an uninstalled package.
 NEEDED_PARTS = {
-    "--rollout-function": "slime-sglang",
     "--rollout-backend": "slime-sglang",
-    "--generate-function": "slime-sglang",
-    "--eval-function": "slime-sglang",
     "--router": "slime-router",
     "--rm-type": "slime-rewards",
 }

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from slime_core.loop.rollout_metrics import drop_stale_groups
+from slime_core.rollout.metrics import drop_stale_groups
 from slime_core.sample import Sample
 from slime_core.testing import alive, command_line
 

@@ -9,7 +9,9 @@ import pytest
 
 from slime_core.data.source import PromptDataSource
 from slime_core.plugins import Plugins
-from slime_core.rollout.parts import GenerateContext
+from slime_core.rollout.default import default_rollout
+from slime_core.rollout.generate import generate_sample
+from slime_core.rollout.parts import GenerateContext, RolloutParts
 from slime_core.rollout.reward_hub import RewardHub
 from slime_core.rollout_batch import RolloutBatch
 from slime_core.testing import make_config
@@ -17,8 +19,6 @@ from slime_core.train_backend import TrainGroup
 from slime_fsdp.rank import FSDPTrainRank
 from slime_sglang.client import EngineClient
 from slime_sglang.cpu_engine.launch import cpu_engine
-from slime_sglang.generate import generate_sample
-from slime_sglang.rollout import RolloutParts, default_rollout
 
 pytestmark = pytest.mark.integration
 

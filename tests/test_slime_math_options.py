@@ -5,7 +5,7 @@ import pytest
 
 from slime_core.config import Config
 from slime_core.config.no_effect import no_effect_warnings
-from slime_core.loop.debug_rollouts import save_rollout
+from slime_core.rollout.debug_data import save_rollout
 from slime_core.rollout.result import RolloutResult
 from slime_core.sample import Sample, SampleStatus
 

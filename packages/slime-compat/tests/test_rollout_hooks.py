@@ -68,8 +68,8 @@ def test_flags_select_the_native_hooks_and_keep_native_names(make_config):
 
 
 def test_a_generate_function_returning_something_else_says_what_to_return():
+    from slime_core.rollout.generate import produced_samples
     from slime_core.sample import Sample
-    from slime_sglang.generate import produced_samples
 
     parent = Sample(group_index=3, index=1)
     child = Sample()

@@ -7,15 +7,15 @@ import pytest
 
 from slime_core.data.source import PromptDataSource
 from slime_core.plugins import Plugins
+from slime_core.rollout.default import default_rollout
+from slime_core.rollout.evaluation import evaluate, pass_at_k
+from slime_core.rollout.generate import generate_sample
 from slime_core.rollout.parts import GenerateContext, RolloutParts
 from slime_core.rollout.reward_hub import RewardHub
 from slime_core.sample import SampleStatus
 from slime_core.testing import make_config
 from slime_sglang.client import EngineClient
 from slime_sglang.engine_group import EngineGroup
-from slime_sglang.evaluation import evaluate, pass_at_k
-from slime_sglang.generate import generate_sample
-from slime_sglang.rollout import default_rollout
 
 pytestmark = pytest.mark.integration
 
@@ -204,9 +204,10 @@ def test_an_engine_killed_mid_rollout_is_a_clear_error(parts_for, tiny_model_dir
 
 
 @pytest.mark.parametrize("engines", [1, 2])
-def test_requests_in_flight_are_limited_per_engine(parts_for, engines):
+def test_requests_in_flight_are_limited_per_engine(parts_for, engine_url, engines):
     """``--rollout-concurrency`` counts per engine: the rollout keeps that many × the engines in flight."""
-    config, parts = parts_for(rollout_concurrency=2, rollout_num_gpus=engines)
+    config, parts = parts_for(rollout_concurrency=2)
+    parts.engines = EngineGroup([engine_url] * engines)  # the engines the rollout is handed (one, twice)
     parts.group_filter = None
     in_flight, most = 0, 0
 

@@ -97,8 +97,8 @@ def test_top_p_replay_asks_for_the_nuclei_in_sglang_s_custom_params(tmp_path, ti
     """With --rollout-top-p < 1 the rollout's /generate asks for each token's nucleus where
     slime's top-p SGLang patch reads it (``sampling_params.custom_params``, a field of SGLang's
     SamplingParams), in a body that fits GenerateReqInput; evaluation, and top-p 1, do not ask."""
+    from slime_core.rollout.default import sampling_params
     from slime_core.testing import make_config
-    from slime_sglang.rollout import sampling_params
 
     data = tmp_path / "p.jsonl"
     data.write_text('{"prompt": "1+1=", "label": "2"}\n')

@@ -95,10 +95,10 @@ def rollout(warmed_up):
     from slime_core.data.source import PromptDataSource
     from slime_core.plugins import Plugins
     from slime_core.plugins.custom_paths import apply_custom_paths
-    from slime_core.rollout.parts import GenerateContext
+    from slime_core.rollout.default import default_rollout
+    from slime_core.rollout.parts import GenerateContext, RolloutParts
     from slime_core.rollout.reward_hub import RewardHub
     from slime_sglang.client import EngineClient
-    from slime_sglang.rollout import RolloutParts, default_rollout
 
     model_dir, url = warmed_up
     plugins = Plugins()

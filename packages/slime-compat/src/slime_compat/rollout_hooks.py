@@ -6,7 +6,7 @@
   generated sample before its reward: our ``--sample-hook`` (``slime_core.hookspecs.slime_register_sample_hooks``).
 - A rollout sample filter is ``fn(args, groups) -> None`` that sets ``sample.remove_sample``
   on the rollout's accepted groups: our over-rollout ``--sample-filter``
-  (`slime_core.loop.sample_filters.over_rollout`), so a removed sample keeps counting in its
+  (`slime_core.rollout.sample_filters.over_rollout`), so a removed sample keeps counting in its
   group's reward statistics and its loss mask becomes zeros, as in slime.
 - An all-samples process is ``fn(args, all_groups, data_source) -> None`` with every group
   generated to the end, filtered-out ones included: our ``--all-groups-hook``.
@@ -20,7 +20,7 @@ from slime_compat.args import slime_args
 from slime_compat.functions import call, load_function
 from slime_compat.rollout import DataSourceView
 from slime_compat.sample import Sample, promote, promote_all
-from slime_core.loop.sample_filters import over_rollout
+from slime_core.rollout.sample_filters import over_rollout
 
 
 async def rollout_sample_hooks(sample, config, rollout_id):

@@ -1,4 +1,6 @@
-"""The core's own plugin: core options, the built-in data source and buffer filter, and the
+"""The core's own plugin: core options, the built-in data source and buffer filter, the
+default rollout, generate and eval functions (``slime_core.rollout``: they work with any
+rollout backend through its contracts), ``sft``, ``--router none``, and the
 advantage estimators, policy losses and TIS functions of ``slime_core.algorithms``.
 
 Built-ins are registered exactly like third-party plugins; references are strings so that
@@ -30,7 +32,18 @@ def slime_register_data_sources(register):
 
 @hookimpl
 def slime_register_rollout_functions(register):
+    register("default", "slime_core.rollout.default:default_rollout")
     register("sft", "slime_core.rollout.sft:sft_rollout")
+
+
+@hookimpl
+def slime_register_generate_functions(register):
+    register("default", "slime_core.rollout.generate:generate_sample")
+
+
+@hookimpl
+def slime_register_eval_functions(register):
+    register("default", "slime_core.rollout.evaluation:evaluate")
 
 
 @hookimpl

@@ -6,7 +6,7 @@ the endpoint and the answer; a ``/generate`` that the server refuses (4xx) raise
 the server's message, because it means the request itself is wrong. When the engine is not
 there to answer (no connection, or a 5xx from it or from the router in front of it) the error
 is the subclass `EngineUnavailable`: with ``--use-fault-tolerance`` the rollout generates
-such a sample again once the engines are back (``slime_sglang.generate.generate_resilient``).
+such a sample again once the engines are back (``slime_core.rollout.generate.generate_resilient``).
 Both errors, and the answer's codec (``parse_generate``), are slime-core's
 (``slime_core.engine``), shared by every rollout backend.
 

@@ -1,8 +1,8 @@
 """slime-sglang's plugin module, found through the ``slime`` entry-point group.
 
 This is where the package registers the ``sglang`` rollout backend and the engine servers it
-starts (SGLang servers and the CPU engine), the default rollout, generate and eval functions,
-``slime engine serve`` (the CPU engine's server) and its options.
+starts (SGLang servers and the CPU engine), ``slime engine serve`` (the CPU engine's server)
+and its options. The default rollout, generate and eval functions it runs are slime-core's.
 It imports nothing heavy, so ``slime --help`` stays fast.
 """
 
@@ -87,18 +87,3 @@ def slime_register_rollout_backends(register):
 def slime_register_rollout_engines(register):
     register("sglang", "slime_sglang.servers:sglang_command")
     register("cpu", "slime_sglang.servers:cpu_engine_command")
-
-
-@hookimpl
-def slime_register_rollout_functions(register):
-    register("default", "slime_sglang.rollout:default_rollout")
-
-
-@hookimpl
-def slime_register_generate_functions(register):
-    register("default", "slime_sglang.generate:generate_sample")
-
-
-@hookimpl
-def slime_register_eval_functions(register):
-    register("default", "slime_sglang.evaluation:evaluate")

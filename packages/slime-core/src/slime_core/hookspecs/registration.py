@@ -135,10 +135,10 @@ def slime_register_sample_filters(register):
     NAME ...``), e.g. truncated or over-long responses.
 
     A sample filter is ``fn(sample, config) -> bool`` (True keeps the sample), or, marked
-    with ``slime_core.loop.sample_filters.over_rollout``, ``fn(groups, config) -> keep`` that
+    with ``slime_core.rollout.sample_filters.over_rollout``, ``fn(groups, config) -> keep`` that
     judges the whole rollout at once (``keep[g][i]`` for sample i of group g). A rejected
     sample stays in its group (its reward still counts in the group's statistics) but its
-    loss mask becomes zeros (``slime_core.loop.sample_filters``). Called the first time a
+    loss mask becomes zeros (``slime_core.rollout.sample_filters``). Called the first time a
     sample filter is looked up.
 
     :param register: ``register(name, filter_fn_or_ref)``.

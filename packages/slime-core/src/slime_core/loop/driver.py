@@ -28,13 +28,13 @@ from slime_core.checkpoint.directory import (
 from slime_core.faults.nonfinite import SkippedSteps
 from slime_core.faults.run_error import RunError
 from slime_core.faults.run_fault import stoppable, stopping_fault
-from slime_core.loop.debug_rollouts import save_rollout
 from slime_core.loop.progress import Progress
-from slime_core.loop.rollout_metrics import drop_stale_groups, rollout_metrics, staleness
-from slime_core.loop.rollouts import ROLLOUT_SECONDS
 from slime_core.loop.run_dir import RunDir
 from slime_core.loop.runtime import ray_runtime
-from slime_core.loop.sample_filters import SampleFilters
+from slime_core.rollout.debug_data import save_rollout
+from slime_core.rollout.manager import ROLLOUT_SECONDS
+from slime_core.rollout.metrics import drop_stale_groups, rollout_metrics, staleness
+from slime_core.rollout.sample_filters import SampleFilters
 from slime_core.rollout_batch import train_batch
 
 if TYPE_CHECKING:
@@ -269,7 +269,7 @@ class Run:
         self.parts.colocation.for_rollout()
         self.plugins.before_eval(rollout_id)
         start = time.perf_counter()
-        from slime_core.loop.rollouts import RolloutManager
+        from slime_core.rollout.manager import RolloutManager
 
         rollouts = self.parts.rollouts
         assert isinstance(rollouts, RolloutManager)  # eval_due: replayed rollouts have no eval datasets

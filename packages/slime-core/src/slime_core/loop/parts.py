@@ -29,11 +29,11 @@ if TYPE_CHECKING:
     from slime_core.config import Config
     from slime_core.engine import RolloutEngine
     from slime_core.loop.colocation import Colocation
-    from slime_core.loop.debug_rollouts import ReplayedRollouts
-    from slime_core.loop.rollouts import RolloutManager
     from slime_core.loop.run_dir import RunDir
     from slime_core.loop.weight_sync import WeightSync
     from slime_core.plugins import Plugins
+    from slime_core.rollout.debug_data import ReplayedRollouts
+    from slime_core.rollout.manager import RolloutManager
     from slime_core.rollout_backend import ActorOptions, Engines, RolloutBackend
     from slime_core.router import Router
     from slime_core.train_backend import RankClass, TrainGroup
@@ -84,7 +84,7 @@ def start_parts(config: Config, plugins: Plugins, run_dir: RunDir, stack: ExitSt
         rollouts = _stopped_by(stack, _rollouts(config, plugins, engine_side, engines, router, tokenizer), "close")
     trainer, critic = training.get("trainer"), training.get("critic")
     from slime_core.loop.colocation import Colocation
-    from slime_core.loop.rollouts import RolloutManager
+    from slime_core.rollout.manager import RolloutManager
 
     generating = rollouts if isinstance(rollouts, RolloutManager) and engines is not None else None
     colocation = Colocation(config.colocate, trainer, engines, generating.run if generating is not None else None)
@@ -299,10 +299,10 @@ def _rollouts(
     """Where rollouts come from: generated (the rollout manager, given the ``tokenizer`` being
     loaded), or replayed from files."""
     if config.load_debug_rollout_data:
-        from slime_core.loop.debug_rollouts import ReplayedRollouts
+        from slime_core.rollout.debug_data import ReplayedRollouts
 
         return ReplayedRollouts(config.load_debug_rollout_data)
-    from slime_core.loop.rollouts import RolloutManager
+    from slime_core.rollout.manager import RolloutManager
 
     rollout_fn = plugins.registry("rollout_functions").get(config.rollout_function)
     make_client = None

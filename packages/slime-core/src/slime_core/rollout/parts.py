@@ -4,7 +4,7 @@ A rollout function is ``async fn(rollout_id, config, parts: RolloutParts) -> Rol
 (``slime_register_rollout_functions``); a generate function is ``async fn(sample, sampling,
 ctx: GenerateContext) -> Sample`` (or a list of samples that take its place in the group;
 ``slime_register_generate_functions``). The loop builds
-both once per run (`slime_core.loop.rollouts.RolloutManager`).
+both once per run (`slime_core.rollout.manager.RolloutManager`).
 
 A rollout function that generates nothing (``sft``, which completes samples with their
 labels) is marked with `without_engines`, and a run of it starts no engine or router.

@@ -12,8 +12,8 @@ import pytest
 from slime_core.config import Config
 from slime_core.engine import EngineUnavailable
 from slime_core.loop.fault_tolerance import EngineMonitor, engine_fault_handled
+from slime_core.rollout.generate import generate_resilient
 from slime_core.sample import Sample
-from slime_sglang.generate import generate_resilient
 
 RESTART_S = 1.5  # how long the replacement takes: longer than the sample's one retry would wait
 

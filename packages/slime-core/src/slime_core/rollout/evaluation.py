@@ -12,12 +12,12 @@ import asyncio
 from math import comb
 
 from slime_core.data.prompt_dataset import PromptDataset
+from slime_core.rollout.default import samples_in_flight, sampling_params
+from slime_core.rollout.generate import generate_resilient
 from slime_core.rollout.parts import RolloutParts
 from slime_core.rollout.result import EvalResult
 from slime_core.rollout.reward_hub import scalar_reward
 from slime_core.sample import Sample, SampleStatus
-from slime_sglang.generate import generate_resilient
-from slime_sglang.rollout import samples_in_flight, sampling_params
 
 
 def pass_at_k(n: int, correct: int, k: int) -> float:
@@ -40,7 +40,7 @@ async def evaluate(config, parts: RolloutParts, datasets: dict[str, PromptDatase
 async def _generate_all(config, parts: RolloutParts, dataset: PromptDataset) -> list[list[Sample]]:
     n = config.n_samples_per_eval_prompt
     sampling = sampling_params(config, evaluation=True)
-    limit = asyncio.Semaphore(samples_in_flight(config))
+    limit = asyncio.Semaphore(samples_in_flight(config, parts))
     groups = [[_copy(template, i, index) for index in range(n)] for i, template in enumerate(dataset.samples)]
 
     async def one(sample: Sample) -> None:

@@ -5,7 +5,7 @@ Per rollout:
 1. pull prompt groups from the data source (partial groups from the buffer first) and
    generate ``n_samples_per_prompt`` responses for each, at most ``--rollout-concurrency``
    samples per engine in flight (`samples_in_flight`); a fresh group goes as one request
-   for all its samples (``--rollout-group-requests``, see `slime_sglang.generate.generate_group`);
+   for all its samples (``--rollout-group-requests``, see `slime_core.rollout.generate.generate_group`);
 2. pass each generated sample through the ``--sample-hook`` hooks (a generate function may
    have split it into several, which take its place in the group), score each finished
    group with the reward hub as soon as it is done (generation of the others goes on
@@ -33,10 +33,10 @@ import time
 from slime_core.engine import TOP_P_REPLAY_PARAM, SamplingParams
 from slime_core.faults.run_error import RunError
 from slime_core.rollout.filters import RolloutProgress
+from slime_core.rollout.generate import generate_group_resilient, generate_produced, generate_sample
 from slime_core.rollout.parts import RolloutParts
 from slime_core.rollout.result import RolloutResult
 from slime_core.sample import Sample, SampleStatus
-from slime_sglang.generate import generate_group_resilient, generate_produced, generate_sample
 
 
 def sampling_params(config, evaluation: bool = False) -> SamplingParams:
@@ -61,14 +61,12 @@ def sampling_params(config, evaluation: bool = False) -> SamplingParams:
     )
 
 
-def samples_in_flight(config) -> int:
-    """At most ``--rollout-concurrency`` samples per engine in flight. An engine batches the
-    requests it has, so a limit below its batch size starves it: with 64 in flight, a
-    256-sample rollout of the quickstart ran as four waves of 64 on the CPU engine."""
-    from slime_sglang.engine_group import engine_count
-
-    external = config.get("rollout_external_engine_addrs")
-    return config.rollout_concurrency * (len(external) if external else engine_count(config))
+def samples_in_flight(config, parts: RolloutParts) -> int:
+    """At most ``--rollout-concurrency`` samples per engine in flight (the engines the rollout
+    was handed, ``parts.engines``; one engine when it was handed only a generation client). An
+    engine batches the requests it has, so a limit below its batch size starves it: with 64 in
+    flight, a 256-sample rollout of the quickstart ran as four waves of 64 on the CPU engine."""
+    return config.rollout_concurrency * (len(parts.engines.urls) if parts.engines is not None else 1)
 
 
 async def default_rollout(rollout_id: int, config, parts: RolloutParts) -> RolloutResult:
@@ -84,7 +82,7 @@ class _Rollout:
         self.target = config.rollout_batch_size
         self.in_flight_goal = max(self.target, config.over_sampling_batch_size or 0)
         self.sampling = sampling_params(config)
-        self.most_in_flight = samples_in_flight(config)
+        self.most_in_flight = samples_in_flight(config, parts)
         self.limit = asyncio.Semaphore(self.most_in_flight)
         self.taking = asyncio.Lock()  # one group at a time takes its samples' places (no deadlock)
         self.accepted: list[list[Sample]] = []

@@ -57,9 +57,7 @@ def _monitor(engines, weights, lines, fault_tolerance=True):
             "max_engine_restarts": 3,
         }
     )
-    return EngineMonitor(
-        config, engines, Router(), weights, Colocation(), run=None, version=lambda: 7, log=lines.append
-    ).start()
+    return EngineMonitor(config, engines, Router(), weights, Colocation(), version=lambda: 7, log=lines.append).start()
 
 
 def _wait(condition, timeout_s=10.0):

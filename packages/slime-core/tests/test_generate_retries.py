@@ -11,8 +11,9 @@ import pytest
 
 from slime_core.config import Config
 from slime_core.engine import EngineUnavailable
-from slime_core.loop.fault_tolerance import EngineMonitor, engine_fault_handled
+from slime_core.loop.fault_tolerance import EngineMonitor
 from slime_core.rollout.generate import generate_resilient
+from slime_core.rollout.parts import GenerateContext
 from slime_core.sample import Sample
 
 RESTART_S = 1.5  # how long the replacement takes: longer than the sample's one retry would wait
@@ -72,7 +73,7 @@ def monitored():
     )
     engines, router, lines = Engines(), Router(), []
     monitor = EngineMonitor(
-        config, engines, router, Weights(), Colocation(), run=None, version=lambda: 0, log=lines.append
+        config, engines, router, Weights(), Colocation(), version=lambda: 0, log=lines.append
     ).start()
     try:
         yield engines, config, monitor
@@ -80,17 +81,14 @@ def monitored():
         monitor.stop()
 
 
-def _generate(config, attempt):
-    """`generate_resilient` of one sample whose generation is ``attempt(sample)``; its result."""
+def _generate(config, monitor, attempt):
+    """`generate_resilient` of one sample whose generation is ``attempt(sample)``, with the
+    monitor's check after an engine fault (as the driver hands it); its result."""
 
     async def generate(sample, sampling, ctx):
         attempt(sample)
 
-    class Ctx:
-        pass
-
-    ctx = Ctx()
-    ctx.config = config
+    ctx = GenerateContext(None, None, config, engine_fault_handled=monitor.replaced_since_now)
     return asyncio.run(generate_resilient(Sample(prompt="1+1=", index=0, group_index=0), None, ctx, generate))
 
 
@@ -108,7 +106,7 @@ def test_failures_during_a_replacement_cost_no_retry(monitored):
         sample.response = "2"
 
     started = time.monotonic()
-    regenerated = _generate(config, attempt)
+    regenerated = _generate(config, monitor, attempt)
     assert monitor.restarts == 1 and regenerated == len(attempts) - 1 >= 1
     assert time.monotonic() - started >= RESTART_S  # it waited for the replacement, not its one retry's 1 s
 
@@ -123,9 +121,9 @@ def test_failures_while_every_engine_is_healthy_use_up_the_retries(monitored):
         raise EngineUnavailable("engine://0 answered 503")
 
     with pytest.raises(EngineUnavailable):
-        _generate(config, attempt)
+        _generate(config, monitor, attempt)
     assert attempts == ["", ""] and monitor.restarts == 0  # the first try and one retry, each from a fresh sample
 
 
 def test_without_a_monitor_a_failure_is_nobody_s_to_handle():
-    assert asyncio.run(engine_fault_handled()) is False
+    assert asyncio.run(GenerateContext(None, None, None).engine_fault_handled()) is False

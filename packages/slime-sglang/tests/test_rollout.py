@@ -107,11 +107,11 @@ def test_a_fresh_group_is_one_request_and_samples_what_per_sample_requests_sampl
         config, parts = parts_for(
             rollout_group_requests=grouped,
             rollout_concurrency=concurrency,
-            rollout_engine="cpu",
             rollout_max_response_len=6,
         )
         parts.group_filter = None
         parts.ctx.engine = _CountingClient(engine_url)
+        parts.ctx.per_copy_seeds = True  # the CPU engine seeds each copy of a group request
         result = asyncio.run(default_rollout(0, config, parts))
         samples[grouped, concurrency] = {(s.group_index, s.index): s for group in result.groups for s in group}
         requests[grouped, concurrency] = parts.ctx.engine.generate_requests

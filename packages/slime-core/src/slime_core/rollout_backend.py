@@ -53,11 +53,17 @@ ActorOptions = Callable[[int], dict]
 class Engines(Protocol):
     """A run's running engines. Every coroutine acts on every engine concurrently and raises
     the first engine's error once all answered (`slime_core.engine.EngineError`;
-    `EngineUnavailable` when an engine is gone)."""
+    `EngineUnavailable` when an engine is gone).
+
+    Optional: ``per_copy_seeds = True`` says that `RolloutEngine.generate_parallel` on these
+    engines draws copy i with ``slime_core.engine.parallel_sample_seed(seed, i)``; only then does
+    the default rollout send a group request its seed (an engine that gives every copy the same
+    seed, as SGLang does, gets none). Absent means False."""
 
     @property
     def urls(self) -> list[str]:
-        """Each engine's address, as the router and `RolloutBackend.client` take it."""
+        """Each engine's address, as the router and `RolloutBackend.client` take it; the
+        default rollout keeps ``--rollout-concurrency`` samples in flight per engine."""
 
     @property
     def transports(self) -> tuple[str, ...]:

@@ -55,8 +55,10 @@ class EngineGroup:
         launch: tuple | None = None,
         ranks_per_engine: int = 1,
         network: Network | None = None,
+        per_copy_seeds: bool = False,
     ):
         self.urls = list(urls)
+        self.per_copy_seeds = per_copy_seeds  # the engine command is `slime_sglang.servers.seeds_each_copy`
         self._network = network or Network()  # the run's: its token and where a broadcast group listens
         self._servers = list(servers or [])  # Ray actors of the servers this group started
         self._request_timeout = request_timeout  # seconds per control call
@@ -72,13 +74,14 @@ class EngineGroup:
         supply the command of ``--rollout-engine``; ``actor_options(index) -> dict`` places
         each engine's actor (`slime_core.cluster.placement.Placement.engine_options`).
         """
-        if config.get("rollout_external_engine_addrs"):
-            return cls.connect(config.rollout_external_engine_addrs)
         if plugins is None:
             from slime_core.plugins import Plugins
 
             plugins = Plugins()
         command_fn = plugins.registry("rollout_engines").get(config.rollout_engine)
+        per_copy_seeds = getattr(command_fn, "seeds_each_copy", False)  # external ones: as --rollout-engine says
+        if config.get("rollout_external_engine_addrs"):
+            return cls.connect(config.rollout_external_engine_addrs, per_copy_seeds=per_copy_seeds)
         actor_options = _loading_plugins(actor_options, plugins.worker_env())
         urls, servers = start_servers(config, command_fn, model_path, engine_count(config), actor_options)
         return cls(
@@ -87,10 +90,11 @@ class EngineGroup:
             launch=(config, command_fn, model_path, actor_options),
             ranks_per_engine=config.rollout_num_gpus_per_engine,
             network=config.network,
+            per_copy_seeds=per_copy_seeds,
         )
 
     @classmethod
-    def connect(cls, addresses: list[str], ranks_per_engine: int = 1) -> EngineGroup:
+    def connect(cls, addresses: list[str], ranks_per_engine: int = 1, per_copy_seeds: bool = False) -> EngineGroup:
         """Engines already running at ``addresses`` (``HOST:PORT`` or URLs), each checked healthy."""
         urls = [engine_url(address) for address in addresses]
         problems = [
@@ -102,7 +106,7 @@ class EngineGroup:
             raise RuntimeError(
                 "; ".join(problems) + ". Start the engines first, or fix --rollout-external-engine-addrs"
             )
-        return cls(urls, ranks_per_engine=ranks_per_engine)
+        return cls(urls, ranks_per_engine=ranks_per_engine, per_copy_seeds=per_copy_seeds)
 
     def only(self, index: int) -> EngineGroup:
         """Engine ``index`` alone, with a broadcast group of its own (``Engines.only``)."""
@@ -111,6 +115,7 @@ class EngineGroup:
             request_timeout=self._request_timeout,
             ranks_per_engine=self._ranks_per_engine,
             network=self._network,
+            per_copy_seeds=self.per_copy_seeds,
         )
         one.transports = self.transports
         return one

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from slime_core.cluster import ports
@@ -53,6 +54,16 @@ def sglang_command(config, model_path: str, port: int, host: str = LOOPBACK) -> 
 CPU_ENGINE_SGLANG_OPTIONS = ("max_running_requests", "context_length")
 
 
+def seeds_each_copy(command_fn: Callable) -> Callable:
+    """Mark a rollout engine's command (``slime_register_rollout_engines``) whose server draws
+    copy i of a request for n samples with ``slime_core.engine.parallel_sample_seed(seed, i)``:
+    its engines then declare ``per_copy_seeds`` (`slime_sglang.engine_group.EngineGroup`), and the
+    default rollout sends a group request its seed. SGLang gives every copy the same seed."""
+    command_fn.seeds_each_copy = True
+    return command_fn
+
+
+@seeds_each_copy
 @shortens_responses
 def cpu_engine_command(config, model_path: str, port: int, host: str = LOOPBACK) -> list[str]:
     """``slime engine serve`` for one CPU engine, with the ``--sglang-*`` options it shares

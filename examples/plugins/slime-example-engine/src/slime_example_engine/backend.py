@@ -7,7 +7,8 @@ engine plugin needs (``slime_core.rollout_backend``):
   driver), starts one `Engine`, and hands out the engine itself as the generation client;
 - `Engine` (``Engines`` and ``RolloutEngine`` at once): it samples token by token with a KV
   cache, one request at a time in a worker thread, returning the log-probs of what it drew
-  at the request's temperature; it takes new weights by the ``tensor`` transport.
+  at the request's temperature, each copy of a request for n samples with its own seed
+  (``per_copy_seeds``); it takes new weights by the ``tensor`` transport.
 
 Run with ``--rollout-backend hf-inprocess --router none`` (no router: one engine).
 """
@@ -19,7 +20,7 @@ import asyncio
 import torch
 from transformers import AutoModelForCausalLM
 
-from slime_core.engine import EngineError, GenerateResult, SamplingParams
+from slime_core.engine import EngineError, GenerateResult, SamplingParams, parallel_sample_seed
 
 ADDRESS = "inprocess://engine-0"
 
@@ -29,6 +30,7 @@ class Engine:
 
     transports = ("tensor",)
     restartable = False
+    per_copy_seeds = True  # copy i of a parallel request draws with parallel_sample_seed(seed, i)
 
     def __init__(self, model_path: str, tokenizer):
         self.model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32).eval()
@@ -46,8 +48,9 @@ class Engine:
             return await asyncio.to_thread(self._sample, list(input_ids), sampling, self._aborted)
 
     async def generate_parallel(self, input_ids, sampling: SamplingParams, n: int, return_logprob=True):
-        seeds = [None if sampling.sampling_seed is None else sampling.sampling_seed + i for i in range(n)]
-        copies = [SamplingParams(**{**sampling.__dict__, "sampling_seed": seed}) for seed in seeds]
+        seed = sampling.sampling_seed
+        seeds = [None if seed is None else parallel_sample_seed(seed, i) for i in range(n)]
+        copies = [SamplingParams(**{**sampling.__dict__, "sampling_seed": one}) for one in seeds]
         return [await self.generate(input_ids, copy) for copy in copies]
 
     async def close(self) -> None:

@@ -86,7 +86,8 @@ def slime_register_rollout_engines(register):
         (``SLIME_ADMIN_API_KEY``: its control endpoints must require it as ``Authorization:
         Bearer``; across nodes ``SLIME_API_KEY`` too: every route but ``/health`` must), never on
         its command line (`slime_core.cluster.network`). A server that exits saying ``address already
-        in use`` is started again on a fresh port.
+        in use`` is started again on a fresh port. A command marked ``slime_sglang.servers.seeds_each_copy``
+        says its server seeds each copy of a request for n samples (`slime_core.engine.parallel_sample_seed`).
     :return: nothing.
 
     Runs in the driver.

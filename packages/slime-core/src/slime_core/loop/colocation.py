@@ -8,18 +8,20 @@ however often a phase asks for it. Without ``--colocate`` (or without engines, o
 
 from __future__ import annotations
 
+from slime_core.rollout.engine_control import EngineControl
+
 
 class Colocation:
-    def __init__(self, enabled: bool, trainer, engines, run):
+    def __init__(self, enabled: bool, trainer, engines: EngineControl | None):
         self.enabled = enabled and engines is not None and trainer is not None
-        self.trainer, self.engines, self.run = trainer, engines, run
+        self.trainer, self.engines = trainer, engines
         self.trainer_resident = self.engines_resident = True  # both start loaded
 
     def for_training(self) -> None:
         if not self.enabled:
             return
         if self.engines_resident:
-            self.run(self.engines.release_memory())
+            self.engines.release_memory()
             self.engines_resident = False
         if not self.trainer_resident:
             self.trainer.onload()
@@ -32,5 +34,5 @@ class Colocation:
             self.trainer.offload()
             self.trainer_resident = False
         if not self.engines_resident:
-            self.run(self.engines.resume_memory())
+            self.engines.resume_memory()
             self.engines_resident = True

@@ -367,23 +367,23 @@ class Run:
     @contextmanager
     def _monitored(self):
         """The monitor over the run's engines (replacing failed ones with --use-fault-tolerance,
-        else stopping the run), stopped before them."""
+        else stopping the run), stopped before them; a request an engine failed waits for its check."""
         from slime_core.loop.fault_tolerance import EngineMonitor
         from slime_core.loop.parts import placement_record
 
         parts = self.parts
         monitor = EngineMonitor(
             self.config,
-            parts.engines,
+            parts.rollouts.engine_control,
             parts.router,
             parts.weights,
             parts.colocation,
-            parts.rollouts.run,
             lambda: self.version,
             self.run_dir.log,
             lambda: self.run_dir.write_placement(placement_record(parts.placement, parts.router)),
         )
         monitor.start()
+        parts.rollouts.watch_engine_faults(monitor.replaced_since_now)
         try:
             yield monitor
         finally:

@@ -19,7 +19,8 @@ the engine, its answer and its log. With it, such an engine is replaced:
 Requests that were in flight on the failed engine fail at the client
 (`slime_core.engine.EngineUnavailable`) and their samples are generated again, so a rollout
 keeps its sample count. A failed request asks the monitor to check the engines at once
-(`engine_fault_handled`), and its sample waits for that check, and for any replacement it
+(`EngineMonitor.replaced_since_now`, which the rollout's generate functions are handed as
+``GenerateContext.engine_fault_handled``), and its sample waits for that check, and for any replacement it
 starts: a failure that a replacement explains costs the sample none of its
 ``--generate-max-retries``; only failures while every engine answers ``/health`` count. So
 losing a node, which takes Ray's health checks (about 30 s) plus an engine's start to
@@ -39,52 +40,38 @@ from typing import TYPE_CHECKING
 
 from slime_core.engine import EngineUnavailable
 from slime_core.faults.run_fault import RunFault, stop_run
+from slime_core.rollout.engine_control import EngineControl
 
 if TYPE_CHECKING:
     from slime_core.config import Config
-
-#: The monitor of the run in this process while it watches (`engine_fault_handled` asks it).
-_watching: EngineMonitor | None = None
 
 
 class EngineFailed(RunFault):
     """An engine died, hangs or fails every request, and is not replaced; the message names it."""
 
 
-async def engine_fault_handled() -> bool:
-    """After a request failed with `EngineUnavailable` (in the driver's rollout loop): wait
-    until the monitor has checked every engine since the failure, replacing those that failed
-    (or stopping the run, without ``--use-fault-tolerance``), and say whether it replaced one
-    meanwhile. True: an engine failed and was replaced, so the request is worth sending again
-    without counting it as a retry; False: no monitor watches (or it stopped), or every engine
-    was healthy."""
-    monitor = _watching
-    return await monitor.replaced_since_now() if monitor is not None else False
-
-
 class EngineMonitor:
     """Watches a run's engines and replaces failed ones (see the module docstring).
 
-    ``engines``, ``router``, ``weights`` (`WeightSync`) and ``colocation`` are the run's parts;
-    ``run`` runs a coroutine on the rollout loop, ``version()`` is the trainer's current weight
-    version, ``log`` writes a line to the run's log and ``replaced()`` (if given) is called after
-    each replacement (the driver records the engines' nodes again: a replaced engine may run on
-    another node when its own was lost)."""
+    ``engines`` (their control calls: `slime_core.rollout.engine_control.EngineControl`),
+    ``router``, ``weights`` (`WeightSync`) and ``colocation`` are the run's parts; ``version()``
+    is the trainer's current weight version, ``log`` writes a line to the run's log and
+    ``replaced()`` (if given) is called after each replacement (the driver records the engines'
+    nodes again: a replaced engine may run on another node when its own was lost)."""
 
     def __init__(
         self,
         config: Config,
-        engines,
+        engines: EngineControl,
         router,
         weights,
         colocation,
-        run: Callable,
         version: Callable[[], int],
         log: Callable[[str], None],
         replaced: Callable[[], None] | None = None,
     ):
         self.engines, self.router, self.weights, self.colocation = engines, router, weights, colocation
-        self.run, self.version, self.log, self.replaced = run, version, log, replaced
+        self.version, self.log, self.replaced = version, log, replaced
         self.replaces = bool(config.get("use_fault_tolerance"))  # else a failed engine stops the run
         self.interval = config.rollout_health_check_interval
         self.timeout = config.rollout_health_check_timeout
@@ -98,23 +85,21 @@ class EngineMonitor:
         self._thread = threading.Thread(target=self._watch, name="slime-engine-monitor", daemon=True)
 
     def start(self) -> EngineMonitor:
-        global _watching
         self._thread.start()
-        _watching = self
         return self
 
     def stop(self) -> None:
-        global _watching
-        if _watching is self:
-            _watching = None
         self._stop.set()
         self._check_now.set()
         self._thread.join(timeout=self.timeout + 60)
 
     async def replaced_since_now(self, poll_s: float = 0.1) -> bool:
-        """Wait (on the rollout loop) until a health check of every engine begun from now has
-        finished, or a replacement under way has; whether an engine was replaced meanwhile
-        (see `engine_fault_handled`). Returns False at once if the monitor has stopped."""
+        """After a request failed with `EngineUnavailable` (on the rollout loop, as
+        ``GenerateContext.engine_fault_handled``): wait until a health check of every engine begun
+        from now has finished (replacing those that failed, or stopping the run without
+        ``--use-fault-tolerance``), or a replacement under way has, and say whether an engine was
+        replaced meanwhile. True: the request is worth sending again without counting it as a
+        retry; False: every engine was healthy, or the monitor has stopped (at once)."""
         sweep, restarts = self._sweeps_started, self.restarts
         self._check_now.set()
         while self._sweeps_done <= sweep and self.restarts == restarts and self._watches():
@@ -203,7 +188,7 @@ class EngineMonitor:
             new = self.engines.restart(index)
             self.weights.push_to_engine(index, self.version())
             if self.colocation.enabled and not self.colocation.engines_resident:
-                self.run(self.engines.only(index).release_memory())
+                self.engines.only(index).release_memory()
             self.router.add_worker(new)
             self.restarts += 1
         self.log(

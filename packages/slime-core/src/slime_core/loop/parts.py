@@ -86,16 +86,15 @@ def start_parts(config: Config, plugins: Plugins, run_dir: RunDir, stack: ExitSt
     from slime_core.loop.colocation import Colocation
     from slime_core.rollout.manager import RolloutManager
 
-    generating = rollouts if isinstance(rollouts, RolloutManager) and engines is not None else None
-    colocation = Colocation(config.colocate, trainer, engines, generating.run if generating is not None else None)
+    generating = rollouts if isinstance(rollouts, RolloutManager) else None
+    control = generating.engine_control if generating is not None else None  # None without engines
+    colocation = Colocation(config.colocate, trainer, control)
     weights = None
-    if generating is not None and engines is not None and trainer is not None:
+    if control is not None and trainer is not None:
         from slime_core.loop.weight_sync import WeightSync
 
         weights = _stopped_by(
-            stack,
-            WeightSync(config, trainer, engines, generating.run, Path(run_dir.path) / "weights", gpu=placement.gpu),
-            "close",
+            stack, WeightSync(config, trainer, control, Path(run_dir.path) / "weights", gpu=placement.gpu), "close"
         )
     parts = Parts(
         config,

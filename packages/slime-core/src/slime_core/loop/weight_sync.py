@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from slime_core.rollout.engine_control import EngineControl
+
 if TYPE_CHECKING:
     from slime_core.config import Config
 
@@ -44,17 +46,17 @@ def default_transport(config: Config, supported: tuple[str, ...], gpu: bool) -> 
 
 
 class WeightSync:
-    """Sends the trainer's current weights to the engines (`slime_core.rollout_backend.Engines`)
-    and reports time and bytes. ``run`` runs a coroutine on the rollout loop."""
+    """Sends the trainer's current weights to the engines (their control calls, on the rollout
+    loop: `slime_core.rollout.engine_control.EngineControl`) and reports time and bytes."""
 
-    def __init__(self, config: Config, trainer, engines, run, weights_dir: Path, gpu: bool):
+    def __init__(self, config: Config, trainer, engines: EngineControl, weights_dir: Path, gpu: bool):
         self.transport = default_transport(config, tuple(engines.transports), gpu)
         if self.transport not in engines.transports:
             raise ValueError(
                 f"--update-weight-transport {self.transport}: these engines take "
                 f"{', '.join(engines.transports)}; pick one of those"
             )
-        self.trainer, self.engines, self.run = trainer, engines, run
+        self.trainer, self.engines = trainer, engines
         self.bucket_bytes = config.update_weight_buffer_size
         self.weights_dir = weights_dir
         self.lock = threading.RLock()
@@ -74,17 +76,17 @@ class WeightSync:
             try:
                 return self._push(one, version)
             finally:
-                self.run(one.close_weight_updates())
+                one.close_weight_updates()
 
-    def _push(self, engines, version: int) -> dict[str, float]:
+    def _push(self, engines: EngineControl, version: int) -> dict[str, float]:
         self.trainer.check_finite_weights(f"push weight version {version} to the engines")
         start = time.perf_counter()
-        self.run(engines.pause())
+        engines.pause()
         try:
             sent = getattr(self, f"_by_{self.transport}")(engines, str(version))
-            self.run(engines.flush_cache())
+            engines.flush_cache()
         finally:
-            self.run(engines.resume_generation())
+            engines.resume_generation()
         seconds = time.perf_counter() - start
         return {
             "weight_update/seconds": seconds,
@@ -92,11 +94,11 @@ class WeightSync:
             "weight_update/gbps": sent / max(seconds, 1e-9) / 1e9,
         }
 
-    def _by_tensor(self, engines, version: str) -> int:
-        return self._each_bucket(lambda bucket: self.run(engines.update_weights_from_tensor(bucket, version)))
+    def _by_tensor(self, engines: EngineControl, version: str) -> int:
+        return self._each_bucket(lambda bucket: engines.update_weights_from_tensor(bucket, version))
 
-    def _by_broadcast(self, engines, version: str) -> int:
-        return self._each_bucket(lambda bucket: self.run(engines.update_weights_by_broadcast(bucket, version)))
+    def _by_broadcast(self, engines: EngineControl, version: str) -> int:
+        return self._each_bucket(lambda bucket: engines.update_weights_by_broadcast(bucket, version))
 
     def _each_bucket(self, send) -> int:
         """``send`` every bucket of the trainer's export; the bytes sent."""
@@ -106,11 +108,11 @@ class WeightSync:
             sent += bucket.nbytes
         return sent
 
-    def _by_disk(self, engines, version: str) -> int:
+    def _by_disk(self, engines: EngineControl, version: str) -> int:
         path = self.weights_dir / f"v{int(version):07d}"
         if not path.is_dir():  # a replaced engine gets the directory its peers loaded
             self.trainer.save_hf(str(path))
-        self.run(engines.update_weights_from_disk(str(path), version))
+        engines.update_weights_from_disk(str(path), version)
         sent = sum(f.stat().st_size for f in path.glob("*.safetensors"))
         for older in self.weights_dir.glob("v*"):
             if older != path:
@@ -118,11 +120,11 @@ class WeightSync:
         return sent
 
     def close(self) -> None:
-        self.run(self.engines.close_weight_updates())
+        self.engines.close_weight_updates()
 
     def _leave_weight_group(self) -> None:
         """Close the engines' weight updates; the replaced engine cannot answer, the rest leave."""
         try:
-            self.run(self.engines.close_weight_updates())
+            self.engines.close_weight_updates()
         except Exception:  # noqa: BLE001 - the engine that is gone fails its part; the others have left
             pass

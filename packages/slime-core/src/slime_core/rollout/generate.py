@@ -23,7 +23,6 @@ import uuid
 import zlib
 
 from slime_core.engine import EngineUnavailable, SamplingParams, append_result, parallel_sample_seed
-from slime_core.loop.fault_tolerance import engine_fault_handled
 from slime_core.rollout.parts import GenerateContext
 from slime_core.sample import Sample, SampleStatus
 
@@ -58,11 +57,12 @@ async def generate_group(group: list[Sample], sampling: SamplingParams, ctx: Gen
     Sample i is drawn with the seed it would get alone (`sample_seed`), so grouped and
     per-sample requests give the same tokens. A real SGLang server gives every copy of a
     request the same seed (identical samples under ``--enable-deterministic-inference``), so
-    the seed is sent only to the CPU engine, which seeds each copy (``parallel_sample_seed``)."""
+    the seed is sent only to engines that seed each copy (``parallel_sample_seed``), which their
+    rollout backend declares (``GenerateContext.per_copy_seeds``; the CPU engine does)."""
     first = group[0]
     prompt = list(first.tokens or ctx.tokenizer.encode(first.prompt, add_special_tokens=False))
     seed = sampling.sampling_seed if sampling.sampling_seed is not None else group_seed(ctx.config, first)
-    request = dataclasses.replace(sampling, sampling_seed=seed if ctx.config.get("rollout_engine") == "cpu" else None)
+    request = dataclasses.replace(sampling, sampling_seed=seed if ctx.per_copy_seeds else None)
     results = await ctx.engine.generate_parallel(prompt, request, len(group), return_logprob=True)
     for sample, result in zip(group, results):
         sample.tokens = list(prompt)
@@ -93,7 +93,7 @@ async def generate_resilient(sample: Sample, sampling: SamplingParams, ctx: Gene
 
     The sample's sampling seed depends only on the sample (`sample_seed`), so a regenerated
     sample is drawn exactly as the lost one would have been on the same weights."""
-    return await _retried([sample], lambda: generate(sample, sampling, ctx), ctx.config)
+    return await _retried([sample], lambda: generate(sample, sampling, ctx), ctx)
 
 
 async def generate_produced(
@@ -133,18 +133,19 @@ def produced_samples(result, sample: Sample, generate) -> list[Sample]:
 async def generate_group_resilient(group: list[Sample], sampling: SamplingParams, ctx: GenerateContext) -> int:
     """`generate_group` with `generate_resilient`'s retries: a lost request is the whole group
     again. Returns how many samples were generated again."""
-    return len(group) * await _retried(group, lambda: generate_group(group, sampling, ctx), ctx.config)
+    return len(group) * await _retried(group, lambda: generate_group(group, sampling, ctx), ctx)
 
 
-async def _retried(samples: list[Sample], attempt, config) -> int:
+async def _retried(samples: list[Sample], attempt, ctx: GenerateContext) -> int:
     """Await ``attempt()``; on `EngineUnavailable` (with fault tolerance) restore ``samples``
     as they were and try again, as `generate_resilient` says. A failure that an engine's
-    replacement explains (`engine_fault_handled`: the sample waits for the fault-tolerance
+    replacement explains (``ctx.engine_fault_handled``: the sample waits for the fault-tolerance
     monitor's check and replacement) is tried again at once and counts against none of
     ``--generate-max-retries``, so a lost node cannot use them up; the others count, tried again
     after 1, 2, 4 … 10 s. Without fault tolerance the failure is raised once the engine monitor
     has checked the engines, so that a failed engine stops the run under its own name and
     error rather than the router's. Returns how many times the samples were generated again."""
+    config = ctx.config
     fault_tolerant = bool(config.get("use_fault_tolerance"))
     before = copy.deepcopy(samples) if fault_tolerant else None
     again = counted = 0
@@ -153,7 +154,7 @@ async def _retried(samples: list[Sample], attempt, config) -> int:
             await attempt()
             return again
         except EngineUnavailable as exc:
-            replaced = await engine_fault_handled()  # without fault tolerance: a failed engine stops the run
+            replaced = await ctx.engine_fault_handled()  # without fault tolerance: a failed engine stops the run
             if not fault_tolerant:
                 raise
             if not replaced:

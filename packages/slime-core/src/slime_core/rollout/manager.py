@@ -2,21 +2,23 @@
 
 It owns the pieces a rollout function works with (`slime_core.rollout.parts.RolloutParts`:
 data source, reward hub, generate function, group filter, the generation client and the
-engines' controls) and one asyncio event loop in a background thread, on which every
-rollout, evaluation and engine control call runs. The driver stays plain synchronous code:
-``submit`` returns a future (asynchronous mode overlaps it with training) and ``run``
-executes any coroutine (engine pauses, weight updates) on the same loop.
+engines' controls) and one asyncio event loop in a background thread
+(`slime_core.rollout.event_loop.EventLoopThread`), on which every rollout, evaluation and
+engine control call runs. The driver stays plain synchronous code: ``submit`` returns a
+future (asynchronous mode overlaps it with training), ``engine_control`` pauses, updates and
+releases the engines on that loop (`slime_core.rollout.engine_control.EngineControl`), and
+``run`` executes any other coroutine there (the weight check's probes).
 """
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
-import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from slime_core.rollout.engine_control import EngineControl
+from slime_core.rollout.event_loop import EventLoopThread
 from slime_core.rollout.parts import GenerateContext, RolloutParts
 from slime_core.rollout.result import EvalResult, RolloutResult
 
@@ -32,7 +34,8 @@ class RolloutManager:
     """Rollouts and evaluations. ``make_client`` (a coroutine function, run on the rollout
     loop) gives the generation client, and ``engines`` the engines' controls; both None for a
     rollout function that needs no engine (``sft``). ``tokenizer``: the model's (`slime_core.loop.parts`
-    loads it while the engines start)."""
+    loads it while the engines start). ``engine_control``: the engines' control calls for the
+    driver (None without engines)."""
 
     def __init__(
         self,
@@ -48,9 +51,8 @@ class RolloutManager:
 
         self.config, self.rollout_fn = config, rollout_fn
         self.tokenizer = tokenizer
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="slime-rollout", daemon=True)
-        self._thread.start()
+        self._loop = EventLoopThread()
+        self.engine_control = EngineControl(engines, self._loop) if engines is not None else None
         self.client = self.run(make_client()) if make_client else None
         registry = plugins.registry
         filter_name = config.dynamic_sampling_filter
@@ -59,7 +61,9 @@ class RolloutManager:
             reward_hub=RewardHub(config, plugins),
             generate=registry("generate_functions").get(config.generate_function) if engines is not None else None,
             group_filter=registry("group_filters").get(filter_name) if filter_name else None,
-            ctx=GenerateContext(self.client, self.tokenizer, config),
+            ctx=GenerateContext(
+                self.client, self.tokenizer, config, per_copy_seeds=bool(getattr(engines, "per_copy_seeds", False))
+            ),
             engines=engines,
             sample_hooks=[registry("sample_hooks").get(name) for name in config.get("sample_hook") or []],
             all_groups_hooks=[registry("all_groups_hooks").get(name) for name in config.get("all_groups_hook") or []],
@@ -69,11 +73,16 @@ class RolloutManager:
 
     def run(self, coroutine: Coroutine) -> Any:
         """Run ``coroutine`` on the rollout loop and wait for its result."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+        return self._loop.run(coroutine)
 
     def submit(self, rollout_id: int) -> concurrent.futures.Future:
         """Start rollout ``rollout_id``; its `RolloutResult` arrives through the future."""
-        return asyncio.run_coroutine_threadsafe(self._timed_rollout(rollout_id), self._loop)
+        return self._loop.submit(self._timed_rollout(rollout_id))
+
+    def watch_engine_faults(self, engine_fault_handled: Callable[[], Awaitable[bool]]) -> None:
+        """Let generation wait for the engine monitor after an engine failed a request
+        (`GenerateContext.engine_fault_handled`; the driver gives its monitor's once started)."""
+        self.parts.ctx.engine_fault_handled = engine_fault_handled
 
     async def _timed_rollout(self, rollout_id: int) -> RolloutResult:
         """The rollout function's result, with its duration as `ROLLOUT_SECONDS`."""
@@ -105,8 +114,7 @@ class RolloutManager:
     def close(self) -> None:
         if self.client is not None:
             self.run(self.client.close())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
+        self._loop.close()
 
 
 def _data_source(config: Config, plugins, tokenizer):

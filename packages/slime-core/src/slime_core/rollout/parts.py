@@ -12,11 +12,16 @@ labels) is marked with `without_engines`, and a run of it starts no engine or ro
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from slime_core.engine import RolloutEngine
+
+
+async def no_engine_monitor() -> bool:
+    """`GenerateContext.engine_fault_handled` where no engine monitor watches: nobody replaced an engine."""
+    return False
 
 
 @dataclass
@@ -26,6 +31,12 @@ class GenerateContext:
     engine: RolloutEngine | None  # generation through the router (or the engines in turn); None without engines
     tokenizer: Any  # Hugging Face tokenizer of the policy
     config: Any  # the run's Config
+    # Whether the engines draw copy i of a request for n samples with parallel_sample_seed(seed, i)
+    # (`slime_core.rollout_backend.Engines.per_copy_seeds`); otherwise a group request sends no seed.
+    per_copy_seeds: bool = False
+    # After a request failed with EngineUnavailable: waits for the engine monitor's check of every
+    # engine, and says whether it replaced one meanwhile (`slime_core.loop.fault_tolerance.EngineMonitor`).
+    engine_fault_handled: Callable[[], Awaitable[bool]] = no_engine_monitor
 
 
 @dataclass
@@ -37,7 +48,9 @@ class RolloutParts:
     generate: Any | None  # async fn(sample, sampling, ctx) -> Sample; None without engines
     group_filter: Any | None  # fn(group, config, progress) -> bool, or None to keep every group
     ctx: GenerateContext
-    engines: Any | None = None  # slime_core.rollout_backend.Engines: abort / pause every engine; None without engines
+    engines: Any | None = (
+        None  # slime_core.rollout_backend.Engines: count, abort, pause every engine; None without engines
+    )
     sample_hooks: list = field(default_factory=list)  # fn(sample, config, rollout_id) -> Sample | None (--sample-hook)
     all_groups_hooks: list = field(
         default_factory=list

@@ -1,9 +1,13 @@
-"""slime-core and slime-fsdp alone, with CPU torch, in a fresh venv.
+"""slime-core with a few of its plugin packages only, with CPU torch, in fresh venvs.
 
-`slime tiny-model` and the quickstart's SFT warm-up must run to completion there, although
-the defaults of ``--rollout-backend`` and ``--router`` name parts of
+slime-core and slime-fsdp alone: `slime tiny-model` and the quickstart's SFT warm-up must run to
+completion there, although the defaults of ``--rollout-backend`` and ``--router`` name parts of
 slime-sglang and slime-router: an SFT run does not use them. The quickstart's GRPO stage does,
 so it must stop before starting anything and say which package to install.
+
+slime-core, slime-fsdp, slime-rewards and a third-party rollout backend (the example engine
+plugin), without slime-sglang or slime-router: GRPO runs with the default rollout, generate and
+eval functions, which are slime-core's and use only the rollout backend's contracts.
 """
 
 import glob
@@ -27,6 +31,7 @@ CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 OTHER_PACKAGES = ("slime_sglang", "slime_router", "slime_rewards", "slime_megatron")
 CUDA_PREFIXES = ("nvidia-", "cuda-")
 #: Options of the GRPO config whose default names a part of an uninstalled package.
+EXAMPLE_ENGINE = "examples/plugins/slime-example-engine"
 NEEDED_PARTS = {
     "--rollout-backend": "slime-sglang",
     "--router": "slime-router",
@@ -49,13 +54,14 @@ def _uv() -> list[str]:
     return [found] if found else [sys.executable, "-m", "uv"]
 
 
-def _install_steps(python: Path) -> tuple[dict[str, str], list[list[str]]]:
-    """The environment and `uv pip install` commands for the fresh venv, with torch pinned to the
-    running interpreter's build. Like scripts/setup-dev.sh, torch comes from pip's find-links (as
-    UV_FIND_LINKS) when they hold a torch +cpu wheel, else from the PyTorch CPU index, alone first."""
+def _install_steps(python: Path, folders: list[str]) -> tuple[dict[str, str], list[list[str]]]:
+    """The environment and `uv pip install` commands for the fresh venv (the packages in
+    ``folders``, editable), with torch pinned to the running interpreter's build. Like
+    scripts/setup-dev.sh, torch comes from pip's find-links (as UV_FIND_LINKS) when they hold a
+    torch +cpu wheel, else from the PyTorch CPU index, alone first."""
     pin = f"torch=={importlib.metadata.version('torch')}"
     install = [*_uv(), "pip", "install", "--quiet", "-p", str(python)]
-    packages = [pin, "-e", "packages/slime-core", "-e", "packages/slime-fsdp"]
+    packages = [pin, *(arg for folder in folders for arg in ("-e", folder))]
     links = os.environ.get("UV_FIND_LINKS") or os.environ.get("PIP_FIND_LINKS") or _pip_config("global.find-links")
     if links and glob.glob(os.path.join(links, "torch-*+cpu-*.whl")):
         return {"UV_FIND_LINKS": links}, [install + packages]
@@ -94,15 +100,11 @@ def _slime(venv_bin: Path, *args: str, home: Path) -> subprocess.CompletedProces
     )
 
 
-@pytest.fixture(scope="module")
-def core_venv(tmp_path_factory) -> Path:
-    """The bin folder of a fresh venv holding slime-core, slime-fsdp and CPU torch only: no CUDA
-    package, and none of the other slime packages importable."""
-    if any(dist.metadata["Name"].lower().startswith(CUDA_PREFIXES) for dist in importlib.metadata.distributions()):
-        pytest.skip("the running torch is a CUDA build: pinning it would pull GBs of nvidia-* packages")
-    venv = tmp_path_factory.mktemp("core-alone") / "venv"
+def _fresh_venv(venv: Path, folders: list[str], absent: tuple[str, ...]) -> Path:
+    """The bin folder of a fresh venv at ``venv`` holding the packages in ``folders`` and CPU
+    torch: no CUDA package, and none of the modules ``absent`` importable."""
     subprocess.run([*_uv(), "venv", "--quiet", "--python", sys.executable, str(venv)], check=True)
-    extra_env, steps = _install_steps(venv / "bin" / "python")
+    extra_env, steps = _install_steps(venv / "bin" / "python", folders)
     for step in steps:
         subprocess.run(step, cwd=REPO, env=_env(**extra_env), check=True)
     listed = subprocess.run(
@@ -115,10 +117,33 @@ def core_venv(tmp_path_factory) -> Path:
     found = _python(
         venv / "bin",
         "import importlib.util, sys; print([m for m in sys.argv[1:] if importlib.util.find_spec(m)])",
-        *OTHER_PACKAGES,
+        *absent,
     )
     assert found.strip() == "[]"
     return venv / "bin"
+
+
+def _skip_on_cuda_torch() -> None:
+    if any(dist.metadata["Name"].lower().startswith(CUDA_PREFIXES) for dist in importlib.metadata.distributions()):
+        pytest.skip("the running torch is a CUDA build: pinning it would pull GBs of nvidia-* packages")
+
+
+@pytest.fixture(scope="module")
+def core_venv(tmp_path_factory) -> Path:
+    """The bin folder of a fresh venv holding slime-core, slime-fsdp and CPU torch only."""
+    _skip_on_cuda_torch()
+    venv = tmp_path_factory.mktemp("core-alone") / "venv"
+    return _fresh_venv(venv, ["packages/slime-core", "packages/slime-fsdp"], OTHER_PACKAGES)
+
+
+@pytest.fixture(scope="module")
+def example_engine_venv(tmp_path_factory) -> Path:
+    """The bin folder of a fresh venv holding slime-core, slime-fsdp, slime-rewards, the example
+    engine plugin and CPU torch: neither slime-sglang nor slime-router is importable."""
+    _skip_on_cuda_torch()
+    venv = tmp_path_factory.mktemp("example-engine") / "venv"
+    folders = ["packages/slime-core", "packages/slime-fsdp", "packages/slime-rewards", EXAMPLE_ENGINE]
+    return _fresh_venv(venv, folders, ("slime_sglang", "slime_router"))
 
 
 @pytest.fixture(scope="module")
@@ -235,3 +260,41 @@ def test_grpo_says_which_packages_to_install(core_venv, tiny_model, tmp_path, ra
     assert "--train-backend" not in errors, result.stderr
     assert "unknown key 'rollout_engine': it comes with slime-sglang" in result.stderr, result.stderr
     assert not out.exists() and not (ray_home / ".ray").exists()
+
+
+def test_grpo_runs_the_default_rollout_on_a_third_party_engine(example_engine_venv, tiny_model_dir, tmp_path, ray_home):
+    """The quickstart's GRPO (its data, reward and estimator; 2 rollouts of 2 prompts x 4) with the
+    example engine's rollout backend and no router trains without slime-sglang: the default
+    rollout generates and scores every group, the default eval function evaluates, FSDP trains
+    and pushes its weights into the engine. A group goes as one request with its seed (the
+    engine declares per-copy seeds), and its samples differ."""
+    out, dumps = tmp_path / "grpo", str(tmp_path / "dumps" / "rollout_{rollout_id}.json")
+    eval_data = tmp_path / "eval.jsonl"
+    eval_data.write_text("".join(json.dumps({"prompt": f"{a}+{a}=", "label": str(2 * a)}) + "\n" for a in range(4)))
+    result = _slime(
+        example_engine_venv,
+        "run",
+        *("--prompt-data", f"{QUICKSTART}/data/addition_train.jsonl", "--input-key", "prompt", "--label-key", "label"),
+        *("--eval-prompt-data", "addition", str(eval_data), "--eval-interval", "1"),
+        *("--hf-checkpoint", str(tiny_model_dir), "--train-backend", "fsdp"),
+        *("--rollout-backend", "hf-inprocess", "--router", "none"),
+        *("--rm-type", "exact_match", "--advantage-estimator", "grpo"),
+        *("--rollout-batch-size", "2", "--n-samples-per-prompt", "4", "--rollout-max-response-len", "4"),
+        *("--global-batch-size", "8", "--num-rollout", "2"),
+        *("--output-dir", str(out), "--save-debug-rollout-data", dumps),
+        home=ray_home,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["rollout_id"] for r in records] == [-1, 0, 1]  # the evaluation before training, then 2 rollouts
+    assert all("eval/addition/pass@1" in r for r in records)
+    for record in records[1:]:
+        assert record["rollout/samples"] == 8 and record["rollout/groups_submitted"] == 2
+        assert record["reward/calls"] > 0 and "rollout/reward_mean" in record
+        assert "train/loss" in record and record["weight_update/bytes"] > 0
+    for rollout_id in (0, 1):
+        groups = json.loads(Path(dumps.format(rollout_id=rollout_id)).read_text())["groups"]
+        assert all(sample["reward"] is not None for group in groups for sample in group)
+        assert any(len({tuple(sample["tokens"]) for sample in group}) > 1 for group in groups)
+    plugins = {p["distribution"] for p in json.loads((out / "plugins.json").read_text())}
+    assert "slime-example-engine" in plugins and not plugins & {"slime-sglang", "slime-router"}

@@ -10,8 +10,11 @@ the settings of ``--custom-config-path`` are set on it as it is made, in whichev
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 _BY_CONFIG: dict[int, SlimeArgs] = {}
 _RUN: list = []  # the config of the run this process drives (set by slime_before_run)
@@ -20,7 +23,7 @@ _RUN: list = []  # the config of the run this process drives (set by slime_befor
 class SlimeArgs:
     """A writable view of a `Config` under slime's attribute names."""
 
-    def __init__(self, config):
+    def __init__(self, config: Config):
         self.__dict__["_config"] = config
 
     def __getattr__(self, name: str) -> Any:
@@ -66,7 +69,7 @@ def config_of(args) -> object:
     return args.__dict__["_config"] if isinstance(args, SlimeArgs) else args
 
 
-def slime_args(config, engine=None) -> SlimeArgs:
+def slime_args(config: Config | SlimeArgs, engine=None) -> SlimeArgs:
     """The one `SlimeArgs` of ``config`` in this process (so writes persist across calls),
     with the router address of ``engine`` (anything with a ``url``), if given."""
     if isinstance(config, SlimeArgs):
@@ -79,7 +82,7 @@ def slime_args(config, engine=None) -> SlimeArgs:
     return args
 
 
-def remember_run(config) -> None:
+def remember_run(config: Config) -> None:
     """Record the run's config, for the adapters whose contract passes none (buffer filters)."""
     _RUN[:] = [config]
 

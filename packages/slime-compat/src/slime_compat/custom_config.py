@@ -11,7 +11,10 @@ as the flag, or in the run's YAML config.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 FLAG = "--custom-config-path"
 
@@ -27,7 +30,7 @@ def custom_settings(path: str) -> dict[str, Any]:
     return settings
 
 
-def custom_config_problems(config) -> list[str]:
+def custom_config_problems(config: Config) -> list[str]:
     """Why the file cannot be used: unreadable, not a mapping, or setting one of our options."""
     import yaml
 

@@ -18,14 +18,19 @@ has no ``values`` / ``returns`` (no critic here) and no ``packed_seq_params``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from slime_compat.args import slime_args
 from slime_compat.functions import load_function
 from slime_compat.train_math import _Rows
 
+if TYPE_CHECKING:
+    from slime_core.rank.policy_loss_config import PolicyLossConfig
 
-def custom_loss(logits, inputs, denominators, config):
+
+def custom_loss(logits, inputs, denominators, config: PolicyLossConfig):
     """Our ``needs_logits`` loss contract calling slime's custom loss function."""
     args = slime_args(config.run_config)
     lengths = inputs.response_lengths.tolist()

@@ -11,10 +11,14 @@ its state belongs to in its ``state_dict()``; resuming hands that id to ``load``
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from slime_compat.args import config_of, run_args, slime_args
 from slime_compat.functions import load_function
 from slime_compat.sample import fill_loss_mask, promote_all
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 log = logging.getLogger(__name__)
 _BY_CONFIG: dict[int, SlimeDataSource] = {}  # the run's source, for the lifecycle hooks
@@ -28,7 +32,7 @@ class SlimeDataSource:
         self.rollout_id: int | None = None  # the latest rollout that started (slime_before_rollout)
 
     @classmethod
-    def from_config(cls, config, tokenizer=None, buffer_filter=None) -> SlimeDataSource:
+    def from_config(cls, config: Config, tokenizer=None, buffer_filter=None) -> SlimeDataSource:
         _BY_CONFIG[id(config)] = source = cls(load_function(config.data_source_path)(slime_args(config)))
         return source
 
@@ -69,7 +73,7 @@ def _has(source, method: str) -> bool:
     return False
 
 
-def before_rollout(rollout_id: int, config) -> None:
+def before_rollout(rollout_id: int, config: Config) -> None:
     """``slime_before_rollout``: remember the rollout whose prompts the source hands out now."""
     if config.get("data_source") == "slime.data_source" and id(config) in _BY_CONFIG:
         _BY_CONFIG[id(config)].rollout_id = rollout_id

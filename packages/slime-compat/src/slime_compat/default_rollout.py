@@ -17,10 +17,13 @@ import contextvars
 import copy
 import dataclasses
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slime_compat.outputs import RolloutFnEvalOutput, RolloutFnTrainOutput
 from slime_compat.sample import fill_loss_mask, promote, promote_all
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 
 @dataclasses.dataclass
@@ -124,7 +127,7 @@ def _eval_copy(template, index: int):
     return sample
 
 
-def _eval_sampling(config) -> dict:
+def _eval_sampling(config: Config) -> dict:
     """The ``--eval-*`` sampling options that are set (the rollout's apply otherwise)."""
     pairs = {
         "temperature": "eval_temperature",

@@ -10,14 +10,19 @@ logged in any case).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from slime_compat.args import slime_args
 from slime_compat.functions import load_function
 from slime_compat.sample import promote_all
 from slime_core.rollout.reward_hub import scalar_reward
 from slime_core.sample import SampleStatus
 
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
-def log_eval(rollout_id: int, config, groups: dict, metrics: dict) -> bool:
+
+def log_eval(rollout_id: int, config: Config, groups: dict, metrics: dict) -> bool:
     """Call slime's eval log function; whether it asks to skip the default metrics."""
     data = {name: _dataset_data(dataset_groups, config.reward_key) for name, dataset_groups in groups.items()}
     fn = load_function(config.custom_eval_rollout_log_function_path)

@@ -11,13 +11,18 @@ no config, so the adapter reads the run's config recorded by ``slime_before_run`
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from slime_compat.args import run_args, slime_args
 from slime_compat.functions import load_function
 from slime_compat.outputs import call_dynamic_filter
 from slime_compat.sample import promote_all
 
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
-def dynamic_sampling_filter(group, config, progress) -> bool:
+
+def dynamic_sampling_filter(group, config: Config, progress) -> bool:
     """Our group-filter contract calling slime's."""
     output = call_dynamic_filter(
         load_function(config.dynamic_sampling_filter_path), slime_args(config), promote_all(group)

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from slime_compat.megatron_hooks import megatron_problems, post_write_problems
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,7 @@ class PathHook:
         return "--" + self.key.replace("_", "-")
 
 
-def custom_loss_problems(config, hook) -> list[str]:
+def custom_loss_problems(config: Config, hook) -> list[str]:
     """Why ``--custom-loss-function-path`` would not run: slime calls it only with
     ``--loss-type custom_loss``, and reduces it per sample or per token, never by a constant."""
     problems = []
@@ -238,7 +242,7 @@ NATIVE_INSTEAD: dict[tuple[str, str], str] = {
 }
 
 
-def sft_without_labels(config) -> None:
+def sft_without_labels(config: Config) -> None:
     """slime's SFT rollout trains on chat messages, which have no label (slime's
     ``--label-key`` defaults to none, ours to ``label``): unless a label key is given, read none."""
     if config.get("rollout_function_path") == SFT_ROLLOUT and config.sources.get("label_key", "default") == "default":
@@ -246,7 +250,7 @@ def sft_without_labels(config) -> None:
         config.sources["label_key"] = f"--rollout-function-path {SFT_ROLLOUT} (chat messages have no label)"
 
 
-def select_rollout_function(config) -> None:
+def select_rollout_function(config: Config) -> None:
     """Select ``--rollout-function-path``'s rollout function before slime's own checks run, which
     ask whether the run's rollout function is the default one (it needs engines, which
     ``--debug-train-only`` does not start); `apply_hooks` selects it again, or refuses it."""
@@ -257,7 +261,7 @@ def select_rollout_function(config) -> None:
         config.sources["rollout_function"] = f"{hook.flag} {path}"
 
 
-def apply_hooks(config) -> list[str]:
+def apply_hooks(config: Config) -> list[str]:
     """Select the adapters of the given ``--*-path`` flags; the errors of those that cannot run here."""
     errors = []
     for hook in HOOKS:
@@ -280,7 +284,7 @@ def apply_hooks(config) -> list[str]:
     return errors
 
 
-def _select(config, hook: PathHook) -> None:
+def _select(config: Config, hook: PathHook) -> None:
     """Set the hook's option to its adapter, or add the adapter to a list option's names."""
     option, name = hook.selects
     if not hook.adds:

@@ -27,8 +27,13 @@ the post-write function only with disk weight updates (`post_write_problems`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from slime_compat.args import slime_args
 from slime_compat.functions import accepts, load_function
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 #: our log-prob model -> slime's ``store_prefix`` for its pass
 STORE_PREFIX = {"actor": "", "ref": "ref_", "teacher": "teacher_"}
@@ -43,7 +48,7 @@ PER_TOKEN_KEYS = {
 }
 
 
-def pick_megatron(config, hooks) -> None:
+def pick_megatron(config: Config, hooks) -> None:
     """slime trains with Megatron by default: a run that gives one of slime's Megatron flags
     (``hooks``: their `slime_compat.hooks.PathHook`) and chooses no backend trains with
     Megatron, as a run giving Megatron's own options does (when slime-megatron is installed)."""
@@ -53,7 +58,7 @@ def pick_megatron(config, hooks) -> None:
         config.sources["train_backend"] = f"chosen by {given[0].flag} (slime's default backend)"
 
 
-def megatron_problems(config, hook) -> list[str]:
+def megatron_problems(config: Config, hook) -> list[str]:
     """Why the Megatron flag ``hook`` (a `slime_compat.hooks.PathHook`) cannot run in this
     run: no slime-megatron, another backend, or the native option given as well."""
     option = hook.selects[0]
@@ -74,7 +79,7 @@ def megatron_problems(config, hook) -> list[str]:
     return []
 
 
-def post_write_problems(config, hook) -> list[str]:
+def post_write_problems(config: Config, hook) -> list[str]:
     """`megatron_problems`, and: only disk weight updates write files for the function to publish."""
     problems = megatron_problems(config, hook)
     if problems or config.get("update_weight_transport") == "disk":
@@ -86,25 +91,25 @@ def post_write_problems(config, hook) -> list[str]:
     ]
 
 
-def megatron_init(config) -> None:
+def megatron_init(config: Config) -> None:
     """``--megatron-init-hook``: slime's ``fn(args)``."""
     load_function(config.custom_megatron_init_path)(slime_args(config))
 
 
-def before_log_probs(config, model_chunks, model: str) -> None:
+def before_log_probs(config: Config, model_chunks, model: str) -> None:
     """``--megatron-before-log-probs-hook``: slime's ``fn(args, model, store_prefix)``."""
     fn = load_function(config.custom_megatron_before_log_prob_hook_path)
     fn(slime_args(config), model_chunks, STORE_PREFIX[model])
 
 
-def before_train_step(config, rollout_id: int, step: int, model_chunks, optimizer) -> None:
+def before_train_step(config: Config, rollout_id: int, step: int, model_chunks, optimizer) -> None:
     """``--megatron-before-train-step-hook``: slime's ``fn(args, rollout_id, step_id, model,
     optimizer, opt_param_scheduler)``, with no scheduler (see the module docstring)."""
     fn = load_function(config.custom_megatron_before_train_step_hook_path)
     fn(slime_args(config), rollout_id, step, model_chunks, optimizer, None)
 
 
-def model_provider(hf_config, config, pre_process: bool, post_process: bool):
+def model_provider(hf_config, config: Config, pre_process: bool, post_process: bool):
     """``--megatron-model-provider``: slime's ``fn(pre_process, post_process[, vp_stage])``
     (no virtual pipeline stages here: ``vp_stage`` is None)."""
     fn = load_function(config.custom_model_provider_path)
@@ -122,12 +127,12 @@ def model_provider(hf_config, config, pre_process: bool, post_process: bool):
         ) from exc
 
 
-def weights_written(config, path: str) -> None:
+def weights_written(config: Config, path: str) -> None:
     """``--megatron-weights-written-hook``: slime's ``fn(args, version_dir, rollout_engines)``."""
     load_function(config.custom_update_weight_post_write_path)(slime_args(config), path, [])
 
 
-def rollout_data_postprocess(config, rollout_id: int, batch, data) -> None:
+def rollout_data_postprocess(config: Config, rollout_id: int, batch, data) -> None:
     """``--megatron-train-data-hook``: slime's ``fn(args, rollout_id, rollout_data)``; the
     per-token lists it leaves in ``rollout_data`` are what the rank trains on."""
     rollout_data = as_rollout_data(batch, data)

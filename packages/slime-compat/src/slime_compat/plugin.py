@@ -5,8 +5,15 @@ Declares slime's ``--*-path`` flags, selects the adapter of each given one at co
 ``"module:attribute"`` strings, so importing this module imports nothing heavy.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from slime_compat.hooks import HOOKS, apply_hooks
 from slime_core import hookimpl
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 GROUP = "slime functions (slime-compat): module.function, called as THUDM slime calls it"
 
@@ -18,7 +25,7 @@ def slime_add_options(options):
 
 
 @hookimpl
-def slime_resolve_config(config):
+def slime_resolve_config(config: Config):
     from slime_compat.hooks import select_rollout_function, sft_without_labels
     from slime_compat.megatron_hooks import pick_megatron
 
@@ -28,7 +35,7 @@ def slime_resolve_config(config):
 
 
 @hookimpl
-def slime_validate_config(config):
+def slime_validate_config(config: Config):
     from slime_compat.custom_config import custom_config_problems
     from slime_compat.train_data import train_data_problems
     from slime_compat.train_options import prepare_train_math
@@ -40,14 +47,14 @@ def slime_validate_config(config):
 
 
 @hookimpl
-def slime_before_run(config):
+def slime_before_run(config: Config):
     from slime_compat.args import remember_run
 
     remember_run(config)
 
 
 @hookimpl
-def slime_before_rollout(rollout_id, config):
+def slime_before_rollout(rollout_id, config: Config):
     from slime_compat.args import remember_run
     from slime_compat.data_source import before_rollout
 
@@ -144,7 +151,7 @@ def slime_register_train_data_converters(register):
 
 
 @hookimpl
-def slime_log_rollout(rollout_id, config, groups, metrics, seconds):
+def slime_log_rollout(rollout_id, config: Config, groups, metrics, seconds):
     if config.get("custom_rollout_log_function_path"):
         from slime_compat.rollout_log import log_rollout
 
@@ -152,7 +159,7 @@ def slime_log_rollout(rollout_id, config, groups, metrics, seconds):
 
 
 @hookimpl
-def slime_log_eval(rollout_id, config, groups, metrics):
+def slime_log_eval(rollout_id, config: Config, groups, metrics):
     if config.get("custom_eval_rollout_log_function_path"):
         from slime_compat.eval_log import log_eval
 

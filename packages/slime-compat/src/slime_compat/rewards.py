@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from typing import TYPE_CHECKING
 
 from slime_compat.args import config_of, slime_args
 from slime_compat.functions import call, load_function
 from slime_compat.sample import promote, promote_all
 
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
-async def custom_rm(target, config):
+
+async def custom_rm(target, config: Config):
     """Our reward-function contract (``fn(sample_or_group, config)``) calling slime's."""
     args = slime_args(config)
     if isinstance(target, list):

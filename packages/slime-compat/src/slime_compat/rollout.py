@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from statistics import mean
+from typing import TYPE_CHECKING
 
 from slime_compat.args import slime_args
 from slime_compat.default_rollout import CURRENT, RolloutCall
@@ -22,6 +23,9 @@ from slime_compat.outputs import RolloutFnEvalOutput, RolloutFnTrainOutput
 from slime_compat.sample import fill_loss_mask, promote_all
 from slime_core.rollout.parts import without_engines
 from slime_core.rollout.result import EvalResult, RolloutResult
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 
 class DataSourceView:
@@ -45,7 +49,7 @@ class DataSourceView:
         return getattr(self.native, name)
 
 
-async def _call_rollout(path: str, config, parts, rollout_id, evaluation: bool, datasets=None):
+async def _call_rollout(path: str, config: Config, parts, rollout_id, evaluation: bool, datasets=None):
     """The user's function, with the `RolloutCall` that slime's default rollout runs in."""
     fn = load_function(path)
     args = slime_args(config, parts.ctx.engine)
@@ -59,7 +63,7 @@ async def _call_rollout(path: str, config, parts, rollout_id, evaluation: bool, 
         CURRENT.reset(token)
 
 
-async def rollout_function(rollout_id, config, parts) -> RolloutResult:
+async def rollout_function(rollout_id, config: Config, parts) -> RolloutResult:
     """Our rollout-function contract calling slime's; its groups go to training as they are."""
     output = await _call_rollout(config.rollout_function_path, config, parts, rollout_id, evaluation=False)
     if isinstance(output, tuple):  # slime's default rollout also returns the aborted groups
@@ -70,7 +74,7 @@ async def rollout_function(rollout_id, config, parts) -> RolloutResult:
 
 
 @without_engines
-async def rollout_function_without_engines(rollout_id, config, parts) -> RolloutResult:
+async def rollout_function_without_engines(rollout_id, config: Config, parts) -> RolloutResult:
     """`rollout_function` for slime's functions that call no engine (its SFT rollout): a run of
     it starts no engine and no router."""
     return await rollout_function(rollout_id, config, parts)
@@ -83,7 +87,7 @@ def _groups(samples) -> list[list]:
     return fill_loss_mask(promote_all([list(group) for group in samples]))
 
 
-async def eval_function(config, parts, datasets) -> EvalResult:
+async def eval_function(config: Config, parts, datasets) -> EvalResult:
     """Our eval-function contract calling slime's: slime's eval function reads its datasets
     from ``args`` itself; its per-dataset rewards become ``eval/<name>`` (their mean, as slime
     logs them) and ``eval/<name>-truncated_ratio``, its metrics are added as they are, and the

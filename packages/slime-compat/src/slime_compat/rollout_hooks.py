@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import inspect
+from typing import TYPE_CHECKING
 
 from slime_compat.args import slime_args
 from slime_compat.functions import call, load_function
@@ -22,8 +23,11 @@ from slime_compat.rollout import DataSourceView
 from slime_compat.sample import Sample, promote, promote_all
 from slime_core.rollout.sample_filters import over_rollout
 
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
-async def rollout_sample_hooks(sample, config, rollout_id):
+
+async def rollout_sample_hooks(sample, config: Config, rollout_id):
     """Our sample-hook contract calling each of slime's ``--rollout-sample-hook-path`` hooks."""
     args, sample = slime_args(config), promote(sample)
     for path in config.rollout_sample_hook_path:
@@ -48,7 +52,7 @@ def _accepted(fn, **kwargs) -> dict:
 
 
 @over_rollout
-def rollout_sample_filter(groups, config) -> list[list[bool]]:
+def rollout_sample_filter(groups, config: Config) -> list[list[bool]]:
     """Our over-rollout sample filter calling slime's; keeps what it did not mark ``remove_sample``."""
     promote_all(groups)
     in_order = sorted(groups, key=lambda group: min(sample.group_index for sample in group))
@@ -56,7 +60,7 @@ def rollout_sample_filter(groups, config) -> list[list[bool]]:
     return [[not sample.remove_sample for sample in group] for group in groups]
 
 
-async def rollout_all_samples_process(rollout_id, groups, config, data_source) -> None:
+async def rollout_all_samples_process(rollout_id, groups, config: Config, data_source) -> None:
     """Our all-groups-hook contract calling slime's (the data source as slime's functions see it)."""
     fn = load_function(config.rollout_all_samples_process_path)
     await call(fn, slime_args(config), promote_all(groups), DataSourceView(data_source))

@@ -11,12 +11,17 @@ logs its train metrics apart.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from slime_compat.args import slime_args
 from slime_compat.functions import load_function
 from slime_compat.sample import promote_all
 
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
-def log_rollout(rollout_id: int, config, groups, metrics: dict, seconds: float) -> bool:
+
+def log_rollout(rollout_id: int, config: Config, groups, metrics: dict, seconds: float) -> bool:
     """Call slime's rollout log function; whether it asks to skip the default metrics."""
     samples = promote_all([sample for group in groups for sample in group])
     fn = load_function(config.custom_rollout_log_function_path)

@@ -11,10 +11,15 @@ are (never normalised again) and its ``raw_reward`` is what is logged as the rew
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from slime_compat.args import slime_args
 from slime_compat.functions import load_function
 from slime_compat.sample import promote_all
 from slime_core.rollout_batch import RolloutBatch
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 #: slime's train-data keys that our RolloutBatch holds -> what each entry must hold
 REQUIRED = {
@@ -44,7 +49,7 @@ OPTIONAL = (
 )
 
 
-def train_data_problems(config) -> list[str]:
+def train_data_problems(config: Config) -> list[str]:
     """Both flags given: slime calls the post-process function only from the conversion that
     the converter replaces, so it would never run there."""
     post, convert = (
@@ -59,20 +64,20 @@ def train_data_problems(config) -> list[str]:
     ]
 
 
-def reward_post_process(samples, config) -> tuple[list, list]:
+def reward_post_process(samples, config: Config) -> tuple[list, list]:
     """Our reward post-processor contract calling slime's."""
     fn = load_function(config.custom_reward_post_process_path)
     return fn(slime_args(config), promote_all(samples))
 
 
-def convert_samples_to_train_data(samples, config) -> RolloutBatch:
+def convert_samples_to_train_data(samples, config: Config) -> RolloutBatch:
     """Our train-data converter contract calling slime's."""
     path = config.custom_convert_samples_to_train_data_path
     data = load_function(path)(slime_args(config), promote_all(samples))
     return batch_from_train_data(data, samples, config, f"--custom-convert-samples-to-train-data-path {path}")
 
 
-def batch_from_train_data(data, samples, config, source: str) -> RolloutBatch:
+def batch_from_train_data(data, samples, config: Config, source: str) -> RolloutBatch:
     """slime's train-data dict as a `RolloutBatch`. Each entry's prompt group, engine
     log-probs and nuclei come from the dict (``group_indices``, ``rollout_log_probs``, the
     ``rollout_top_p_*`` keys) or, when its entries are the samples in order (same tokens),

@@ -21,11 +21,16 @@ adapter converts one way on the call and back on the return:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from slime_compat.args import slime_args
 from slime_compat.functions import load_function
 from slime_core.algorithms import approx_kl, group_normalize_rewards
+
+if TYPE_CHECKING:
+    from slime_core.rank.policy_loss_config import PolicyLossConfig
 
 
 def custom_advantage(inputs):
@@ -44,7 +49,7 @@ def custom_advantage(inputs):
 custom_advantage.needs_old_log_probs = True  # slime's rollout_data always holds π_old ("log_probs")
 
 
-def custom_tis(pg_loss, inputs, config):
+def custom_tis(pg_loss, inputs, config: PolicyLossConfig):
     """Our TIS-function contract calling slime's, with slime's keyword arguments."""
     args = slime_args(config.run_config)
     lengths = inputs.response_lengths.tolist()
@@ -61,7 +66,7 @@ def custom_tis(pg_loss, inputs, config):
     return rows.unflat(pg_loss), rows.pad(masks), {name: rows.unflat(value) for name, value in metrics.items()}
 
 
-def custom_pg_loss_reducer(pg_loss, loss_mask, inputs, denominators, config):
+def custom_pg_loss_reducer(pg_loss, loss_mask, inputs, denominators, config: PolicyLossConfig):
     """Our pg-loss-reducer contract calling slime's reducer factory (which gets no ``args``)."""
     run = config.run_config
     lengths = inputs.response_lengths.tolist()

@@ -16,6 +16,10 @@ without either the function would be ignored, which is said.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 ADAPTER = "slime.custom_advantage"
 #: slime's estimators whose rewards its reward post-processing centres per group ...
@@ -25,7 +29,7 @@ _STD = ("grpo", "gspo", "cispo")
 _OWN_LOSS = ("gspo", "cispo")
 
 
-def prepare_train_math(config) -> list[str]:
+def prepare_train_math(config: Config) -> list[str]:
     """Keep what the advantage estimator's name means in slime before its adapter replaces
     it; warn about a TIS function that would not be called. Returns the config errors."""
     if config.get("custom_tis_function_path") and not (config.use_tis or config.get_mismatch_metrics):

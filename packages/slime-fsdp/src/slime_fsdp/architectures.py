@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 LINEAR_ATTENTION, SPARSE_ATTENTION = "linear_attention", "indexed_attention"  # transformers layer types
 DENSE_ONLY = ("flash_attention_2", "flash_attention_3", "slime_packed")  # no mask: every key attended
@@ -29,7 +33,7 @@ def layer_types(path: str) -> set[str]:
     return set(config.get("layer_types") or config.get("text_config", {}).get("layer_types") or [])
 
 
-def architecture_problems(config) -> list[str]:
+def architecture_problems(config: Config) -> list[str]:
     """What the FSDP backend cannot do with ``--hf-checkpoint``'s architecture under ``config``."""
     path = config.get("hf_checkpoint")
     types = layer_types(path) if path else set()

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
+    from slime_core.config.config import Config
 
-def missing_converter(config) -> str | None:
+
+def missing_converter(config: Config) -> str | None:
     """The config error for a Megatron ``--ref-load`` when slime-megatron is not installed."""
     if importlib.util.find_spec("slime_megatron") is not None:
         return None
@@ -27,7 +29,7 @@ def missing_converter(config) -> str | None:
     )
 
 
-def hf_state_dict(root: str, hf_dir: str, config) -> dict[str, torch.Tensor]:
+def hf_state_dict(root: str, hf_dir: str, config: Config) -> dict[str, torch.Tensor]:
     """The state dict of ``hf_dir``'s model with the weights of the Megatron checkpoint ``root``
     (as transformers names them in memory: tied and fused weights included)."""
     from slime_core.checkpoint.directory import megatron_checkpoint

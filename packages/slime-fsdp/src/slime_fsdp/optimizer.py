@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from slime_core.rank.step import lr_factor
 
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
+
 
 def build_optimizer(
-    model, config, lr: float | None = None
+    model, config: Config, lr: float | None = None
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW over the model's parameters with ``lr`` (default ``--lr``), ``--weight-decay``,
     ``--adam-beta1/2``, and the schedule of `lr_factor`."""

@@ -4,7 +4,14 @@ Registers the FSDP2 train backend (``--train-backend fsdp``) and its own options
 imports nothing heavy (the rank class is named by a string), so ``slime --help`` stays fast.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from slime_core import hookimpl
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 GROUP = "FSDP backend (slime-fsdp)"
 
@@ -45,7 +52,7 @@ def slime_add_options(options):
 
 
 @hookimpl
-def slime_validate_config(config):
+def slime_validate_config(config: Config):
     """A Megatron checkpoint as --ref-load needs slime-megatron's conversion (`slime_fsdp.megatron_weights`);
     some architectures need padded rows or an attention with masks (`slime_fsdp.architectures`)."""
     from slime_core.checkpoint.directory import is_megatron_checkpoint

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -31,11 +32,14 @@ from slime_fsdp import checkpoint, inputs, weights
 from slime_fsdp.model import load_model, load_tokenizer, shard
 from slime_fsdp.optimizer import build_optimizer
 
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
+
 
 class FSDPTrainRank:
     """One training rank: a shard of the policy, its optimizer, and the RL step."""
 
-    def __init__(self, config, rank: int, world_size: int, master_addr: str, master_port: int):
+    def __init__(self, config: Config, rank: int, world_size: int, master_addr: str, master_port: int):
         from torch.distributed.device_mesh import init_device_mesh
 
         self.config, self.rank, self.world_size = config, rank, world_size

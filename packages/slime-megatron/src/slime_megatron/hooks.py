@@ -33,10 +33,13 @@ here): the policy wrapped in Megatron's DDP, or the distillation teacher's bare 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slime_core.config.options import key_to_flag
 from slime_core.plugins.registry import resolve_reference
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 #: option key -> its help (the functions' signatures are in the module docstring)
 HOOK_OPTIONS: dict[str, str] = {
@@ -65,7 +68,7 @@ PROVIDER_HELP = (
 class RankHooks:
     """The run's hook functions, imported once in this rank's process; a hook not given does nothing."""
 
-    def __init__(self, config, rank: int):
+    def __init__(self, config: Config, rank: int):
         self.config, self.rank = config, rank
         self.functions = {
             key: (path, resolve_reference(path, key_to_flag(key)))

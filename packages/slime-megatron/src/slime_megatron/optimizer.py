@@ -13,10 +13,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
-def wrap(module, config):
+
+def wrap(module, config: Config):
     """``module`` in Megatron's DDP; the model config set up for the forward-backward schedule."""
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
 
@@ -29,7 +34,7 @@ def wrap(module, config):
     return model
 
 
-def build_optimizer(model, config):
+def build_optimizer(model, config: Config):
     """Megatron's optimizer for the DDP-wrapped ``model`` (see the module docstring)."""
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 

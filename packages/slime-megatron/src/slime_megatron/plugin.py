@@ -5,8 +5,15 @@ Megatron pass-through flags) and ``slime convert``. It imports nothing heavy (th
 is named by a string, the rest is imported when used), so ``slime --help`` stays fast.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from slime_core import hookimpl
 from slime_megatron.hooks import HOOK_OPTIONS, PROVIDER_HELP
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 GROUP = "Megatron backend (slime-megatron)"
 
@@ -167,12 +174,12 @@ def slime_add_options(options):
 
 
 @hookimpl
-def slime_resolve_config(config):
+def slime_resolve_config(config: Config):
     _pick_megatron_when_its_options_are_given(config)
 
 
 @hookimpl
-def slime_validate_config(config):
+def slime_validate_config(config: Config):
     if config.get("train_backend") != "megatron":
         return _check_other_backend(config)
     errors = (
@@ -192,7 +199,7 @@ def slime_validate_config(config):
     return errors
 
 
-def _check_parallel_sizes(config) -> list[str]:
+def _check_parallel_sizes(config: Config) -> list[str]:
     """Every parallel size is positive and divides the training ranks; so does their product."""
     ranks = config.actor_num_nodes * config.actor_num_gpus_per_node
     where = (
@@ -224,7 +231,7 @@ def _check_parallel_sizes(config) -> list[str]:
     return errors
 
 
-def _model_parallel_flags(config) -> list[str]:
+def _model_parallel_flags(config: Config) -> list[str]:
     """The Megatron model-parallel sizes above 1, as ``--flag N``."""
     return [
         f"--{key.replace('_', '-')} {config.get(key)}"
@@ -233,7 +240,7 @@ def _model_parallel_flags(config) -> list[str]:
     ]
 
 
-def _pick_megatron_when_its_options_are_given(config) -> None:
+def _pick_megatron_when_its_options_are_given(config: Config) -> None:
     """A run that sets this backend's options without choosing a backend (a launch script
     written for slime, whose default backend is Megatron) trains with Megatron; an explicit
     ``--train-backend fsdp`` with model-parallel sizes is refused by `_check_other_backend`."""
@@ -243,7 +250,7 @@ def _pick_megatron_when_its_options_are_given(config) -> None:
         config.sources["train_backend"] = f"chosen by --{given[0].replace('_', '-')} (slime's default backend)"
 
 
-def _check_other_backend(config) -> list[str]:
+def _check_other_backend(config: Config) -> list[str]:
     """Megatron's model-parallel sizes mean nothing to another backend: refuse them rather than
     train unsplit (slime's launch scripts set them, and slime trains with Megatron); so are the
     functions only Megatron's train ranks call."""
@@ -271,7 +278,7 @@ def _check_other_backend(config) -> list[str]:
     )
 
 
-def _check_layer_options(config) -> list[str]:
+def _check_layer_options(config: Config) -> list[str]:
     errors = []
     if config.get("recompute_granularity") == "full" and not (
         config.get("recompute_method") and config.get("recompute_num_layers")
@@ -282,7 +289,7 @@ def _check_layer_options(config) -> list[str]:
     return errors
 
 
-def _check_model_family(config) -> list[str]:
+def _check_model_family(config: Config) -> list[str]:
     """The checkpoint's architecture (config.json's model_type) is one Megatron can build: said
     now, not when every rank fails building the model."""
     import json
@@ -298,7 +305,7 @@ def _check_model_family(config) -> list[str]:
     return [f"--hf-checkpoint {checkpoint}: {reason}"] if reason else []
 
 
-def _check_mtp(config) -> list[str]:
+def _check_mtp(config: Config) -> list[str]:
     """--mtp-num-layers asks for MTP layers the checkpoint holds, of a family that has them,
     built by this backend on one pipeline stage; --enable-mtp-training trains some."""
     layers, checkpoint = config.get("mtp_num_layers"), config.get("hf_checkpoint")
@@ -334,7 +341,7 @@ def _check_mtp(config) -> list[str]:
     return [f"--hf-checkpoint {checkpoint}: {problem}"] if problem else []
 
 
-def _check_weights_written_hook(config) -> list[str]:
+def _check_weights_written_hook(config: Config) -> list[str]:
     """Only disk weight updates write files: with another transport the hook would never run."""
     if (
         config.sources.get("megatron_weights_written_hook", "default") == "default"

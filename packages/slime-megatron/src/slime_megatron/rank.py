@@ -38,6 +38,7 @@ from __future__ import annotations
 import os
 from contextlib import nullcontext
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -70,11 +71,14 @@ from slime_megatron.optimizer import build_optimizer, set_lr, wrap
 from slime_megatron.parallel import init_parallel
 from slime_megatron.shares import gather_shares
 
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
+
 
 class MegatronTrainRank:
     """One training rank: a tensor/pipeline shard of the policy in a data-parallel replica."""
 
-    def __init__(self, config, rank: int, world_size: int, master_addr: str, master_port: int):
+    def __init__(self, config: Config, rank: int, world_size: int, master_addr: str, master_port: int):
         from slime_megatron.cpu_compat import import_megatron
 
         import_megatron()  # CPU mode's import (nothing on CUDA): before any other of megatron
@@ -417,7 +421,7 @@ class MegatronTrainRank:
         return memory_gib(self.device)
 
 
-def _check_supported(config) -> None:
+def _check_supported(config: Config) -> None:
     if config.context_parallel_size > 1:
         raise ValueError(
             f"--context-parallel-size {config.context_parallel_size}: the Megatron rank does not split sequences "

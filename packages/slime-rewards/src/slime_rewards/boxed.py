@@ -13,8 +13,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
+from typing import TYPE_CHECKING
 
 from slime_rewards.math.extract import ends_in_open_box, last_boxed
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 _REWRITE = {
     "math": "\\boxed{{{}}}",
@@ -41,12 +45,12 @@ def boxed(fn, name: str):
 
     if inspect.iscoroutinefunction(fn):
 
-        async def reward(sample, config=None):
+        async def reward(sample, config: Config | None = None):
             inner = answer_only(sample)
             return no_answer() if inner is None else await fn(inner, config)
     else:
 
-        def reward(sample, config=None):
+        def reward(sample, config: Config | None = None):
             inner = answer_only(sample)
             return no_answer() if inner is None else fn(inner, config)
 

@@ -18,8 +18,12 @@ does not import sympy or httpx.
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 from slime_rewards.boxed import boxed
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 _DEFAULTS = {
     "math_timeout": 5.0,
@@ -34,48 +38,48 @@ _DEFAULTS = {
 }
 
 
-def option(config, name: str):
+def option(config: Config, name: str):
     """`config.name`, or the documented default when config is None or lacks it."""
     value = getattr(config, name, None) if config is not None else None
     return _DEFAULTS[name] if value is None else value
 
 
-def math_reward(sample, config=None) -> float:
+def math_reward(sample, config: Config | None = None) -> float:
     """1.0 if the final answer is mathematically equivalent to the label, else 0.0."""
     from slime_rewards.math.grader import grade_math
 
     return 1.0 if grade_math(sample.response, sample.label, float(option(config, "math_timeout"))) else 0.0
 
 
-def dapo_reward(sample, config=None) -> dict:
+def dapo_reward(sample, config: Config | None = None) -> dict:
     """DAPO/Minerva string match on the last ``Answer:`` line: ``{"score": ±1, "acc", "pred"}``."""
     from slime_rewards.dapo import dapo_score
 
     return dapo_score(sample.response, sample.label)
 
 
-def deepscaler_reward(sample, config=None) -> float:
+def deepscaler_reward(sample, config: Config | None = None) -> float:
     """The math reward on the text after ``</think>``; 0.0 without ``</think>``."""
     from slime_rewards.deepscaler import deepscaler_score
 
     return deepscaler_score(sample.response, sample.label, float(option(config, "math_timeout")))
 
 
-def f1_reward(sample, config=None) -> float:
+def f1_reward(sample, config: Config | None = None) -> float:
     """SQuAD token F1 against the label (a string or a list of strings: the best)."""
     from slime_rewards.f1 import f1_score
 
     return f1_score(sample.response, sample.label)
 
 
-def multiple_choice_reward(sample, config=None) -> float:
+def multiple_choice_reward(sample, config: Config | None = None) -> float:
     """1.0 if the picked option letter is the labelled one (GPQA-style), else 0.0."""
     from slime_rewards.multiple_choice import multiple_choice_score
 
     return multiple_choice_score(sample.response, sample.label, sample.metadata)
 
 
-def code_reward(sample, config=None) -> float:
+def code_reward(sample, config: Config | None = None) -> float:
     """Share of the test cases (``metadata["tests"]``, else the label) the response's code
     passes; 0 past ``--code-sample-timeout``. Why is in ``metadata["code_reward"]``."""
     from slime_rewards.code_sandbox import Limits, extract_code, grade, parse_tests
@@ -99,7 +103,7 @@ def code_reward(sample, config=None) -> float:
     return result.score
 
 
-async def remote_reward(sample, config=None) -> float:
+async def remote_reward(sample, config: Config | None = None) -> float:
     """The reward returned by the reward-model server at ``rm_url``."""
     from slime_rewards.remote import remote_score
 
@@ -116,7 +120,7 @@ async def remote_reward(sample, config=None) -> float:
     )
 
 
-def exact_match_reward(sample, config=None) -> float:
+def exact_match_reward(sample, config: Config | None = None) -> float:
     """1.0 if the response, stripped of surrounding whitespace, is the label's text exactly
     (short answers such as ``49``; no answer extraction, no normalisation), else 0.0."""
     return 1.0 if sample.label is not None and sample.response.strip() == str(sample.label).strip() else 0.0

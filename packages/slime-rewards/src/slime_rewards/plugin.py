@@ -6,7 +6,14 @@ by ``"module:attribute"`` strings, so importing this module (as ``slime --help``
 imports neither sympy nor the graders.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from slime_core import hookimpl
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 GROUP = "rewards (slime-rewards)"
 
@@ -85,7 +92,7 @@ def slime_register_reward_functions(register):
 
 
 @hookimpl
-def slime_validate_config(config):
+def slime_validate_config(config: Config):
     if (config.get("rm_type") or "").removeprefix("boxed_") != "code":
         return []
     from slime_rewards.code_isolation import SandboxError, check_namespaces

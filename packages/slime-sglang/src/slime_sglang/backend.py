@@ -10,8 +10,13 @@ its bundle of the run's placement; control calls and weight updates go through
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from slime_sglang.client import EngineClient
 from slime_sglang.engine_group import EngineGroup, engine_count
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 #: What a real SGLang server takes. Its /update_weights_from_tensor wants tensors serialised by
 #: SGLang's MultiprocessingSerializer (shared memory or CUDA IPC handles from a process beside
@@ -22,7 +27,7 @@ REAL_SGLANG_TRANSPORTS = ("broadcast", "disk")
 class SGLangBackend:
     """Engines with SGLang's HTTP API, started as Ray actors or given as addresses."""
 
-    def engine_bundles(self, config, gpu: bool) -> list[dict[str, float]]:
+    def engine_bundles(self, config: Config, gpu: bool) -> list[dict[str, float]]:
         """One bundle per engine started: ``--rollout-num-gpus-per-engine`` GPUs with CUDA (the
         CPU engine: a CPU slot); none for external engines."""
         if config.get("rollout_external_engine_addrs"):
@@ -30,7 +35,7 @@ class SGLangBackend:
         gpus = config.rollout_num_gpus_per_engine if gpu and config.rollout_engine != "cpu" else 0
         return [{"GPU": gpus, "CPU": 1} if gpus else {"CPU": 1}] * engine_count(config)
 
-    def start(self, config, actor_options=None, plugins=None) -> EngineGroup:
+    def start(self, config: Config, actor_options=None, plugins=None) -> EngineGroup:
         if config.get("rollout_external_engine_addrs"):
             return EngineGroup.connect(config.rollout_external_engine_addrs, config.rollout_num_gpus_per_engine)
         if config.get("actor_runtime") == "inprocess":

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -33,6 +33,9 @@ from slime_core.rank.weight_bucket import WeightBucket
 from slime_core.rollout_backend import WEIGHT_TRANSPORTS
 from slime_sglang.client import EngineClient
 from slime_sglang.servers import EnginesLost, start_servers, stop_servers
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 HEALTH_TIMEOUT_S = 5.0  # an external engine must answer /health within this
 #: Seconds one control call (pause, a weight bucket, loading weights from disk, joining a
@@ -67,7 +70,7 @@ class EngineGroup:
         self._broadcaster = None  # slime_sglang.weight_broadcast.WeightBroadcaster, once a broadcast update ran
 
     @classmethod
-    def start(cls, config, model_path: str, plugins=None, actor_options=None) -> EngineGroup:
+    def start(cls, config: Config, model_path: str, plugins=None, actor_options=None) -> EngineGroup:
         """The run's engines serving ``model_path``: started, or external (see the module docstring).
 
         ``plugins`` (default: ``slime_core.plugins.Plugins()``, as a Ray worker sees them)
@@ -274,7 +277,7 @@ def _loading_plugins(actor_options, env: dict[str, str]):
     return lambda index: with_env(actor_options(index) if actor_options else {}, env)
 
 
-def engine_count(config) -> int:
+def engine_count(config: Config) -> int:
     """How many engines to start: ``--rollout-num-gpus // --rollout-num-gpus-per-engine``.
 
     Unset ``--rollout-num-gpus`` means the training GPUs with ``--colocate``, else one engine.

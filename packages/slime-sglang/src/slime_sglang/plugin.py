@@ -6,7 +6,14 @@ and its options. The default rollout, generate and eval functions it runs are sl
 It imports nothing heavy, so ``slime --help`` stays fast.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from slime_core import hookimpl
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 GROUP = "rollout engines (slime-sglang)"
 
@@ -31,7 +38,7 @@ def slime_add_options(options):
 
 
 @hookimpl
-def slime_validate_config(config, plugins):
+def slime_validate_config(config: Config, plugins):
     from slime_core.components import run_generates
     from slime_sglang.engine_group import engine_count, engine_url
 

@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slime_core.cluster import ports
 from slime_core.cluster.child_process import die_with_parent
@@ -38,11 +39,14 @@ from slime_core.cluster.network import LOOPBACK
 from slime_core.data.prompt_budget import shortens_responses
 from slime_sglang.cpu_engine.launch import wait_healthy
 
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
+
 #: How many times a server whose port was taken before it bound it is started (see the module docstring).
 PORT_ATTEMPTS = 3
 
 
-def sglang_command(config, model_path: str, port: int, host: str = LOOPBACK) -> list[str]:
+def sglang_command(config: Config, model_path: str, port: int, host: str = LOOPBACK) -> list[str]:
     """``sglang.launch_server`` for one engine, through `slime_sglang.sglang_server` (which
     gives it the run's keys from the environment); ``config.sglang`` holds the pass-through options."""
     own = {"model_path": model_path, "host": host, "port": port, "tp_size": config.rollout_num_gpus_per_engine}
@@ -65,7 +69,7 @@ def seeds_each_copy(command_fn: Callable) -> Callable:
 
 @seeds_each_copy
 @shortens_responses
-def cpu_engine_command(config, model_path: str, port: int, host: str = LOOPBACK) -> list[str]:
+def cpu_engine_command(config: Config, model_path: str, port: int, host: str = LOOPBACK) -> list[str]:
     """``slime engine serve`` for one CPU engine, with the ``--sglang-*`` options it shares
     with SGLang (`CPU_ENGINE_SGLANG_OPTIONS`); it takes the run's keys from its environment. It
     shortens a response to fit its context (`shortens_responses`), where SGLang refuses it."""
@@ -82,7 +86,7 @@ class EngineServer:
     servers of a group start side by side and each failure comes back as a plain error.
     """
 
-    def __init__(self, config, command_fn, model_path: str, index: int = 0):
+    def __init__(self, config: Config, command_fn, model_path: str, index: int = 0):
         network = config.network
         if network.spans_nodes:
             network.use_node_interface_for_gloo()  # the server's weight-update group, over gloo on CPU
@@ -164,7 +168,7 @@ class EngineServer:
             self.process.wait()
 
 
-def engine_log(config, index: int, port: int | None = None) -> Path:
+def engine_log(config: Config, index: int, port: int | None = None) -> Path:
     """Where engine ``index`` writes its output: ``engines/engine_<index>.log`` in the run
     directory (on the engine's node, when the run spans nodes); without one (an engine group
     started outside ``slime run``), ``$SLIME_ENGINE_LOG_DIR`` (default /tmp), by port."""
@@ -182,7 +186,7 @@ def _last_line(path: Path) -> str:
 
 
 def start_servers(
-    config, command_fn, model_path: str, count: int, actor_options=None, first_index: int = 0
+    config: Config, command_fn, model_path: str, count: int, actor_options=None, first_index: int = 0
 ) -> tuple[list[str], list]:
     """Start ``count`` `EngineServer` actors side by side (engines ``first_index`` ... of the
     run); their URLs and actors once all are healthy. The CPU engine takes no GPU; every other

@@ -137,7 +137,9 @@ def _pg_loss(inputs: PolicyLossInputs, config: PolicyLossConfig, denominators: L
     return metrics["pg_loss"], metrics
 
 
-def _reduce_pg_loss(pg_loss, loss_mask, inputs: PolicyLossInputs, denominators: LossDenominators, config, mode: str):
+def _reduce_pg_loss(
+    pg_loss, loss_mask, inputs: PolicyLossInputs, denominators: LossDenominators, config: PolicyLossConfig, mode: str
+):
     """The default pg-loss reduction: ``mode`` over ``loss_mask``, each sample still divided by
     its tokens in ``inputs.loss_mask`` (a TIS function's rejections shrink the sum, not the
     denominator)."""

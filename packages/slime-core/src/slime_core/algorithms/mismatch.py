@@ -18,12 +18,18 @@ tokens; the denominators stay those of ``inputs.loss_mask``) and per-token (B, T
 which the loss reduces over ``inputs.loss_mask`` like itself.
 """
 
+from __future__ import annotations
+
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
 from .kl import approx_kl
 from .reduce import masked_mean
+
+if TYPE_CHECKING:
+    from slime_core.rank.policy_loss_config import PolicyLossConfig
 
 Reduce = Callable[[torch.Tensor], torch.Tensor]
 
@@ -87,7 +93,9 @@ def _per_token(values: torch.Tensor) -> torch.Tensor:
     return values
 
 
-def truncate_tis(pg_loss: torch.Tensor, inputs, config) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+def truncate_tis(
+    pg_loss: torch.Tensor, inputs, config: PolicyLossConfig
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """``--tis-mode truncate``: pg_loss·w with ``tis_weights`` (bounds ``config.tis_clip_low``,
     ``config.tis_clip``); every token stays in the mask."""
     weights, metrics = tis_weights(
@@ -101,7 +109,9 @@ def truncate_tis(pg_loss: torch.Tensor, inputs, config) -> tuple[torch.Tensor, t
     return pg_loss * weights, inputs.loss_mask, metrics
 
 
-def icepop_tis(pg_loss: torch.Tensor, inputs, config) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+def icepop_tis(
+    pg_loss: torch.Tensor, inputs, config: PolicyLossConfig
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """``--tis-mode icepop``: pg_loss·w with ``icepop_weights`` (band ``config.tis_clip_low`` to
     ``config.tis_clip``); a dropped token has weight 0 but stays in the mask (its sample's
     denominator still counts it)."""

@@ -190,7 +190,7 @@ def cispo_loss_fn(log_probs, old_log_probs, advantages, loss_mask, config: ClipC
     return loss * loss_mask, clipfrac * loss_mask
 
 
-def sft_loss_fn(log_probs, old_log_probs, advantages, loss_mask, config):
+def sft_loss_fn(log_probs, old_log_probs, advantages, loss_mask, config: ClipConfig):
     """Supervised loss -log π(y_t) on valid tokens (advantages unused); clipfrac 0."""
     return -log_probs * loss_mask, torch.zeros_like(log_probs)
 

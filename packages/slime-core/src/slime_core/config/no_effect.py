@@ -14,8 +14,12 @@ options, attached by `add_core_rules`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from slime_core.config.options import OptionSet, key_to_flag
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 _MISMATCH_OFF = (
     "the rollout/train mismatch weights are computed with --use-tis (or reported with --get-mismatch-metrics)"
@@ -124,7 +128,7 @@ def add_core_rules(options: OptionSet) -> None:
         options.add_rule(key, acts_when, reason)
 
 
-def no_effect_warnings(config, options: OptionSet | None = None) -> list[str]:
+def no_effect_warnings(config: Config, options: OptionSet | None = None) -> list[str]:
     """One line for each option the user set that does nothing in this configuration.
 
     ``options``: the run's declared options; by default those of the installed plugins."""
@@ -137,7 +141,7 @@ def no_effect_warnings(config, options: OptionSet | None = None) -> list[str]:
     ]
 
 
-def _given(config, key: str) -> bool:
+def _given(config: Config, key: str) -> bool:
     """Whether the user set ``key`` (in the YAML file or on the command line)."""
     return key in config and config.sources.get(key, "default") != "default"
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
+from typing import TYPE_CHECKING
 
 from slime_core.engine import TOP_P_REPLAY_PARAM, SamplingParams
 from slime_core.faults.run_error import RunError
@@ -38,8 +39,11 @@ from slime_core.rollout.parts import RolloutParts
 from slime_core.rollout.result import RolloutResult
 from slime_core.sample import Sample, SampleStatus
 
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
-def sampling_params(config, evaluation: bool = False) -> SamplingParams:
+
+def sampling_params(config: Config, evaluation: bool = False) -> SamplingParams:
     """The rollout's (or evaluation's) sampling options from the config. With
     ``--rollout-top-p`` < 1 the rollout asks for each token's nucleus, which training replays
     (``slime_core.engine`` says how); evaluation trains on nothing and does not."""
@@ -61,7 +65,7 @@ def sampling_params(config, evaluation: bool = False) -> SamplingParams:
     )
 
 
-def samples_in_flight(config, parts: RolloutParts) -> int:
+def samples_in_flight(config: Config, parts: RolloutParts) -> int:
     """At most ``--rollout-concurrency`` samples per engine in flight (the engines the rollout
     was handed, ``parts.engines``; one engine when it was handed only a generation client). An
     engine batches the requests it has, so a limit below its batch size starves it: with 64 in
@@ -69,7 +73,7 @@ def samples_in_flight(config, parts: RolloutParts) -> int:
     return config.rollout_concurrency * (len(parts.engines.urls) if parts.engines is not None else 1)
 
 
-async def default_rollout(rollout_id: int, config, parts: RolloutParts) -> RolloutResult:
+async def default_rollout(rollout_id: int, config: Config, parts: RolloutParts) -> RolloutResult:
     """One rollout (see the module docstring)."""
     return await _Rollout(rollout_id, config, parts).run()
 
@@ -77,7 +81,7 @@ async def default_rollout(rollout_id: int, config, parts: RolloutParts) -> Rollo
 class _Rollout:
     """The state of one rollout in progress."""
 
-    def __init__(self, rollout_id: int, config, parts: RolloutParts):
+    def __init__(self, rollout_id: int, config: Config, parts: RolloutParts):
         self.rollout_id, self.config, self.parts = rollout_id, config, parts
         self.target = config.rollout_batch_size
         self.in_flight_goal = max(self.target, config.over_sampling_batch_size or 0)

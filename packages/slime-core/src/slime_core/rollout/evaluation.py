@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from math import comb
+from typing import TYPE_CHECKING
 
 from slime_core.data.prompt_dataset import PromptDataset
 from slime_core.rollout.default import samples_in_flight, sampling_params
@@ -19,6 +20,9 @@ from slime_core.rollout.result import EvalResult
 from slime_core.rollout.reward_hub import scalar_reward
 from slime_core.sample import Sample, SampleStatus
 
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
+
 
 def pass_at_k(n: int, correct: int, k: int) -> float:
     """Probability that at least one of k responses drawn from n (``correct`` right) is right."""
@@ -27,7 +31,7 @@ def pass_at_k(n: int, correct: int, k: int) -> float:
     return 1.0 - comb(n - correct, k) / comb(n, k)
 
 
-async def evaluate(config, parts: RolloutParts, datasets: dict[str, PromptDataset]) -> EvalResult:
+async def evaluate(config: Config, parts: RolloutParts, datasets: dict[str, PromptDataset]) -> EvalResult:
     """``eval/<name>/reward_mean``, ``eval/<name>/pass@1`` and ``eval/<name>/pass@<n>``, with
     each dataset's scored groups (for ``slime_log_eval`` plugins)."""
     result = EvalResult({})
@@ -37,7 +41,7 @@ async def evaluate(config, parts: RolloutParts, datasets: dict[str, PromptDatase
     return result
 
 
-async def _generate_all(config, parts: RolloutParts, dataset: PromptDataset) -> list[list[Sample]]:
+async def _generate_all(config: Config, parts: RolloutParts, dataset: PromptDataset) -> list[list[Sample]]:
     n = config.n_samples_per_eval_prompt
     sampling = sampling_params(config, evaluation=True)
     limit = asyncio.Semaphore(samples_in_flight(config, parts))

@@ -21,10 +21,14 @@ import dataclasses
 import logging
 import uuid
 import zlib
+from typing import TYPE_CHECKING
 
 from slime_core.engine import EngineUnavailable, SamplingParams, append_result, parallel_sample_seed
 from slime_core.rollout.parts import GenerateContext
 from slime_core.sample import Sample, SampleStatus
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +74,7 @@ async def generate_group(group: list[Sample], sampling: SamplingParams, ctx: Gen
     return group
 
 
-def sample_seed(config, sample: Sample) -> int:
+def sample_seed(config: Config, sample: Sample) -> int:
     """The sampling seed of one request: from ``--rollout-seed``, the sample's group and index
     and how much of its response exists. A rerun (or a run resumed from a checkpoint) draws
     the same tokens for the same prompts, on any engine that honours seeds, however requests
@@ -78,7 +82,7 @@ def sample_seed(config, sample: Sample) -> int:
     return parallel_sample_seed(group_seed(config, sample), sample.index)
 
 
-def group_seed(config, sample: Sample) -> int:
+def group_seed(config: Config, sample: Sample) -> int:
     """The seed shared by the samples of ``sample``'s group at its response length."""
     key = f"{config.rollout_seed}:{sample.group_index}:{sample.response_length}"
     return zlib.crc32(key.encode()) & 0x7FFFFFFF

@@ -22,10 +22,13 @@ import logging
 import math
 import numbers
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slime_core.faults.nonfinite import NonFiniteError
 from slime_core.sample import Sample, SampleStatus
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 logger = logging.getLogger("slime.reward")
 
@@ -33,7 +36,7 @@ logger = logging.getLogger("slime.reward")
 class RewardHub:
     """Scores samples and groups with the reward functions a config selects."""
 
-    def __init__(self, config, plugins):
+    def __init__(self, config: Config, plugins):
         self.config = config
         self.registry = plugins.registry("reward_functions")
         self.timeout = config.rm_timeout

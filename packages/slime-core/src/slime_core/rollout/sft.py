@@ -9,13 +9,18 @@ end-of-text token, trained on with ``--loss-type sft_loss``. No engine is starte
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from slime_core.rollout.parts import without_engines
 from slime_core.rollout.result import RolloutResult
 from slime_core.sample import Sample, SampleStatus
 
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
+
 
 @without_engines
-async def sft_rollout(rollout_id: int, config, parts):
+async def sft_rollout(rollout_id: int, config: Config, parts):
     """``--rollout-batch-size`` groups from the data source, each sample completed with its label."""
     groups = parts.data_source.get_samples(config.rollout_batch_size)
     tokenizer = parts.ctx.tokenizer

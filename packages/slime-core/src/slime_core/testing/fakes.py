@@ -23,11 +23,15 @@ import random
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slime_core import hookimpl
 from slime_core.checkpoint.directory import prepare, publish, resume_checkpoint, staging
 from slime_core.engine import EngineUnavailable, GenerateResult
 from slime_core.rank.weight_bucket import WeightBucket
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 DIGITS = "0123456789"
 LETTERS = "abcdefghij"
@@ -50,7 +54,7 @@ def _char_ids(tokenizer, chars: str) -> list[int]:
     return [tokenizer.convert_tokens_to_ids(ch) for ch in chars]
 
 
-def _tokenizer(config):
+def _tokenizer(config: Config):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(config.hf_checkpoint, local_files_only=True)
@@ -67,7 +71,7 @@ def log_p(theta: float, is_digit: bool) -> float:
 class FakeTrainRank:
     """A `slime_core.train_backend.TrainRank` whose model is θ."""
 
-    def __init__(self, config, rank, world_size, master_addr, master_port):
+    def __init__(self, config: Config, rank, world_size, master_addr, master_port):
         self.config, self.theta, self.version = config, 0.0, 0
         self.digits = set(_char_ids(_tokenizer(config), DIGITS))
         self.resident = True
@@ -298,10 +302,10 @@ class FakeClient:
 class FakeRolloutBackend:
     """`slime_core.rollout_backend.RolloutBackend`: ``--rollout-num-gpus`` fake engines."""
 
-    def engine_bundles(self, config, gpu: bool) -> list[dict[str, float]]:
+    def engine_bundles(self, config: Config, gpu: bool) -> list[dict[str, float]]:
         return [{"CPU": 1}] * (config.rollout_num_gpus or 1)
 
-    def start(self, config, actor_options, plugins) -> FakeEngines:
+    def start(self, config: Config, actor_options, plugins) -> FakeEngines:
         Recorder.calls["backend.start"] += 1
         tokenizer = _tokenizer(config)
         count = config.rollout_num_gpus or 1
@@ -321,7 +325,7 @@ class FakeRouter:
         Recorder.routers[self.url] = self
 
     @classmethod
-    def start(cls, config, worker_urls, plugins) -> FakeRouter:
+    def start(cls, config: Config, worker_urls, plugins) -> FakeRouter:
         Recorder.calls["router.start"] += 1
         return cls(worker_urls)
 

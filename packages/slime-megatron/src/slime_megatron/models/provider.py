@@ -11,12 +11,17 @@ names that differ, before any weight is read.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from slime_megatron.models.build import _without_transformer_engine, build_model
 
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
-def provide_model(hf_config, config, mtp_layers: int = 0):
+
+def provide_model(hf_config, config: Config, mtp_layers: int = 0):
     """``--megatron-model-provider``'s model for ``hf_config`` (checked), else `build_model`'s
     (with ``mtp_layers`` MTP layers; a provider's model has none: the options refuse both)."""
     from megatron.core import parallel_state

@@ -1,10 +1,12 @@
-"""An over-long prompt in the middle of the data, on the route a user's run takes.
+"""An over-long prompt in the middle of the data.
 
 Without ``--rollout-max-prompt-len`` the run refuses it before anything starts (exit 2,
-file:line, no Ray, no run directory); before, Ray, the train rank and the engine started, and
-the engine refused the prompt's request mid-rollout (HTTP 400), which ended the run. With
-``--rollout-max-prompt-len`` (slime's way to ask for filtering) it is dropped when the data is
-loaded, counted with its file:line, and the run trains on the other prompts."""
+file:line, no Ray, no run directory), on the route a user's run takes (the ``slime`` command);
+before, Ray, the train rank and the engine started, and the engine refused the prompt's request
+mid-rollout (HTTP 400), which ended the run. With ``--rollout-max-prompt-len`` (slime's way to ask
+for filtering) it is dropped when the data is loaded, counted with its file:line, and the run
+trains on the other prompts: the driver does that alone, so that run is ``slime run``'s command on
+the test kit's fake backends (`slime_core.testing.run_on_fakes`), in this process without Ray."""
 
 import json
 import os
@@ -17,8 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_core.cli.run import run_command
-from slime_core.plugins import Plugins
+from slime_core.testing import run_on_fakes
 
 pytestmark = pytest.mark.integration
 
@@ -89,11 +90,9 @@ def test_an_over_long_prompt_is_refused_before_ray_starts(data, tiny_model_dir, 
     assert elapsed < 60, f"took {elapsed:.1f}s"  # the checks import transformers: ~3-6 s on a loaded 2-core machine
 
 
-def test_with_filtering_asked_for_it_is_dropped_counted_and_the_run_trains(
-    data, tiny_model_dir, tmp_path, caplog, ray_cluster
-):
+def test_with_filtering_asked_for_it_is_dropped_counted_and_the_run_trains(data, tiny_model_dir, tmp_path, caplog):
     output = tmp_path / "run"
-    assert run_command([*flags(data, tiny_model_dir, output), "--rollout-max-prompt-len", "64"], Plugins()) == 0
+    assert run_on_fakes([*flags(data, tiny_model_dir, output), "--rollout-max-prompt-len", "64"]) == 0
     assert (
         f"{data}: dropped 1 of 5 prompts longer than 64 tokens (--rollout-max-prompt-len), the first at {data}:3"
         in caplog.text

@@ -102,3 +102,17 @@ def test_stored_keys_of_either_writer_are_found():
     )
     with pytest.raises(KeyError, match="stores no 'output_layer.weight'"):
         stored_key("output_layer.weight", {})
+
+
+def test_the_norms_of_multi_latent_attention_layers_are_found_under_either_writers_names():
+    """megatron's local MLA layers (ours, DeepSeek-V3) store the input norm under its own name,
+    not fused into a linear_qkv they do not have; Transformer Engine MLA layers (Megatron-LM's)
+    fuse the compressed q and kv norms into their up-projections."""
+    layer = "decoder.layers.0."
+    assert stored_key(layer + "input_layernorm.weight", {layer + "input_layernorm.weight": 0}) == (
+        layer + "input_layernorm.weight",
+        (),
+    )
+    for ours, theirs in (("q_layernorm", "linear_q_up_proj"), ("kv_layernorm", "linear_kv_up_proj")):
+        for stored in (f"self_attention.{ours}.weight", f"self_attention.{theirs}.layer_norm_weight"):
+            assert stored_key(f"{layer}self_attention.{ours}.weight", {layer + stored: 0}) == (layer + stored, ())

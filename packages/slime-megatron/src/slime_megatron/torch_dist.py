@@ -11,10 +11,15 @@ it. The keys of one model differ between writers in known ways, which `stored_ke
 - layers: a block of layers of one kind is stacked under one key, the layer first
   (``decoder.layers.mlp.linear_fc1.weight``); otherwise each layer has its own
   (``decoder.layers.0.mlp.linear_fc1.weight``);
-- norms: megatron's local layers (ours) store the input and pre-MLP norms under Transformer
-  Engine's fused names (``self_attention.linear_qkv.layer_norm_weight``,
-  ``mlp.linear_fc1.layer_norm_weight``); a Transformer Engine MoE layer (Megatron-LM's) keeps
-  its pre-MLP norm as a module of its own: ``pre_mlp_layernorm.weight``;
+- norms: megatron's local grouped-query attention layers (ours) store the input and pre-MLP
+  norms under Transformer Engine's fused names (``self_attention.linear_qkv.layer_norm_weight``,
+  ``mlp.linear_fc1.layer_norm_weight``); its multi-latent attention layers (DeepSeek-V3) have no
+  such map and store them under their own names (``input_layernorm.weight``,
+  ``pre_mlp_layernorm.weight``), as Transformer Engine MLA layers do for the input norm; a
+  Transformer Engine MoE layer (Megatron-LM's) keeps its pre-MLP norm as a module of its own:
+  ``pre_mlp_layernorm.weight``; Transformer Engine MLA layers fuse the norms of the compressed q
+  and kv into their up-projections (``linear_q_up_proj.layer_norm_weight``,
+  ``linear_kv_up_proj.layer_norm_weight``);
 - experts: a layer's experts are stacked, the expert first (``mlp.experts.experts.linear_fc1.weight``).
 
 Only weights are read: not the optimizer state, the extras, nor ``common.pt`` (Megatron-LM
@@ -36,11 +41,23 @@ _MTP_LAYER = re.compile(r"^(mtp\.layers\.\d+\.transformer_layer\.)(.+)$")  # an 
 _EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(.+)$")
 #: a parameter's name in megatron's modules -> its stored names, in the order they are tried
 _STORED_NORMS = {
-    "input_layernorm.weight": ("self_attention.linear_qkv.layer_norm_weight",),
+    "input_layernorm.weight": ("self_attention.linear_qkv.layer_norm_weight", "input_layernorm.weight"),
     "pre_mlp_layernorm.weight": ("mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"),
+    "self_attention.q_layernorm.weight": (
+        "self_attention.q_layernorm.weight",
+        "self_attention.linear_q_up_proj.layer_norm_weight",
+    ),
+    "self_attention.kv_layernorm.weight": (
+        "self_attention.kv_layernorm.weight",
+        "self_attention.linear_kv_up_proj.layer_norm_weight",
+    ),
 }
-#: our MoE layers' pre-MLP norm key -> a Transformer Engine MoE layer's
-_TE_MOE_NORM = ("mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight")
+#: our sharded key's end -> a Transformer Engine layer's, where the two differ (see the docstring)
+_TE_NAMES = (
+    ("mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"),
+    ("self_attention.q_layernorm.weight", "self_attention.linear_q_up_proj.layer_norm_weight"),
+    ("self_attention.kv_layernorm.weight", "self_attention.linear_kv_up_proj.layer_norm_weight"),
+)
 
 
 def stored_keys(path) -> dict:
@@ -145,11 +162,12 @@ def load_weights(path, model) -> None:
 
 def _renamed(item, stored):
     """``item`` (a sharded tensor of ours) under the key the checkpoint has: a Transformer
-    Engine MoE layer's pre-MLP norm (see the module docstring)."""
-    ours, theirs = _TE_MOE_NORM
+    Engine MoE layer's pre-MLP norm, a Transformer Engine MLA layer's q and kv norms (see the
+    module docstring)."""
     key = getattr(item, "key", "")
-    if key.endswith(ours) and key not in stored and key[: -len(ours)] + theirs in stored:
-        item.key = key[: -len(ours)] + theirs
+    for ours, theirs in _TE_NAMES:
+        if key.endswith(ours) and key not in stored and key[: -len(ours)] + theirs in stored:
+            item.key = key[: -len(ours)] + theirs
     return item
 
 

@@ -3,6 +3,8 @@ character tokenizer, for trying slime on a laptop CPU and for tests (nothing is 
 
 from __future__ import annotations
 
+import argparse
+
 
 def add_tiny_model_command(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -10,11 +12,20 @@ def add_tiny_model_command(subparsers) -> None:
         help="write a small random model (Qwen3 by default) and its character tokenizer to a directory",
         description="Write a randomly initialised causal LM (one token per character) as a Hugging Face "
         "directory. The defaults (a 0.8 M-parameter Qwen3) learn two-digit addition with RL on a CPU; --family "
-        "picks another architecture (MoE, MLA and linear-attention families at the same size).",
+        "picks another architecture (MoE, MLA and linear-attention families at the same size). Each family "
+        "keeps every structural option of the released checkpoint named below (biases, tied or untied "
+        "embeddings, norms, rotary scaling, attention kind, MoE routing, dense layers), scaled down in sizes "
+        "only; a variant is another released shape of the same model_type.",
+        epilog=_families_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("directory", help="where to write it (created)")
     parser.add_argument(
-        "--family", default="qwen3", choices=list(_families()), help="model family (transformers model_type)"
+        "--family",
+        default="qwen3",
+        choices=list(_shapes()),
+        metavar="NAME",
+        help="model family (transformers model_type) or variant, listed below (default: qwen3)",
     )
     parser.add_argument("--hidden-size", type=int, default=128)
     parser.add_argument("--num-layers", type=int, default=4)
@@ -23,10 +34,19 @@ def add_tiny_model_command(subparsers) -> None:
     parser.set_defaults(func=_write)
 
 
-def _families():
-    from slime_core.tools.tiny_models import TINY_FAMILIES
+def _shapes():
+    from slime_core.tools.tiny_models import TINY_SHAPES
 
-    return TINY_FAMILIES
+    return TINY_SHAPES
+
+
+def _families_epilog() -> str:
+    """One line per --family name: its model_type and the released config.json it follows."""
+    lines = ["families and variants (the released checkpoint whose config.json each follows):"]
+    for name, shape in _shapes().items():
+        kind = "" if name == shape.model_type else f" (model_type {shape.model_type})"
+        lines.append(f"  {name:<14} {shape.released}{kind}")
+    return "\n".join(lines)
 
 
 def _write(args) -> int:

@@ -6,7 +6,9 @@ a fixed character vocabulary, so tests and the CPU example run offline.
 
 from __future__ import annotations
 
+import re
 import string
+from dataclasses import dataclass
 from pathlib import Path
 
 PAD, EOS, USER, ASSISTANT = "<pad>", "<|endoftext|>", "<|user|>", "<|assistant|>"
@@ -43,102 +45,208 @@ def build_char_tokenizer(save_dir: str | Path | None = None):
     return tokenizer
 
 
+#: Sizes in `TinyShape.fields` written as strings are fractions of the hidden size ``h``:
+#: ``"h/4"`` is ``h // 4``, ``"3h/8"`` is ``3 * h // 8``.
+
+
+@dataclass(frozen=True)
+class TinyShape:
+    """A tiny model's shape: a transformers ``model_type``, the released checkpoint whose
+    config.json it follows, and the config fields that keep every structural option of that
+    config (biases, tied or untied embeddings, norms, rotary scaling and fraction, attention
+    kind, MoE routing, dense and sparse layers), scaled down in sizes only (hidden size, heads,
+    head and low-rank dims, experts, layers, vocabulary). Shared fields: `_SHAPE`."""
+
+    model_type: str
+    released: str  # the Hugging Face repository whose config.json the shape follows
+    fields: dict
+
+
 #: The shape every tiny family shares: 4 query / 2 key-value heads, a 3x MLP, an untied output
 #: layer, unless the family's entry says otherwise.
 _SHAPE = dict(
     num_attention_heads=4, num_key_value_heads=2, head_dim="h/4", rms_norm_eps=1e-6, tie_word_embeddings=False
 )
 
-#: Per family, the transformers ``model_type`` and what makes a tiny config of it exercise the
-#: family's own parts (``h``: the hidden size): MoE with shared experts and dense first layers,
-#: MLA, partial rotary, QK norm, linear attention mixed with full attention, sparse attention.
-TINY_FAMILIES: dict[str, dict] = {
-    "qwen3": dict(tie_word_embeddings=True),
-    "qwen2": dict(),
-    "llama": dict(),
-    "qwen3_moe": dict(
-        num_experts=4, num_experts_per_tok=2, moe_intermediate_size="h/2", norm_topk_prob=True, mlp_only_layers=[1]
+#: YaRN as DeepSeek-V3's config.json sets it (a 40x longer context than the 4,096 positions it
+#: was pretrained on; mscale_all_dim also scales the attention's softmax).
+_DEEPSEEK_V3_YARN = {
+    "rope_type": "yarn",
+    "rope_theta": 10000.0,
+    "factor": 40.0,
+    "original_max_position_embeddings": 4096,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+}
+#: Llama 3.1's rope scaling, as its config.json sets it.
+_LLAMA_3_1_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 500000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
+#: DeepSeek-V3's MoE: sigmoid scores with a correction bias ("noaux_tc"), the best half of the
+#: expert groups (released: 4 of 8 groups of 32; here 1 of 2 groups of 2), the top-k renormalised
+#: and scaled by 2.5, a shared expert, dense first layers (released: 3 of 61; here 1).
+_DEEPSEEK_MOE = dict(
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    moe_intermediate_size="h/2",
+    n_shared_experts=1,
+    first_k_dense_replace=1,
+    n_group=2,
+    topk_group=1,
+    topk_method="noaux_tc",
+    scoring_func="sigmoid",
+    routed_scaling_factor=2.5,
+    norm_topk_prob=True,
+)
+
+#: Per family (transformers ``model_type``), the released checkpoint its tiny model follows. Each
+#: keeps what that checkpoint's config.json sets: explicit head dims wider than hidden / heads
+#: (``head_dim="h/2"`` with 4 heads: 2h, as Qwen3-30B-A3B's 32 x 128 = 2 x 2048), q/k/v biases,
+#: QK norms, partial and scaled rotary embeddings, multi-latent attention with a low-rank query,
+#: MoE routing, shared experts, dense first layers, linear attention mixed with full attention,
+#: sparse attention.
+TINY_FAMILIES: dict[str, TinyShape] = {
+    # Qwen3-0.6B to 4B: tied embeddings. (Their 16 x 128 heads are wider than the hidden size;
+    # the tiny Qwen3, the suite's default model, keeps heads x head_dim = hidden as Qwen3-8B+ do.)
+    "qwen3": TinyShape("qwen3", "Qwen/Qwen3-0.6B", dict(tie_word_embeddings=True)),
+    # Qwen2.5-7B+: untied; q/k/v biases are always on in model_type qwen2.
+    "qwen2": TinyShape("qwen2", "Qwen/Qwen2.5-7B", dict()),
+    "llama": TinyShape("llama", "meta-llama/Llama-3.1-8B", dict(rope_parameters=_LLAMA_3_1_ROPE, rms_norm_eps=1e-5)),
+    "qwen3_moe": TinyShape(
+        "qwen3_moe",
+        "Qwen/Qwen3-30B-A3B",
+        dict(
+            head_dim="h/2",
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size="h/2",
+            norm_topk_prob=True,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+        ),
     ),
-    "glm4": dict(partial_rotary_factor=0.5),
-    "glm4_moe": dict(
-        n_routed_experts=4,
-        num_experts_per_tok=2,
-        moe_intermediate_size="h/2",
-        n_shared_experts=1,
-        first_k_dense_replace=1,
-        partial_rotary_factor=0.5,
-        use_qk_norm=True,
-        n_group=1,
-        topk_group=1,
+    # GLM-4-9B-0414: q/k/v biases, interleaved half rotary, norms after attention and MLP.
+    "glm4": TinyShape("glm4", "zai-org/GLM-4-9B-0414", dict(attention_bias=True, partial_rotary_factor=0.5)),
+    "glm4_moe": TinyShape(
+        "glm4_moe",
+        "zai-org/GLM-4.5",
+        dict(
+            head_dim="h/2",
+            attention_bias=True,
+            use_qk_norm=True,
+            partial_rotary_factor=0.5,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size="h/2",
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            n_group=1,
+            topk_group=1,
+            routed_scaling_factor=2.5,
+            norm_topk_prob=True,
+        ),
     ),
-    "deepseek_v3": dict(
-        num_key_value_heads=4,
-        head_dim="h/8",
-        n_routed_experts=4,
-        num_experts_per_tok=2,
-        moe_intermediate_size="h/2",
-        n_shared_experts=1,
-        first_k_dense_replace=1,
-        q_lora_rank="h/2",
-        kv_lora_rank="h/2",
-        qk_rope_head_dim="h/8",
-        qk_nope_head_dim="h/4",
-        v_head_dim="h/4",
-        n_group=2,
-        topk_group=1,
+    "deepseek_v3": TinyShape(
+        "deepseek_v3",
+        "deepseek-ai/DeepSeek-V3",
+        dict(
+            num_key_value_heads=4,
+            head_dim="h/8",
+            q_lora_rank="h/2",
+            kv_lora_rank="h/2",
+            qk_rope_head_dim="h/8",
+            qk_nope_head_dim="h/4",
+            v_head_dim="h/4",
+            rope_parameters=_DEEPSEEK_V3_YARN,
+            **_DEEPSEEK_MOE,
+        ),
     ),
-    "qwen3_next": dict(
-        num_experts=4,
-        num_experts_per_tok=2,
-        moe_intermediate_size="h/2",
-        shared_expert_intermediate_size="h/2",
-        linear_num_value_heads=4,
-        linear_num_key_heads=2,
-        linear_key_head_dim="h/4",
-        linear_value_head_dim="h/4",
-        linear_conv_kernel_dim=4,
-        full_attention_interval=2,
+    # Qwen3-Next-80B-A3B: gated delta-net linear attention, full (gated) attention every
+    # full_attention_interval-th layer (released: 4 of 48 layers; here 2 of 2), a quarter rotary,
+    # 16 x 256 heads (2h), MoE with a shared expert.
+    "qwen3_next": TinyShape(
+        "qwen3_next",
+        "Qwen/Qwen3-Next-80B-A3B-Instruct",
+        dict(
+            head_dim="h/2",
+            partial_rotary_factor=0.25,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size="h/2",
+            shared_expert_intermediate_size="h/2",
+            norm_topk_prob=True,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            linear_num_value_heads=4,
+            linear_num_key_heads=2,
+            linear_key_head_dim="h/4",
+            linear_value_head_dim="h/4",
+            linear_conv_kernel_dim=4,
+            full_attention_interval=2,
+        ),
     ),
-    # GLM-5: MLA with DeepSeek sparse attention (an indexer picks each query's top 8 keys;
-    # every second layer reuses the previous layer's pick), MoE with a shared expert. 8 indexer
-    # heads: with 2, many keys score exactly 0 (a ReLU of every head), and top-k among ties
-    # depends on the tensor's shape, so transformers' own cached decoding would disagree with
-    # its full forward.
-    "glm_moe_dsa": dict(
-        num_key_value_heads=4,
-        n_routed_experts=4,
-        num_experts_per_tok=2,
-        moe_intermediate_size="h/2",
-        n_shared_experts=1,
-        first_k_dense_replace=1,
-        q_lora_rank="h/2",
-        kv_lora_rank="h/2",
-        qk_rope_head_dim="h/8",
-        qk_nope_head_dim="h/4",
-        v_head_dim="h/4",
-        n_group=1,
-        topk_group=1,
-        index_topk=8,
-        index_head_dim="h/4",
-        index_n_heads=8,
-        index_topk_freq=2,
-        index_skip_topk_offset=1,
+    # GLM-5: MLA with value heads wider than the query/key heads (192 + 64 rope, 256), DeepSeek
+    # sparse attention (an indexer picks each query's top 8 keys; every second layer reuses the
+    # previous layer's pick, as GLM-5's later configs set with index_topk_freq), MoE with a
+    # shared expert. 8 indexer heads: with 2, many keys score exactly 0 (a ReLU of every head),
+    # and top-k among ties depends on the tensor's shape, so transformers' own cached decoding
+    # would disagree with its full forward.
+    "glm_moe_dsa": TinyShape(
+        "glm_moe_dsa",
+        "zai-org/GLM-5",
+        dict(
+            num_key_value_heads=4,
+            q_lora_rank="h/2",
+            kv_lora_rank="h/2",
+            qk_rope_head_dim="h/8",
+            qk_nope_head_dim="3h/8",
+            v_head_dim="h/2",
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size="h/2",
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            n_group=1,
+            topk_group=1,
+            routed_scaling_factor=2.5,
+            norm_topk_prob=True,
+            index_topk=8,
+            index_head_dim="h/4",
+            index_n_heads=8,
+            index_topk_freq=2,
+            index_skip_topk_offset=1,
+        ),
     ),
 }
 
+#: The other released shapes of a family: the same model_type, another structural option.
+TINY_VARIANTS: dict[str, TinyShape] = {
+    "qwen2_tied": TinyShape("qwen2", "Qwen/Qwen2.5-0.5B", dict(tie_word_embeddings=True)),  # 0.5B to 3B
+    "qwen3_untied": TinyShape("qwen3", "Qwen/Qwen3-8B", dict()),  # 8B and larger
+}
+#: Every name ``--family`` takes: the families, then their variants.
+TINY_SHAPES: dict[str, TinyShape] = {**TINY_FAMILIES, **TINY_VARIANTS}
+
 
 def tiny_config(family: str, hidden_size: int = 64, num_layers: int = 2, max_positions: int = 128):
-    """A transformers config of ``family`` (a key of `TINY_FAMILIES`) for the character
-    tokenizer's vocabulary; sizes written ``"h/k"`` in the table are ``hidden_size // k``."""
+    """A transformers config of ``family`` (a key of `TINY_SHAPES`: a family or a variant) for the
+    character tokenizer's vocabulary; sizes written as fractions of ``h`` are of ``hidden_size``."""
     from transformers import AutoConfig
 
-    if family not in TINY_FAMILIES:
-        raise ValueError(f"unknown model family {family!r}; tiny models exist for: {', '.join(TINY_FAMILIES)}")
+    if family not in TINY_SHAPES:
+        raise ValueError(f"unknown model family {family!r}; tiny models exist for: {', '.join(TINY_SHAPES)}")
     tokenizer = build_char_tokenizer()
-    sizes = {**_SHAPE, **TINY_FAMILIES[family]}
-    sizes = {key: hidden_size // int(value[2:]) if isinstance(value, str) else value for key, value in sizes.items()}
+    shape = TINY_SHAPES[family]
+    fields = {key: _sized(value, hidden_size) for key, value in {**_SHAPE, **shape.fields}.items()}
     return AutoConfig.for_model(
-        family,
+        shape.model_type,
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=3 * hidden_size,
@@ -147,8 +255,16 @@ def tiny_config(family: str, hidden_size: int = 64, num_layers: int = 2, max_pos
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,
-        **sizes,
+        **fields,
     )
+
+
+def _sized(value, hidden_size: int):
+    """``value``, or the size it writes as a fraction of the hidden size (``"3h/8"``: 3 * h // 8)."""
+    fraction = re.fullmatch(r"(\d*)h/(\d+)", value) if isinstance(value, str) else None
+    if fraction is None:
+        return value
+    return int(fraction[1] or 1) * hidden_size // int(fraction[2])
 
 
 def build_tiny_model(

@@ -118,7 +118,7 @@ TINY_FAMILIES: dict[str, TinyShape] = {
     "qwen3": TinyShape("qwen3", "Qwen/Qwen3-0.6B", dict(tie_word_embeddings=True)),
     # Qwen2.5-7B+: untied; q/k/v biases are always on in model_type qwen2.
     "qwen2": TinyShape("qwen2", "Qwen/Qwen2.5-7B", dict()),
-    "llama": TinyShape("llama", "meta-llama/Llama-3.1-8B", dict(rope_parameters=_LLAMA_3_1_ROPE, rms_norm_eps=1e-5)),
+    "llama": TinyShape("llama", "meta-llama/Llama-3.1-8B", dict(rope_parameters=_LLAMA_3_1_ROPE)),
     "qwen3_moe": TinyShape(
         "qwen3_moe",
         "Qwen/Qwen3-30B-A3B",

@@ -95,6 +95,7 @@ def test_the_command_writes_a_released_shape_and_its_help_names_each_released_co
     assert main(["tiny-model", str(tmp_path / "v3"), "--family", "deepseek_v3", "--hidden-size", "32"]) == 0
     written = json.loads((tmp_path / "v3" / "config.json").read_text())
     assert (written["q_lora_rank"], written["rope_parameters"]["factor"], written["n_group"]) == (16, 40.0, 2)
+    assert written["num_nextn_predict_layers"] == 1  # DeepSeek-V3's checkpoint holds one MTP layer
     with pytest.raises(SystemExit):
         main(["tiny-model", "--help"])
     shown = capsys.readouterr().out

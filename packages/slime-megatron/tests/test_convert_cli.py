@@ -98,3 +98,22 @@ def test_a_megatron_checkpoint_whose_metadata_carries_a_payload_is_refused_unrun
             )
     finally:
         assert not marker.exists(), "the payload ran"
+
+
+def test_a_released_shape_deepseek_v3_with_its_mtp_layer_converts_both_ways(tmp_path):
+    """The user's route for a DeepSeek-V3 as released (low-rank q, YaRN, grouped routing, one
+    MTP layer; `slime tiny-model --family deepseek_v3`): to a tensor-parallel 2 checkpoint and
+    back gives identical tensors. Its multi-latent attention layers store their input norm under
+    their own name, and the MTP layer's head is the output layer's tensor, written once each."""
+    hf_dir, checkpoint, back = tmp_path / "hf", tmp_path / "megatron", tmp_path / "back"
+    assert main(["tiny-model", str(hf_dir), "--family", "deepseek_v3", "--hidden-size", "32", "--num-layers", "2"]) == 0
+    convert = ["convert", "hf-to-megatron", "--hf", str(hf_dir), "--out", str(checkpoint)]
+    assert main([*convert, "--tensor-model-parallel-size", "2"]) == 0
+    assert (
+        main(["convert", "megatron-to-hf", "--load", str(checkpoint), "--hf-config", str(hf_dir), "--out", str(back)])
+        == 0
+    )
+    original, converted = load_file(hf_dir / "model.safetensors"), load_file(back / "model.safetensors")
+    assert "model.layers.2.shared_head.head.weight" in original  # the MTP layer
+    assert sorted(converted) == sorted(original)
+    assert [name for name in original if not torch.equal(converted[name], original[name])] == []

@@ -49,14 +49,17 @@ def save_hf(path: str, model, hf_config, tokenizer, with_mtp: bool = True) -> No
     ``with_mtp`` is False (transformers' model would drop those)."""
     state = hf_weights(model, hf_config, with_mtp)
     if state is not None:
-        _save_safetensors(path, dict(state))
+        save_safetensors(path, dict(state))
         hf_config.save_pretrained(path)
         tokenizer.save_pretrained(path)
     dist.barrier()
 
 
-def _save_safetensors(path: str, tensors: dict[str, torch.Tensor]) -> None:
-    """``tensors`` in ``model.safetensors``, or in 5 GB shards with ``model.safetensors.index.json``."""
+def save_safetensors(path: str, tensors: dict[str, torch.Tensor]) -> None:
+    """``tensors`` in ``model.safetensors``, or in 5 GB shards with ``model.safetensors.index.json``
+    (``--save-hf``, ``slime convert megatron-to-hf``). A tensor that is another's memory (an MTP
+    layer's ``shared_head.head``, read from the output layer) is written as a copy: safetensors
+    refuses shared tensors."""
     import json
     from pathlib import Path
 
@@ -64,11 +67,21 @@ def _save_safetensors(path: str, tensors: dict[str, torch.Tensor]) -> None:
     from safetensors.torch import save_file
 
     Path(path).mkdir(parents=True, exist_ok=True)
+    tensors = _unshared(tensors)
     split = split_torch_state_dict_into_shards(tensors)
     for filename, names in split.filename_to_tensors.items():
-        save_file(
-            {name: tensors[name].contiguous() for name in names}, str(Path(path) / filename), metadata={"format": "pt"}
-        )
+        save_file({name: tensors[name] for name in names}, str(Path(path) / filename), metadata={"format": "pt"})
     if split.is_sharded:
         index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
         (Path(path) / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+
+
+def _unshared(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Each tensor contiguous, and a copy where an earlier one starts at the same memory."""
+    seen: set[int] = set()
+    unshared = {}
+    for name, tensor in tensors.items():
+        tensor = tensor.contiguous()
+        unshared[name] = tensor.clone() if tensor.data_ptr() in seen else tensor
+        seen.add(tensor.data_ptr())
+    return unshared

@@ -31,6 +31,13 @@ def add_tiny_model_command(subparsers) -> None:
     parser.add_argument("--num-layers", type=int, default=4)
     parser.add_argument("--max-positions", type=int, default=64, help="longest prompt + response in tokens")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--mtp-layers",
+        type=int,
+        default=None,
+        help="multi-token prediction layers to append (GLM-4.5 and DeepSeek-V3; default: as many as the "
+        "released checkpoint holds, 1; 0 writes none)",
+    )
     parser.set_defaults(func=_write)
 
 
@@ -45,13 +52,15 @@ def _families_epilog() -> str:
     lines = ["families and variants (the released checkpoint whose config.json each follows):"]
     for name, shape in _shapes().items():
         kind = "" if name == shape.model_type else f" (model_type {shape.model_type})"
-        lines.append(f"  {name:<14} {shape.released}{kind}")
+        mtp = f", {shape.mtp_layers} MTP layer" if shape.mtp_layers else ""
+        lines.append(f"  {name:<14} {shape.released}{kind}{mtp}")
     return "\n".join(lines)
 
 
 def _write(args) -> int:
-    from slime_core.tools.tiny_models import build_tiny_model
+    from slime_core.tools.tiny_models import TINY_SHAPES, build_tiny_model
 
+    mtp_layers = TINY_SHAPES[args.family].mtp_layers if args.mtp_layers is None else args.mtp_layers
     path = build_tiny_model(
         args.directory,
         args.family,
@@ -59,6 +68,7 @@ def _write(args) -> int:
         num_layers=args.num_layers,
         seed=args.seed,
         max_positions=args.max_positions,
+        mtp_layers=mtp_layers,
     )
     print(f"wrote a tiny {args.family} model to {path}")
     return 0

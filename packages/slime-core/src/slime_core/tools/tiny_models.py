@@ -60,6 +60,9 @@ class TinyShape:
     model_type: str
     released: str  # the Hugging Face repository whose config.json the shape follows
     fields: dict
+    #: the multi-token prediction layers the released checkpoint holds (num_nextn_predict_layers):
+    #: `slime tiny-model` writes them; `build_tiny_model` only when asked (``mtp_layers``)
+    mtp_layers: int = 0
 
 
 #: The shape every tiny family shares: 4 query / 2 key-value heads, a 3x MLP, an untied output
@@ -152,6 +155,7 @@ TINY_FAMILIES: dict[str, TinyShape] = {
             routed_scaling_factor=2.5,
             norm_topk_prob=True,
         ),
+        mtp_layers=1,
     ),
     "deepseek_v3": TinyShape(
         "deepseek_v3",
@@ -167,6 +171,7 @@ TINY_FAMILIES: dict[str, TinyShape] = {
             rope_parameters=_DEEPSEEK_V3_YARN,
             **_DEEPSEEK_MOE,
         ),
+        mtp_layers=1,
     ),
     # Qwen3-Next-80B-A3B: gated delta-net linear attention, full (gated) attention every
     # full_attention_interval-th layer (released: 4 of 48 layers; here 2 of 2), a quarter rotary,

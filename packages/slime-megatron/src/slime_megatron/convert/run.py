@@ -55,18 +55,14 @@ def write_hf(path, hf_config_dir: str, out: str) -> None:
     """The Hugging Face directory ``out`` of the checkpoint directory ``path`` (ours or
     Megatron-LM's, `slime_megatron.torch_dist`): its weights, with the config and tokenizer
     of ``hf_config_dir``. Runs in this process, in any process (no process group)."""
-    from safetensors.torch import save_file
     from transformers import AutoConfig
 
+    from slime_megatron.export import save_safetensors
     from slime_megatron.torch_dist import read_hf_weights
 
     weights = read_hf_weights(path, AutoConfig.from_pretrained(hf_config_dir))
     _copy_config_and_tokenizer(Path(hf_config_dir), Path(out))
-    save_file(
-        {name: tensor.contiguous() for name, tensor in weights.items()},
-        str(Path(out) / "model.safetensors"),
-        metadata={"format": "pt"},
-    )
+    save_safetensors(out, weights)
 
 
 def _copy_config_and_tokenizer(source: Path, out: Path) -> None:

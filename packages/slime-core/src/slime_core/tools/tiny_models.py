@@ -45,17 +45,15 @@ def build_char_tokenizer(save_dir: str | Path | None = None):
     return tokenizer
 
 
-#: Sizes in `TinyShape.fields` written as strings are fractions of the hidden size ``h``:
-#: ``"h/4"`` is ``h // 4``, ``"3h/8"`` is ``3 * h // 8``.
-
-
 @dataclass(frozen=True)
 class TinyShape:
     """A tiny model's shape: a transformers ``model_type``, the released checkpoint whose
     config.json it follows, and the config fields that keep every structural option of that
     config (biases, tied or untied embeddings, norms, rotary scaling and fraction, attention
     kind, MoE routing, dense and sparse layers), scaled down in sizes only (hidden size, heads,
-    head and low-rank dims, experts, layers, vocabulary). Shared fields: `_SHAPE`."""
+    head and low-rank dims, experts, layers, vocabulary). Shared fields: `_SHAPE`. Sizes written
+    as strings are fractions of the hidden size ``h``: ``"h/4"`` is ``h // 4``, ``"3h/8"``
+    is ``3 * h // 8``."""
 
     model_type: str
     released: str  # the Hugging Face repository whose config.json the shape follows
@@ -199,10 +197,11 @@ TINY_FAMILIES: dict[str, TinyShape] = {
     ),
     # GLM-5: MLA with value heads wider than the query/key heads (192 + 64 rope, 256), DeepSeek
     # sparse attention (an indexer picks each query's top 8 keys; every second layer reuses the
-    # previous layer's pick, as GLM-5's later configs set with index_topk_freq), MoE with a
-    # shared expert. 8 indexer heads: with 2, many keys score exactly 0 (a ReLU of every head),
-    # and top-k among ties depends on the tensor's shape, so transformers' own cached decoding
-    # would disagree with its full forward.
+    # previous layer's pick: index_topk_freq, which GLM-5 serving code reads from a config; kept
+    # beyond the released config so that path is tested), MoE with a shared expert. 8 indexer
+    # heads: with 2, many keys score exactly 0 (a ReLU of every head), and top-k among ties
+    # depends on the tensor's shape, so transformers' own cached decoding would disagree with
+    # its full forward.
     "glm_moe_dsa": TinyShape(
         "glm_moe_dsa",
         "zai-org/GLM-5",

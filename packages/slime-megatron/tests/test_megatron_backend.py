@@ -10,7 +10,8 @@ import torch
 from slime_core.testing import make_config
 from slime_core.testing import synthetic_rollout_batch as rollout_batch
 from slime_core.train_backend import TrainGroup
-from slime_megatron.rank import MegatronTrainRank, _check_moe_tensor_parallel, _check_supported
+from slime_megatron.layout import check_layout
+from slime_megatron.rank import MegatronTrainRank
 
 pytestmark = pytest.mark.integration
 
@@ -255,11 +256,11 @@ def test_the_cpu_example_loop_runs_with_the_megatron_backend(ray_cluster, tiny_m
 
 def test_context_parallelism_and_moe_tensor_parallelism_without_sequence_parallelism_are_refused_with_the_fix():
     with pytest.raises(ValueError, match="use --context-parallel-size 1"):
-        _check_supported(SimpleNamespace(context_parallel_size=2))
-    moe_tp2 = dict(num_moe_experts=4, tensor_model_parallel_size=2)
+        check_layout({}, SimpleNamespace(context_parallel_size=2), "the model")
+    moe_tp2 = dict(num_experts=4, model_type="qwen3_moe"), dict(tensor_model_parallel_size=2)
     with pytest.raises(ValueError, match="add --sequence-parallel"):
-        _check_moe_tensor_parallel(SimpleNamespace(**moe_tp2, sequence_parallel=False))
-    _check_moe_tensor_parallel(SimpleNamespace(**moe_tp2, sequence_parallel=True))
+        check_layout(moe_tp2[0], SimpleNamespace(**moe_tp2[1], sequence_parallel=False), "the model")
+    check_layout(moe_tp2[0], SimpleNamespace(**moe_tp2[1], sequence_parallel=True), "the model")
 
 
 # ---------------------------------------------------------------- vocabulary-parallel log-probs

@@ -52,12 +52,18 @@ def megatron_run(tmp_path, tiny_model_dir):
     return build
 
 
-def test_parallel_sizes_must_divide_the_training_ranks(megatron_run):
+def test_parallel_sizes_must_divide_the_training_ranks(megatron_run, tiny_moe_model_dir, tmp_path):
     with pytest.raises(ConfigError) as error:
         megatron_run(actor_num_gpus_per_node=4, tensor_model_parallel_size=3, expert_model_parallel_size=8)
     assert "--tensor-model-parallel-size 3 does not divide the 4 training ranks" in str(error.value)
     assert "--expert-model-parallel-size 8 does not divide the 4 training ranks" in str(error.value)
-    config = megatron_run(actor_num_gpus_per_node=4, tensor_model_parallel_size=2, expert_model_parallel_size=2)
+    # expert parallelism needs a MoE model, and MoE layers over tensor-parallel ranks sequence parallelism
+    # (`slime_megatron.layout`; test_layout_refusals.py)
+    sizes = dict(tensor_model_parallel_size=2, expert_model_parallel_size=2, sequence_parallel=True)
+    prompts = tmp_path / "prompts.jsonl"  # the fixture's
+    config = make_config(
+        prompts, tiny_moe_model_dir, rollout_batch_size=2, train_backend="megatron", actor_num_gpus_per_node=4, **sizes
+    )
     assert config.tensor_model_parallel_size == 2
 
 

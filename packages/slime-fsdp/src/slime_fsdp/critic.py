@@ -26,6 +26,7 @@ from slime_core.rollout_batch import RolloutBatch
 from slime_fsdp import inputs
 from slime_fsdp.model import load_model, load_tokenizer, shard
 from slime_fsdp.optimizer import build_optimizer
+from slime_fsdp.plugin import critic_kl_problem
 from slime_fsdp.rank import FSDPTrainRank
 
 
@@ -55,8 +56,9 @@ class FSDPCriticRank(FSDPTrainRank):
 
     def init(self) -> dict:
         cfg = self.config
-        if cfg.kl_coef:
-            raise ValueError("the critic's returns have no KL penalty: set --kl-coef 0 (use --use-kl-loss instead)")
+        problem = critic_kl_problem(cfg)  # the config checks refuse it first
+        if problem:
+            raise ValueError(problem)
         torch.manual_seed(cfg.seed)
         causal_lm = load_model(
             cfg.critic_load or cfg.hf_checkpoint,

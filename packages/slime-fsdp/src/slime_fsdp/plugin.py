@@ -61,13 +61,22 @@ def slime_validate_config(config: Config):
         return []
     from slime_fsdp.architectures import architecture_problems
 
-    problems = architecture_problems(config)
+    critic = critic_kl_problem(config)
+    problems = architecture_problems(config) + ([critic] if critic else [])
     if not is_megatron_checkpoint(config.get("ref_load")):
         return problems
     from slime_fsdp.megatron_weights import missing_converter
 
     problem = missing_converter(config)
     return problems + ([problem] if problem else [])
+
+
+def critic_kl_problem(config: Config) -> str | None:
+    """The critic's returns carry no KL penalty (`slime_fsdp.critic`), so a PPO run with a
+    critic refuses ``--kl-coef``: said here and by the critic's ranks."""
+    if config.advantage_estimator != "ppo" or not config.kl_coef:
+        return None
+    return "the critic's returns have no KL penalty: set --kl-coef 0 (use --use-kl-loss instead)"
 
 
 @hookimpl

@@ -188,6 +188,7 @@ def slime_validate_config(config: Config):
         + _check_weights_written_hook(config)
         + _check_model_family(config)
         + _check_mtp(config)
+        + _check_layout(config)
     )
     if config.get("megatron_config"):
         from slime_megatron.models.transformer_config import MegatronConfigError, parse_megatron_config
@@ -287,6 +288,25 @@ def _check_layer_options(config: Config) -> list[str]:
             "--recompute-granularity full needs --recompute-method (uniform or block) and --recompute-num-layers N"
         )
     return errors
+
+
+def _check_layout(config: Config) -> list[str]:
+    """The parallel sizes fit the model (`slime_megatron.layout`, whose rules the ranks also
+    check): config.json's sizes, or those of a launch's architecture flags when the checkpoint
+    is not on this machine; and the distillation teacher, built on the same layout."""
+    from slime_core.config.accepted_flags import model_config, read_model_config
+    from slime_megatron.layout import Layout, ModelShape, layout_problems, teacher_vocab_problem
+
+    layout, found = Layout.of(config), model_config(config)
+    model, where = found or ({}, "--hf-checkpoint")
+    problems = layout_problems(ModelShape.of(model), layout, where)
+    teacher_path = config.get("opd_teacher_load")
+    teacher = read_model_config(teacher_path) if teacher_path else None
+    if teacher is None:
+        return problems
+    vocab = teacher_vocab_problem(model.get("vocab_size"), teacher.get("vocab_size"), teacher_path)
+    teacher_where = f"--opd-teacher-load {teacher_path}"
+    return problems + ([vocab] if vocab else []) + layout_problems(ModelShape.of(teacher), layout, teacher_where, False)
 
 
 def _check_model_family(config: Config) -> list[str]:

@@ -65,6 +65,7 @@ from slime_core.rank.weight_bucket import WeightBucket
 from slime_core.rollout_batch import RolloutBatch
 from slime_megatron import export, inputs, offload, schedule, swap
 from slime_megatron.hooks import RankHooks
+from slime_megatron.layout import check_layout, check_teacher_vocab
 from slime_megatron.logprobs import gather_vocab, vocab_parallel_entropy, vocab_parallel_log_probs
 from slime_megatron.models.mtp_loss import mtp_losses
 from slime_megatron.optimizer import build_optimizer, set_lr, wrap
@@ -84,7 +85,6 @@ class MegatronTrainRank:
         import_megatron()  # CPU mode's import (nothing on CUDA): before any other of megatron
         from megatron.core import parallel_state
 
-        _check_supported(config)
         self.config, self.rank, self.world_size = config, rank, world_size
         init_parallel(config, rank, world_size, master_addr, master_port)
         self.hooks = RankHooks(config, rank)
@@ -110,8 +110,8 @@ class MegatronTrainRank:
         cfg = self.config
         self.hf_config = AutoConfig.from_pretrained(cfg.hf_checkpoint)
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.hf_checkpoint)
+        check_layout(self.hf_config, cfg, f"--hf-checkpoint {cfg.hf_checkpoint}")  # the config checks' rules
         module = provide_model(self.hf_config, cfg, mtp_layers=cfg.get("mtp_num_layers") or 0)
-        _check_moe_tensor_parallel(module.config)
         _train_mtp_or_freeze(module, bool(cfg.get("enable_mtp_training")))
         if starts_from_ref_load(cfg):
             load_weights(megatron_checkpoint(cfg.ref_load), module)
@@ -152,15 +152,11 @@ class MegatronTrainRank:
 
         if not self.config.opd_teacher_load:
             return None
-        teacher_config = AutoConfig.from_pretrained(self.config.opd_teacher_load)
-        if teacher_config.vocab_size != self.hf_config.vocab_size:
-            raise ValueError(
-                f"--opd-teacher-load {self.config.opd_teacher_load} has a vocabulary of "
-                f"{teacher_config.vocab_size}, the policy {self.hf_config.vocab_size}: distillation "
-                "compares token log-probs, so use a teacher with the policy's tokenizer"
-            )
+        teacher_path = self.config.opd_teacher_load
+        teacher_config = AutoConfig.from_pretrained(teacher_path)
+        check_teacher_vocab(self.hf_config.vocab_size, teacher_config.vocab_size, teacher_path)
         teacher = provide_model(teacher_config, self.config)
-        load_hf_weights(teacher, self.config.opd_teacher_load, teacher_config)
+        load_hf_weights(teacher, teacher_path, teacher_config)
         teacher.config.variable_seq_lengths = True
         return teacher.eval()
 
@@ -421,14 +417,6 @@ class MegatronTrainRank:
         return memory_gib(self.device)
 
 
-def _check_supported(config: Config) -> None:
-    if config.context_parallel_size > 1:
-        raise ValueError(
-            f"--context-parallel-size {config.context_parallel_size}: the Megatron rank does not split sequences "
-            "over context-parallel ranks yet (it needs packed THD batches); use --context-parallel-size 1"
-        )
-
-
 def _train_mtp_or_freeze(model, train: bool) -> None:
     """A model's multi-token prediction layers are trained with ``train`` (the MTP loss,
     `slime_megatron.models.mtp_loss`); otherwise frozen, so that neither DDP nor the optimizer
@@ -438,19 +426,3 @@ def _train_mtp_or_freeze(model, train: bool) -> None:
     model.train_mtp = train
     for param in model.mtp.parameters():
         param.requires_grad_(train)
-
-
-def _check_moe_tensor_parallel(model_config) -> None:
-    """megatron-core trains MoE layers over tensor-parallel ranks only with sequence
-    parallelism (it refuses in the first forward pass, with a message about performance);
-    say so when the model is built, with the fix."""
-    if (
-        model_config.num_moe_experts
-        and model_config.tensor_model_parallel_size > 1
-        and not model_config.sequence_parallel
-    ):
-        raise ValueError(
-            f"--tensor-model-parallel-size {model_config.tensor_model_parallel_size} with a MoE model: "
-            "megatron-core trains MoE layers over tensor-parallel ranks only with sequence parallelism; "
-            "add --sequence-parallel"
-        )

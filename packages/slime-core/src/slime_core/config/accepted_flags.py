@@ -99,7 +99,7 @@ def architecture_problems(config: Config) -> list[str]:
 
     An unreadable or missing checkpoint is not a problem here: the model-directory check
     reports it."""
-    model = _model_config(config.get("hf_checkpoint"))
+    model = read_model_config(config.get("hf_checkpoint"))
     if model is None:
         return []
     problems = []
@@ -114,7 +114,26 @@ def architecture_problems(config: Config) -> list[str]:
     return problems
 
 
-def _model_config(path: str | None) -> dict | None:
+def model_config(config: Config) -> tuple[dict, str] | None:
+    """The model a run trains, as config.json's keys, and where they come from: ``--hf-checkpoint``'s
+    config.json (`read_model_config`), or, when it is not on this machine (a launch script written for
+    another one), the keys its architecture flags (slime's ``MODEL_ARGS``: ``--num-layers`` ...)
+    give; None when neither is there. For checks of the model's sizes before a run starts."""
+    path = config.get("hf_checkpoint")
+    model = read_model_config(path)
+    if model is not None:
+        return model, f"--hf-checkpoint {path}"
+    given = {
+        entry.hf_keys[0]: config.get(entry.key)
+        for entry in accepted_flags().values()
+        if entry.hf_keys and entry.type is not bool and _given(config, entry.key)
+    }
+    if not given:
+        return None
+    return given, f"the model of the architecture flags (--hf-checkpoint {path} is not on this machine)"
+
+
+def read_model_config(path: str | None) -> dict | None:
     """The model's config.json, or None; a multimodal model's ``text_config`` and the rope
     settings (``rope_parameters`` since transformers 5) are merged over the top level."""
     try:

@@ -21,6 +21,7 @@ def build_model(hf_config, config, mtp_layers: int = 0):
     from megatron.core import parallel_state
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec, get_gpt_mtp_block_spec
 
+    from slime_megatron.layout import check_layout
     from slime_megatron.models.family import model_family
     from slime_megatron.models.norms import with_sequence_parallel_norms
     from slime_megatron.models.specs import with_fused_core_attention
@@ -29,7 +30,7 @@ def build_model(hf_config, config, mtp_layers: int = 0):
     _without_transformer_engine()
     family = model_family(hf_config)
     tc = transformer_config(hf_config, config, mtp_layers)
-    _check_vocab(hf_config.vocab_size, tc.tensor_model_parallel_size)
+    check_layout(hf_config, config, f"the {hf_config.model_type} model", training=False)
     spec = get_gpt_decoder_block_spec(tc, use_transformer_engine=False, normalization="RMSNorm")
     if tc.sequence_parallel:
         spec = with_sequence_parallel_norms(spec)
@@ -83,13 +84,3 @@ def _without_transformer_engine() -> None:
         moe_utils.te_general_gemm = None
     if importlib.util.find_spec("transformer_engine") is None:
         multi_latent_attention.HAVE_TE = False
-
-
-def _check_vocab(vocab_size: int, tp: int) -> None:
-    """Megatron splits the vocabulary evenly over tensor-parallel ranks, without padding
-    (padded rows would add logits the Hugging Face model does not have)."""
-    if vocab_size % tp:
-        raise ValueError(
-            f"vocab_size {vocab_size} is not divisible by --tensor-model-parallel-size {tp}; "
-            "pick a tensor-parallel size that divides the vocabulary"
-        )

@@ -7,10 +7,13 @@ A launch script is a ``*.sh`` under ``scripts/`` or ``examples/`` that starts ``
 every other command (``pkill``, ``ray start``, ``nvidia-smi``, downloads) does nothing, and the
 ``python3 train.py ...`` command (directly or behind ``ray job submit ... --``) is captured
 instead of run. The captured flags go through ``slime run --dry-run`` (``train_async.py`` as
-``slime run --async``) in this process. Per script it prints OK, or the remaining problems;
-missing data and model files (the scripts name paths on their authors' machines) and the
-``--*-path`` function hooks are counted apart. ``--flags`` prints the distinct flags the
-launches pass instead.
+``slime run --async``) in this process. The scripts name data and model files on their
+authors' machines: a missing data file is counted, then stood in for by an empty file so that
+the checks that follow the data checks (the train backend's, e.g. the parallel layout against
+the model, which the launch's architecture flags describe when its ``--hf-checkpoint`` is not
+here) still run. Per launch it prints whether a real run (given its files) would be refused,
+and why; the ``--*-path`` function hooks are counted apart. ``--flags`` prints the distinct
+flags the launches pass instead.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ DUMMY_ENV = {
     "WANDB_API_KEY": "dummy-key",
 }
 MISSING = re.compile(r"does not exist|no such directory|has no config\.json|config file .* does not exist")
+MISSING_DATA = re.compile(r"data file '(.+?)' does not exist")
 
 
 def launch_scripts(checkout: Path) -> list[Path]:
@@ -122,6 +126,21 @@ def make_sandbox(parent: str) -> Path:
     return sandbox
 
 
+def dry_run_with_stand_ins(argv: list[str], sandbox: Path) -> tuple[list[str], list[str], list[str]]:
+    """(missing data files, problems, notes) of `dry_run` on a captured launch, its missing data
+    files replaced by an empty one (whose own problems are dropped), since the backends' checks
+    run only on a config whose data files are there."""
+    problems, notes = dry_run(argv)
+    missing = [match.group(1) for problem in problems for match in [MISSING_DATA.search(problem)] if match]
+    if not missing:
+        return [], problems, notes
+    stand_in = sandbox / "stand-in.jsonl"
+    stand_in.touch()
+    argv = [str(stand_in) if arg.partition("@")[0] in missing else arg for arg in argv]
+    problems, notes = dry_run(argv)
+    return missing, [problem for problem in problems if str(stand_in) not in problem], notes
+
+
 def dry_run(argv: list[str]) -> tuple[list[str], list[str]]:
     """(problems, notes) of ``slime run --dry-run`` on a captured launch; notes: no-effect flags."""
     from slime_core.cli.run import run_problems
@@ -153,7 +172,8 @@ def _notes(flags: list[str], options) -> list[str]:
 
 
 def report(checkout: Path, sandbox: Path) -> int:
-    clean, total, remaining = 0, 0, Counter()
+    """Per launch: RUNS, or REFUSED with what a real run would refuse (given its files)."""
+    runs, total, refusals = 0, 0, Counter()
     for script in launch_scripts(checkout):
         for argv in capture_launches(script, checkout, sandbox) or [None]:
             total += 1
@@ -161,23 +181,22 @@ def report(checkout: Path, sandbox: Path) -> int:
             if argv is None:
                 print(f"{name}: NOT CAPTURED (the sandbox did not reach its train.py command)")
                 continue
-            problems, notes = dry_run(argv)
-            missing = [p for p in problems if MISSING.search(p)]
-            hooks = [p for p in problems if p not in missing and "-path" in p]
-            other = [p for p in problems if p not in missing and p not in hooks]
-            clean += not other and not hooks
-            status = "OK" if not other else "PROBLEMS"
+            missing, problems, notes = dry_run_with_stand_ins(argv, sandbox)
+            hooks = [p for p in problems if "-path" in p and not MISSING.search(p)]
+            refused = [p for p in problems if p not in hooks and not MISSING.search(p)]
+            runs += not refused and not hooks
+            verdict = "REFUSED: a real run would stop at" if refused else "RUNS (given its files)"
             print(
-                f"{name} ({argv[0]}): {status} ({len(missing)} missing files, {len(hooks)} function-hook problems, "
-                f"{len(notes)} flags without effect here)"
+                f"{name} ({argv[0]}): {verdict} ({len(missing)} missing data files, {len(hooks)} function-hook "
+                f"problems, {len(notes)} flags without effect here)"
             )
-            for line in other + hooks:
+            for line in refused + hooks:
                 print(f"    - {line}")
-                remaining[line.split(":")[0][:90]] += 1
-    print(f"\n{clean}/{total} launches dry-run clean (only missing data/model files).")
-    for line, count in remaining.most_common():
+                refusals[line.split(";")[0][:100]] += 1
+    print(f"\n{runs}/{total} launches would run, given their data and model files; the others would be refused for:")
+    for line, count in refusals.most_common():
         print(f"  {count:3d} x {line}")
-    return 0 if clean == total else 1
+    return 0 if runs == total else 1
 
 
 def distinct_flags(checkout: Path, sandbox: Path) -> int:

@@ -160,6 +160,30 @@ def test_developer_dry_run_captures_launches_without_running_anything(tmp_path):
     assert not marker.exists()  # touch is not among the tools the sandbox provides
 
 
+def test_developer_dry_run_says_what_a_real_run_would_refuse_with_the_model_of_model_args(tmp_path):
+    """scripts/dry_run_slime_launches.py: a launch's data and checkpoint are on its author's
+    machine; its missing data file is stood in for, so the backend's checks still run, and the
+    layout is checked against the model its MODEL_ARGS describe."""
+    import importlib.util
+
+    path = Path(__file__).parent.parent / "scripts" / "dry_run_slime_launches.py"
+    spec = importlib.util.spec_from_file_location("dry_run_slime_launches", path)
+    dry_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dry_run)
+    argv = ["train.py", "--prompt-data", "/nowhere/prompts.jsonl", "--hf-checkpoint", "/nowhere/model"]
+    argv += ["--rollout-batch-size", "2", "--actor-num-gpus-per-node", "4", "--tensor-model-parallel-size", "4"]
+    argv += ["--num-layers", "2", "--num-attention-heads", "6", "--group-query-attention", "--num-query-groups", "2"]
+    missing, problems, _ = dry_run.dry_run_with_stand_ins(argv, dry_run.make_sandbox(str(tmp_path)))
+    assert missing == ["/nowhere/prompts.jsonl"]
+    model = "the model of the architecture flags (--hf-checkpoint /nowhere/model is not on this machine)"
+    assert any(
+        p.startswith(f"--tensor-model-parallel-size 4 does not divide the 6 attention heads of {model}")
+        for p in problems
+    )
+    assert any("does not divide the 2 key/value heads" in p for p in problems)
+    assert not any("prompts" in p for p in problems)  # the stand-in's own problems are not the launch's
+
+
 def test_num_epoch_derives_the_rollout_count_as_slime_does(tmp_path, capsys, tiny_model_dir):
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "label": str(i + 1)}) + "\n" for i in range(10)))

@@ -59,7 +59,7 @@ def dry_run(tmp_path, capsys):
             f"--{key.replace('_', '-')}" + ("" if value is True else f" {value}") for key, value in options.items()
         ]
         argv = ["--dry-run", "--train-backend", "megatron", "--prompt-data", str(prompts)]
-        argv += ["--hf-checkpoint", str(model_dir), "--rollout-batch-size", "2", "--rollout-engine", "cpu"]
+        argv += ["--hf-checkpoint", str(model_dir), "--rollout-batch-size", "4", "--rollout-engine", "cpu"]
         argv += ["--actor-num-gpus-per-node", str(ranks), *" ".join(flags).split(), *extra]
         capsys.readouterr()
         status = run_command(argv, Plugins())
@@ -113,3 +113,15 @@ def test_a_teacher_of_another_vocabulary_is_refused_by_the_dry_run_and_the_rank(
     assert status == 2 and message in err, err
     with pytest.raises(ValueError, match="has a vocabulary of 128, the policy 100"):
         check_teacher_vocab(100, 128, str(teacher))
+
+
+def test_fewer_prompt_groups_than_training_ranks_are_refused_by_the_dry_run_and_the_driver(dry_run, tiny_moe_model_dir):
+    """The driver gives each training rank whole prompt groups (every rank of a tensor- or
+    expert-parallel group too): 2 groups on EP 2 × TP 2's 4 ranks stop the first train step."""
+    from slime_core.rollout_batch import groups_per_rank_problem
+
+    options = {"tensor_model_parallel_size": 2, "expert_model_parallel_size": 2, "sequence_parallel": True}
+    status, err = dry_run(tiny_moe_model_dir, 4, options, "--rollout-batch-size", "2")
+    message = "2 prompt groups cannot feed 4 data-parallel ranks (a group stays on one rank)"
+    assert status == 2 and f"--rollout-batch-size 2: {message}" in err, err
+    assert message in groups_per_rank_problem(2, 4)  # what `dp_rank_indices` raises on a rollout

@@ -62,7 +62,7 @@ def test_parallel_sizes_must_divide_the_training_ranks(megatron_run, tiny_moe_mo
     sizes = dict(tensor_model_parallel_size=2, expert_model_parallel_size=2, sequence_parallel=True)
     prompts = tmp_path / "prompts.jsonl"  # the fixture's
     config = make_config(
-        prompts, tiny_moe_model_dir, rollout_batch_size=2, train_backend="megatron", actor_num_gpus_per_node=4, **sizes
+        prompts, tiny_moe_model_dir, rollout_batch_size=4, train_backend="megatron", actor_num_gpus_per_node=4, **sizes
     )
     assert config.tensor_model_parallel_size == 2
 

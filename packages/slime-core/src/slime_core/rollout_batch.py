@@ -196,6 +196,17 @@ def split_by_dp_rank(batch: RolloutBatch, dp_size: int) -> list[RolloutBatch]:
     return [batch.select(indices) for indices in dp_rank_indices(batch, dp_size)]
 
 
+def groups_per_rank_problem(groups: int, ranks: int) -> str | None:
+    """Every training rank gets whole prompt groups, at least one (`dp_rank_indices`): said by
+    the config checks for ``--rollout-batch-size`` groups, and when a rollout has fewer."""
+    if groups >= ranks:
+        return None
+    return (
+        f"{groups} prompt groups cannot feed {ranks} data-parallel ranks (a group stays on one rank); "
+        "raise --rollout-batch-size or use fewer training ranks"
+    )
+
+
 def dp_rank_indices(batch: RolloutBatch, dp_size: int) -> list[list[int]]:
     """The sample indices of each data-parallel rank: whole groups, balanced by token count.
 
@@ -205,11 +216,9 @@ def dp_rank_indices(batch: RolloutBatch, dp_size: int) -> list[list[int]]:
     groups: dict[int, list[int]] = {}
     for i, group_id in enumerate(batch.group_ids):
         groups.setdefault(group_id, []).append(i)
-    if len(groups) < dp_size:
-        raise ValueError(
-            f"{len(groups)} prompt groups cannot feed {dp_size} data-parallel ranks (a group stays on one rank); "
-            "raise --rollout-batch-size or use fewer training ranks"
-        )
+    problem = groups_per_rank_problem(len(groups), dp_size)
+    if problem:
+        raise ValueError(problem)
     loads, shares = [0] * dp_size, [[] for _ in range(dp_size)]
     by_size = sorted(groups.values(), key=lambda idx: -sum(batch.num_tokens(i) for i in idx))
     for indices in by_size:

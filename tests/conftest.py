@@ -23,6 +23,12 @@ class _Rewards:
         register("digit_share", digit_share)
 
 
+@pytest.fixture(scope="session")
+def test_rewards():
+    """The plugin object that registers the ``digit_share`` reward, for runs made outside `slime_run`."""
+    return _Rewards
+
+
 @pytest.fixture
 def slime_run(ray_cluster, tiny_model_dir, tmp_path):
     """``slime_run(*flags)`` runs ``slime run`` in this process (on the test's Ray) with the

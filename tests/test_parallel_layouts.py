@@ -1,0 +1,106 @@
+"""The Megatron backend's parallel layouts through ``slime run``: each layout of `LAYOUTS` trains
+the same two GRPO rollouts as one rank does (real Ray, the CPU engine, ``--check-weight-update-equal``
+after each push, ``--save``), and
+
+- its rollout-0 loss and gradient norm equal the one-rank run's within float tolerance (the same
+  samples, since rollout 0 is generated from the checkpoint's weights with per-sample seeds);
+- a resume from its checkpoint of rollout 0 reproduces its rollout 1 bit for bit.
+
+A layout is one line of `LAYOUTS` (its id, the tiny model family, the rank count, the flags);
+the one-rank runs are shared by the module (`baselines`). Layouts that land later (``PP 2``,
+``CP 2``, ``TP 2 × PP 2``, ``TP 2 × CP 2``) are one more line each. What a layout may not be
+(sizes that do not divide the model) is refused by the config checks:
+packages/slime-megatron/tests/test_layout_refusals.py.
+"""
+
+import json
+
+import pytest
+
+from slime_core.cli.run import run_command
+from slime_core.loop.run_dir import read_metrics
+from slime_core.plugins import Plugins
+from slime_core.tools.tiny_models import build_tiny_model
+
+pytestmark = pytest.mark.integration
+
+#: (id, tiny model family, training ranks, the layout's flags)
+LAYOUTS = [
+    ("dp2", "qwen3", 2, ""),
+    ("tp2-sp", "qwen3", 2, "--tensor-model-parallel-size 2 --sequence-parallel"),
+    ("ep2-tp2-sp", "qwen3_moe", 4, "--tensor-model-parallel-size 2 --expert-model-parallel-size 2 --sequence-parallel"),
+]
+
+#: the training metrics a layout may change only by float rounding
+TOLERANCE = dict(rel=1e-4, abs=0)
+
+
+@pytest.fixture(scope="module")
+def layout_run(ray_cluster, tmp_path_factory, test_rewards):
+    """``layout_run(family, ranks, *flags, output=NAME) -> [metrics of each rollout]``: ``slime run``
+    of GRPO rollouts (4 prompt groups of 2 samples: one group per rank at least) on the tiny
+    ``family`` (built once) with Megatron on ``ranks`` ranks."""
+    root = tmp_path_factory.mktemp("layouts")
+    prompts = root / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"{a}+{a}=", "label": str(2 * a)}) + "\n" for a in range(8)))
+    models = {}
+
+    def run(family: str, ranks: int, *flags: str, output: str) -> list[dict]:
+        if family not in models:
+            models[family] = build_tiny_model(root / family, family, hidden_size=32)
+        argv = ["--prompt-data", str(prompts), "--hf-checkpoint", str(models[family]), "--rollout-engine", "cpu"]
+        argv += ["--rm-type", "digit_share", "--advantage-estimator", "grpo", "--entropy-coef", "0.01"]
+        argv += ["--rollout-batch-size", "4", "--n-samples-per-prompt", "2", "--rollout-max-response-len", "4"]
+        argv += ["--train-backend", "megatron", "--actor-num-gpus-per-node", str(ranks), "--colocate"]
+        argv += ["--rollout-num-gpus", "1", "--check-weight-update-equal", "--lr", "1e-3", "--seed", "7"]
+        argv += ["--output-dir", str(root / output), *flags]
+        plugins = Plugins()
+        plugins.register_object("layout_test_rewards", test_rewards)
+        try:
+            assert run_command(argv, plugins) == 0
+        finally:
+            plugins.unregister("layout_test_rewards")
+        return [r for r in read_metrics(root / output / "metrics.jsonl") if r["rollout_id"] >= 0]
+
+    run.root = root
+    return run
+
+
+@pytest.fixture(scope="module")
+def baselines(layout_run):
+    """The one-rank run of each family, made once for the module (on first use)."""
+    runs = {}
+
+    def get(family: str) -> list[dict]:
+        if family not in runs:
+            runs[family] = layout_run(family, 1, "--num-rollout", "1", output=f"one-rank-{family}")
+        return runs[family]
+
+    return get
+
+
+@pytest.mark.parametrize("name, family, ranks, layout", LAYOUTS, ids=[entry[0] for entry in LAYOUTS])
+def test_a_layout_trains_as_one_rank_does_and_resumes_bit_identically(
+    layout_run, baselines, name, family, ranks, layout
+):
+    flags = layout.split()
+    ckpt = str(layout_run.root / f"ckpt-{name}")
+    whole = layout_run(
+        family, ranks, "--num-rollout", "2", "--save", ckpt, "--save-interval", "1", *flags, output=f"whole-{name}"
+    )
+    assert [r["weight_version"] for r in whole] == [1, 2]
+    for record in whole:
+        assert record["weight_update/max_logprob_diff"] < 1e-3  # the engines hold the trainer's weights
+    one_rank = baselines(family)[0]
+    assert whole[0]["train/grad_norm"] > 0
+    for key in ("train/loss", "train/grad_norm"):
+        assert whole[0][key] == pytest.approx(one_rank[key], **TOLERANCE), key
+    resumed = layout_run(
+        family, ranks, "--num-rollout", "2", "--load", ckpt, "--ckpt-step", "0", *flags, output=f"resumed-{name}"
+    )
+    assert [r["rollout_id"] for r in resumed] == [1]
+    learned = [key for key in whole[1] if key.startswith(("train/", "rollout/reward", "rollout/response"))]
+    engine_side = "train/train_rollout_logprob_abs_diff"  # the engine's log-probs: float noise of its batching
+    learned = [key for key in learned if key != engine_side]
+    assert "train/loss" in learned and "train/grad_norm" in learned
+    assert {key: resumed[0][key] for key in learned} == {key: whole[1][key] for key in learned}

@@ -3,6 +3,7 @@ configured, each naming what megatron-core lacks and the backend that trains it:
 (gated delta-net) and GLM-5 (``glm_moe_dsa``, DeepSeek sparse attention)."""
 
 import json
+import re
 
 import pytest
 
@@ -29,3 +30,36 @@ def test_megatron_refuses_the_family_at_config_time_and_fsdp_takes_it(tmp_path, 
     ):
         make_config(tmp_path / "prompts.jsonl", tmp_path, rollout_batch_size=2, train_backend="megatron")
     assert make_config(tmp_path / "prompts.jsonl", tmp_path, rollout_batch_size=2, train_backend="fsdp")
+
+
+#: (family, config fields megatron-core cannot build, what the family's mapping says)
+ARCHITECTURE_REFUSALS = [
+    ("qwen3", dict(attention_bias=True), "qwen3 with attention_bias or mlp_bias is not supported"),
+    ("llama", dict(hidden_act="gelu"), "hidden_act 'gelu' is not supported by the Megatron backend"),
+    ("qwen3", dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6}), "rope .* not supported"),
+    ("glm4_moe", dict(norm_topk_prob=False), "glm4_moe with norm_topk_prob false is not supported"),
+    ("deepseek_v3", dict(rope_interleave=False), "deepseek_v3 with rope_interleave false is not supported"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "family, fields, message", ARCHITECTURE_REFUSALS, ids=[f"{c[0]}-{next(iter(c[1]))}" for c in ARCHITECTURE_REFUSALS]
+)
+def test_a_supported_family_with_fields_megatron_cannot_build_is_refused_at_config_time(
+    tmp_path, family, fields, message
+):
+    """What a family's mapping refuses when every rank builds the model (`architecture_problem`,
+    the same functions) is said when the run is configured."""
+    from transformers import AutoConfig
+
+    from slime_megatron.models.transformer_config import architecture_problem
+
+    hf_config = tiny_config(family, hidden_size=32)
+    for key, value in fields.items():
+        setattr(hf_config, key, value)
+    hf_config.save_pretrained(tmp_path)
+    (tmp_path / "prompts.jsonl").write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
+    with pytest.raises(ConfigError, match=f"--hf-checkpoint {tmp_path}: {message}.*use --train-backend fsdp"):
+        make_config(tmp_path / "prompts.jsonl", tmp_path, rollout_batch_size=2, train_backend="megatron")
+    problem = architecture_problem(AutoConfig.from_pretrained(tmp_path))  # what the rank's model build raises
+    assert problem is not None and re.search(message, problem)

@@ -190,6 +190,7 @@ def slime_validate_config(config: Config):
         + _check_mtp(config)
         + _check_layout(config)
     )
+    errors = errors or _check_architecture(config)  # imports torch: only once the light checks passed
     if config.get("megatron_config"):
         from slime_megatron.models.transformer_config import MegatronConfigError, parse_megatron_config
 
@@ -322,6 +323,22 @@ def _check_model_family(config: Config) -> list[str]:
     if config_json is None or not config_json.is_file():
         return []
     reason = unsupported_reason(json.loads(config_json.read_text()).get("model_type"))
+    return [f"--hf-checkpoint {checkpoint}: {reason}"] if reason else []
+
+
+def _check_architecture(config: Config) -> list[str]:
+    """What the checkpoint's family refuses to map (`architecture_problem`: linear biases, rope,
+    router, activation), which every rank would raise building the model."""
+    from pathlib import Path
+
+    checkpoint = config.get("hf_checkpoint")
+    if not checkpoint or not (Path(checkpoint) / "config.json").is_file():
+        return []
+    from transformers import AutoConfig
+
+    from slime_megatron.models.transformer_config import architecture_problem
+
+    reason = architecture_problem(AutoConfig.from_pretrained(checkpoint))
     return [f"--hf-checkpoint {checkpoint}: {reason}"] if reason else []
 
 

@@ -43,11 +43,29 @@ def transformer_config(hf_config, config, mtp_layers: int = 0):
     return (MLATransformerConfig if kwargs.get("multi_latent_attention") else TransformerConfig)(**kwargs)
 
 
+def architecture_problem(hf_config) -> str | None:
+    """Why the Megatron backend cannot build ``hf_config``'s architecture although its family is
+    supported (a bias, router, rope or activation megatron-core has not), or None: what
+    `transformer_config` and the family's model arguments raise when a rank builds the model,
+    asked of the same functions by the config checks."""
+    from slime_megatron.models.family import model_family
+
+    family = model_family(hf_config)
+    try:
+        _decoder(hf_config)
+        family.transformer_config(hf_config)
+        family.model_kwargs(hf_config)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _decoder(hf_config) -> dict:
     """What Qwen2/3 and Llama share: pre-norm RMSNorm decoder layers with SwiGLU MLPs."""
     if getattr(hf_config, "hidden_act", "silu") != "silu":
         raise ValueError(
-            f"hidden_act '{hf_config.hidden_act}' is not supported by the Megatron backend (only silu, as SwiGLU)"
+            f"hidden_act '{hf_config.hidden_act}' is not supported by the Megatron backend (only silu, as SwiGLU); "
+            "use --train-backend fsdp for this model"
         )
     return {
         "num_layers": hf_config.num_hidden_layers,

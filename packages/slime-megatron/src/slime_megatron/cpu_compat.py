@@ -15,7 +15,9 @@ narrowly as it can, only where megatron needs it:
    whose factories put "cuda" tensors on the CPU and whose ``cuda.current_device()`` is the
    CPU.
 4. The optimizers sort parameters by ``tensor.type() == "torch.cuda.FloatTensor"``: the
-   calls in :data:`CUDA_TYPE_CHECKS` run inside :func:`cuda_type_names`.
+   calls in :data:`CUDA_TYPE_CHECKS` run inside :func:`cuda_type_names`; and a tied
+   embedding split over pipeline stages is moved with ``tensor.cuda()`` before its two
+   copies are all-reduced: the calls in :data:`CUDA_MOVES` run inside :func:`cuda_moves_stay_on_cpu`.
 
 Two more changes are for speed, not correctness. Megatron's ``jit_fuser`` is ``torch.compile``,
 and on CPU compiling its fused functions (the MoE router's, for one) took 2.2 s of each rank
@@ -64,6 +66,9 @@ CPU_TORCH_MODULES = {
     "megatron.core.pipeline_parallel.schedules": (
         "forward_backward_*: total_num_tokens = torch.zeros([], device='cuda')"
     ),
+    "megatron.core.pipeline_parallel.p2p_communication": "pipeline parallelism: the activations and gradients "
+    "stages send each other, and their shapes, land in torch.empty(device=current_device()); "
+    "torch.cuda.synchronize() after each batched send/receive",
     "megatron.core.optimizer.optimizer": "the optimizers' loss scale and overflow flags: torch.tensor([1.0], "
     "device='cuda')",
     "megatron.core.optimizer.clip_grads": "gradient norm and clipping: torch.zeros(1, device='cuda')",
@@ -219,22 +224,49 @@ CUDA_TYPE_CHECKS = (
 )
 
 
-def _with_cuda_type_names(function):
+@contextlib.contextmanager
+def cuda_moves_stay_on_cpu():
+    """Within this context ``tensor.cuda()`` of a CPU tensor is the tensor itself (see
+    :data:`CUDA_MOVES`); every other ``.cuda()`` call is unchanged."""
+    original = torch.Tensor.cuda
+
+    def stay(self, *args, **kwargs):
+        return self if self.device.type == "cpu" else original(self, *args, **kwargs)
+
+    torch.Tensor.cuda = stay
+    try:
+        yield
+    finally:
+        torch.Tensor.cuda = original
+
+
+#: The megatron calls that run inside :func:`cuda_moves_stay_on_cpu`: (module, attribute path, why).
+CUDA_MOVES = (
+    # pipeline parallelism with tied embeddings: the last stage's copy of the embedding (its
+    # output layer) starts as the first stage's by an all-reduce over both, after
+    # weight.data = weight.data.cuda()
+    ("megatron.core.models.common.language_module.language_module", "LanguageModule.setup_embeddings_and_output_layer"),
+)
+
+
+def _within(context, function):
     @functools.wraps(function)
     def wrapped(*args, **kwargs):
-        with cuda_type_names():
+        with context():
             return function(*args, **kwargs)
 
     return wrapped
 
 
-def _patch_cuda_type_checks() -> None:
-    for module_name, path in CUDA_TYPE_CHECKS:
-        owner = importlib.import_module(module_name)
-        *parents, name = path.split(".")
-        for parent in parents:
-            owner = getattr(owner, parent)
-        setattr(owner, name, _with_cuda_type_names(getattr(owner, name)))
+def _patch_calls() -> None:
+    """Run the calls of :data:`CUDA_TYPE_CHECKS` and :data:`CUDA_MOVES` inside their contexts."""
+    for context, calls in ((cuda_type_names, CUDA_TYPE_CHECKS), (cuda_moves_stay_on_cpu, CUDA_MOVES)):
+        for module_name, path in calls:
+            owner = importlib.import_module(module_name)
+            *parents, name = path.split(".")
+            for parent in parents:
+                owner = getattr(owner, parent)
+            setattr(owner, name, _within(context, getattr(owner, name)))
 
 
 _enabled = False
@@ -281,7 +313,7 @@ def enable_cpu_mode() -> None:
     random._CUDA_RNG_STATE_TRACKER = CpuRNGStatesTracker()
     random._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
     random._get_cuda_rng_state, random._set_cuda_rng_state = _get_rng_state, _set_rng_state
-    _patch_cuda_type_checks()
+    _patch_calls()
     for module in CPU_TORCH_MODULES:
         importlib.import_module(module).torch = cpu_torch
     run_jit_fused_eagerly()

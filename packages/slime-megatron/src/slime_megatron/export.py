@@ -11,7 +11,8 @@ def hf_weights(model, hf_config, with_mtp: bool = True) -> list[tuple[str, torch
     """Every weight (the multi-token prediction layers' too, unless ``with_mtp`` is False) as
     ``(hf_name, full CPU tensor)`` on global rank 0, None elsewhere; every rank must call it.
     ``export_hf_weights`` gathers each pipeline stage's weights over its tensor/expert-parallel
-    ranks; the stages' lists then go to the first stage."""
+    ranks; then the stages of rank 0's pipeline send their lists to rank 0, its first stage
+    (the other pipelines, of other tensor-parallel ranks or replicas, hold the same weights)."""
     from megatron.core import parallel_state
 
     from slime_megatron.models import export_hf_weights
@@ -20,8 +21,10 @@ def hf_weights(model, hf_config, with_mtp: bool = True) -> list[tuple[str, torch
     group = parallel_state.get_pipeline_model_parallel_group()
     first = dist.get_rank() == 0
     if dist.get_world_size(group) > 1:
+        if 0 not in dist.get_process_group_ranks(group):
+            return None
         stages = [None] * dist.get_world_size(group) if first else None
-        dist.gather_object(stage, stages, dst=parallel_state.get_pipeline_model_parallel_first_rank(), group=group)
+        dist.gather_object(stage, stages, dst=0, group=group)
         stage = [pair for part in stages or [] for pair in part]
     return stage if first else None
 

@@ -29,6 +29,9 @@ PARALLEL_SIZES = (
 #: The user functions the train ranks call (`slime_megatron.hooks`, `slime_megatron.models.provider`).
 FUNCTION_KEYS = (*HOOK_OPTIONS, "megatron_model_provider")
 
+#: Uneven pipeline stages: layers on the first / last stage (Megatron-LM's flags).
+PIPELINE_KEYS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
+
 #: The multi-token prediction options (`slime_megatron.models.mtp`), slime's flags.
 MTP_KEYS = ("mtp_num_layers", "enable_mtp_training", "mtp_loss_scaling_factor")
 
@@ -44,6 +47,7 @@ OPTION_KEYS = (
         "use_distributed_optimizer",
         "megatron_config",
     )
+    + PIPELINE_KEYS
     + FUNCTION_KEYS
     + MTP_KEYS
 )
@@ -72,6 +76,16 @@ def slime_add_options(options):
         help="pipeline parallelism: split the layers over this many stages",
         group=GROUP,
     )
+    for stage in ("first", "last"):
+        add(
+            f"--decoder-{stage}-pipeline-num-layers",
+            type=int,
+            default=None,
+            help=f"layers on the {stage} pipeline stage (default: the layers split evenly over the stages); the "
+            "stages without such a flag split the rest evenly",
+            group=GROUP,
+            **ONLY_MEGATRON,
+        )
     add(
         "--context-parallel-size",
         type=int,
@@ -189,6 +203,7 @@ def slime_validate_config(config: Config):
         + _check_model_family(config)
         + _check_mtp(config)
         + _check_layout(config)
+        + _check_pipeline_stages(config)
     )
     errors = errors or _check_architecture(config)  # imports torch: only once the light checks passed
     if config.get("megatron_config"):
@@ -344,7 +359,8 @@ def _check_architecture(config: Config) -> list[str]:
 
 def _check_mtp(config: Config) -> list[str]:
     """--mtp-num-layers asks for MTP layers the checkpoint holds, of a family that has them,
-    built by this backend on one pipeline stage; --enable-mtp-training trains some."""
+    built by this backend on one pipeline stage (why: the error below); --enable-mtp-training
+    trains some."""
     layers, checkpoint = config.get("mtp_num_layers"), config.get("hf_checkpoint")
     if config.get("enable_mtp_training") and not layers:
         return [
@@ -363,8 +379,11 @@ def _check_mtp(config: Config) -> list[str]:
     if config.get("pipeline_model_parallel_size", 1) > 1:
         return [
             f"--mtp-num-layers with --pipeline-model-parallel-size {config.pipeline_model_parallel_size}: the "
-            "Megatron backend builds MTP layers without pipeline parallelism only (yet); use "
-            "--pipeline-model-parallel-size 1, or drop --mtp-num-layers"
+            "Megatron backend builds MTP layers without pipeline parallelism only (megatron-core puts them on the last "
+            "stage with a second copy of the embedding, filled from the first stage "
+            "only when the model is built; the backend loads, exports and saves the embedding on the first stage "
+            "only, so that copy would keep random weights); use --pipeline-model-parallel-size 1, or drop "
+            "--mtp-num-layers"
         ]
     from pathlib import Path
 
@@ -376,6 +395,54 @@ def _check_mtp(config: Config) -> list[str]:
 
     problem = mtp_problem(AutoConfig.from_pretrained(checkpoint), checkpoint, layers)
     return [f"--hf-checkpoint {checkpoint}: {problem}"] if problem else []
+
+
+def _check_pipeline_stages(config: Config) -> list[str]:
+    """The checkpoint's layers split over the pipeline stages as megatron-core 0.16 splits them
+    (``TransformerConfig`` and ``get_num_layers_to_build``): the first / last stage take
+    ``--decoder-first/last-pipeline-num-layers`` layers (at least one) and the other stages an
+    equal share of the rest, at least one layer each; without those flags every stage takes an
+    equal share (megatron would silently build the floor of it, so the ranks would fail loading).
+    Said now, not by every rank when it builds its stage."""
+    pp = config.get("pipeline_model_parallel_size") or 1
+    given = {key: config.get(key) for key in PIPELINE_KEYS if config.get(key) is not None}
+    flags = " ".join(f"--{key.replace('_', '-')} {value}" for key, value in given.items())
+    if given and pp < 2:
+        return [
+            f"{flags}: sets the layers of a pipeline stage, and there is one stage; add "
+            "--pipeline-model-parallel-size 2 (or more), or drop the flag"
+        ]
+    layers = _num_hidden_layers(config)
+    if pp < 2 or layers is None:
+        return []
+    if any(value < 1 for value in given.values()):
+        return [f"{flags}: every pipeline stage needs at least one layer; give a positive number"]
+    middle, rest = pp - len(given), layers - sum(given.values())
+    if not (rest < middle or (middle and rest % middle) or (not middle and rest)):
+        return []
+    layers_of = f"the checkpoint's {layers} layers (--hf-checkpoint's num_hidden_layers)"
+    if not given:
+        return [
+            f"--pipeline-model-parallel-size {pp} cannot split {layers_of} evenly over {pp} stages (at least one "
+            f"each); pick a pipeline size that divides {layers}, or give the first / last stage its own count with "
+            "--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers"
+        ]
+    return [
+        f"--pipeline-model-parallel-size {pp} {flags} leaves {rest} of {layers_of} for the other {middle} stage(s), "
+        "which must get an equal share, at least one layer each; change the flags so the rest divides evenly"
+    ]
+
+
+def _num_hidden_layers(config: Config) -> int | None:
+    """The decoder layers of --hf-checkpoint's config.json; None when it cannot be read."""
+    import json
+    from pathlib import Path
+
+    checkpoint = config.get("hf_checkpoint")
+    config_json = Path(checkpoint) / "config.json" if checkpoint else None
+    if config_json is None or not config_json.is_file():
+        return None
+    return json.loads(config_json.read_text()).get("num_hidden_layers")
 
 
 def _check_weights_written_hook(config: Config) -> list[str]:

@@ -152,17 +152,7 @@ MEGATRON_LM_FLAGS: tuple[Accepted, ...] = (
         type=float,
         reason="warmup is counted in optimizer steps: give --lr-warmup-iters N instead",
     ),
-    # dropout, pipeline layout (MTP: slime-megatron's --mtp-num-layers, --mtp-loss-scaling-factor)
+    # dropout (the pipeline layout and MTP flags are slime-megatron's own options)
     Accepted("--attention-dropout", type=float, reason=_DROPOUT),
     Accepted("--hidden-dropout", type=float, reason=_DROPOUT),
-    Accepted(
-        "--decoder-first-pipeline-num-layers",
-        type=int,
-        reason="slime-megatron splits the layers evenly over the pipeline stages",
-    ),
-    Accepted(
-        "--decoder-last-pipeline-num-layers",
-        type=int,
-        reason="slime-megatron splits the layers evenly over the pipeline stages",
-    ),
 )

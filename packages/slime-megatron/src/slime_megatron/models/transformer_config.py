@@ -95,6 +95,9 @@ def _parallel(config) -> dict:
         "expert_model_parallel_size": getattr(config, "expert_model_parallel_size", 1),
         "expert_tensor_parallel_size": getattr(config, "expert_tensor_parallel_size", None) or tp,
         "sequence_parallel": bool(getattr(config, "sequence_parallel", False)) and tp > 1,
+        # uneven pipeline stages (None: the layers split evenly)
+        "num_layers_in_first_pipeline_stage": getattr(config, "decoder_first_pipeline_num_layers", None),
+        "num_layers_in_last_pipeline_stage": getattr(config, "decoder_last_pipeline_num_layers", None),
         # the dtype of the activations pipeline stages send each other (required with PP > 1)
         "pipeline_dtype": torch.bfloat16 if getattr(config, "bf16", False) else torch.float32,
     }

@@ -1,0 +1,280 @@
+"""Pipeline parallelism on the Megatron backend, on the route a run takes: ranks as Ray actors
+joined by gloo (CPU mode), tiny models, against one rank.
+
+A pipeline of 2 stages (and tensor 2 × pipeline 2) gives the one-rank run's log-probs (actor,
+reference, teacher), its first rollout's loss, metrics and gradient norm, and its weights; the
+dense families with tied (qwen3) and untied (qwen2, here with uneven stages) embeddings, and a MoE
+(qwen3_moe). Exports for the engines and ``--save-hf`` gather every stage's weights (bit-exact),
+checkpoints resume bit for bit, HF → Megatron → HF is bit-exact over 2 stages for every tiny
+family the backend builds, and ``slime run`` trains and pushes weights with 2 stages.
+"""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from slime_core.testing import make_config
+from slime_core.testing import synthetic_rollout_batch as rollout_batch
+from slime_core.tools.tiny_models import TINY_FAMILIES, build_tiny_model
+from slime_core.train_backend import TrainGroup
+from slime_megatron.models.family import unsupported_reason
+from slime_megatron.rank import MegatronTrainRank
+
+pytestmark = pytest.mark.integration
+
+#: One GRPO rollout with every loss term on (as test_megatron_backend's SETTINGS), 2 micro-batches
+#: per replica, so the pipeline schedule runs warm-up, steady state and cool-down.
+SETTINGS = dict(
+    rollout_batch_size=4,
+    n_samples_per_prompt=2,
+    num_steps_per_rollout=1,
+    lr=1e-3,
+    rollout_max_response_len=8,
+    micro_batch_size=4,
+    use_kl_loss=True,
+    kl_loss_coef=0.1,
+    entropy_coef=0.01,
+    weight_decay=0.01,
+)
+COMPARED_METRICS = ("loss", "pg_loss", "kl_loss", "entropy", "grad_norm", "lr")
+
+#: family -> (tiny model's layers, options of its pipeline run): tied embeddings; untied ones on
+#: uneven stages (1 layer, then 2); a MoE.
+CASES = {
+    "qwen3": (2, {}),
+    "qwen2": (3, dict(decoder_first_pipeline_num_layers=1)),
+    "qwen3_moe": (2, {}),
+}
+
+
+def batch():
+    return rollout_batch(num_groups=4, group_size=2, seed=0)
+
+
+@pytest.fixture(scope="module")
+def pp_config(tmp_path_factory):
+    """``pp_config(family, teacher=False, **overrides)``: a resolved config for the family's tiny
+    model of `CASES`; with ``teacher``, that model is also a distillation teacher (coefficient 0)."""
+    root = tmp_path_factory.mktemp("pp")
+    prompts = root / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
+
+    def build(family: str, teacher: bool = False, **overrides):
+        model_dir = root / family
+        if not model_dir.exists():
+            build_tiny_model(model_dir, family, num_layers=CASES[family][0])
+        if teacher:
+            overrides.update(opd_teacher_load=str(model_dir), opd_kl_coef=0.0)
+        return make_config(prompts, model_dir, **{**SETTINGS, "train_backend": "megatron", **overrides})
+
+    return build
+
+
+def all_weights(group: TrainGroup) -> dict[str, torch.Tensor]:
+    return {name: tensor for bucket in group.export_weights(64 * 1024) for name, tensor in bucket}
+
+
+def run(config, num_ranks: int, rollouts: int = 1) -> SimpleNamespace:
+    """Log-probs of the actor and the reference (and of the teacher, if the config has one) and
+    the exported weights before training, then ``rollouts`` rollouts: metrics and weights."""
+    group = TrainGroup(MegatronTrainRank, config, num_ranks)
+    try:
+        group.init()
+        out = SimpleNamespace(loaded=all_weights(group), log_probs=group.compute_log_probs(batch()))
+        out.ref = group.compute_log_probs(batch(), "ref")
+        out.teacher = group.compute_log_probs(batch(), "teacher") if config.opd_teacher_load else None
+        out.metrics = [group.train(r, rollout_batch(num_groups=4, group_size=2, seed=r)) for r in range(rollouts)]
+        out.weights = all_weights(group)
+        return out
+    finally:
+        group.shutdown()
+
+
+def assert_runs_alike(got, want) -> None:
+    """Same log-probs, first rollout's metrics and weights, to float tolerance (Adam's first step
+    divides each gradient by its own magnitude, so a weight whose gradient is float noise can
+    move by a few 1e-5 either way)."""
+    for mine, theirs in ((got.log_probs, want.log_probs), (got.ref, want.ref), (got.teacher, want.teacher)):
+        if mine is not None:
+            for a, b in zip(mine, theirs, strict=True):
+                torch.testing.assert_close(torch.tensor(a), torch.tensor(b), rtol=1e-5, atol=1e-5)
+    for key in COMPARED_METRICS:
+        assert got.metrics[0][key] == pytest.approx(want.metrics[0][key], rel=1e-4, abs=1e-6), key
+    assert got.weights.keys() == want.weights.keys()
+    for name in got.weights:
+        torch.testing.assert_close(got.weights[name], want.weights[name], rtol=1e-4, atol=5e-5)
+
+
+@pytest.fixture(scope="module")
+def one_rank(ray_cluster, pp_config):
+    """``one_rank(family)``: the family's run on one rank (computed once)."""
+    runs = {}
+
+    def get(family: str):
+        if family not in runs:
+            runs[family] = run(pp_config(family, teacher=True), 1)
+        return runs[family]
+
+    return get
+
+
+@pytest.mark.parametrize("family", sorted(CASES))
+def test_two_pipeline_stages_train_like_one_rank(one_rank, pp_config, family):
+    """Log-probs from the last stage of a forward-only pipeline pass (actor, reference and the
+    distillation teacher), the first rollout's loss, metrics and gradient norm from the last
+    stage, and the weights after megatron's 1F1B schedule: one rank's. The export before
+    training is the Hugging Face checkpoint itself, gathered from both stages."""
+    from safetensors.torch import load_file
+
+    options = CASES[family][1]
+    config = pp_config(family, teacher=True, pipeline_model_parallel_size=2, actor_num_gpus_per_node=2, **options)
+    got = run(config, 2)
+    assert_runs_alike(got, one_rank(family))
+    hf = load_file(f"{config.hf_checkpoint}/model.safetensors")
+    assert got.loaded.keys() == hf.keys()
+    assert all(torch.equal(got.loaded[name], tensor) for name, tensor in hf.items())
+
+
+def test_tensor_2_by_pipeline_2_trains_like_one_rank(one_rank, pp_config):
+    """Four ranks: two tensor-parallel ranks on each of two stages."""
+    config = pp_config("qwen3", pipeline_model_parallel_size=2, tensor_model_parallel_size=2, actor_num_gpus_per_node=4)
+    assert_runs_alike(run(config, 4), one_rank("qwen3"))
+
+
+def test_a_pipeline_checkpoint_resumes_bit_for_bit_and_save_hf_is_the_export(ray_cluster, pp_config, tmp_path):
+    """Over 2 stages: a run saved after rollout 0 (``--save`` and ``--save-hf``) and resumed
+    ends rollout 1 with the uninterrupted run's weights, bit for bit; the ``--save-hf``
+    directory holds exactly the weights exported for the engines then."""
+    from safetensors.torch import load_file
+
+    layout = dict(pipeline_model_parallel_size=2, actor_num_gpus_per_node=2)
+    config = pp_config("qwen3", save=str(tmp_path / "ckpt"), save_hf=str(tmp_path / "hf"), **layout)
+    group = TrainGroup(MegatronTrainRank, config, 2)
+    try:
+        group.init()
+        group.train(0, rollout_batch(num_groups=4, group_size=2, seed=0))
+        exported = all_weights(group)
+        group.call("save", 0)
+        group.train(1, rollout_batch(num_groups=4, group_size=2, seed=1))
+        uninterrupted = all_weights(group)
+    finally:
+        group.shutdown()
+    saved = load_file(tmp_path / "hf" / "iter_0000000" / "model.safetensors")
+    assert saved.keys() == exported.keys()
+    assert all(torch.equal(saved[name], tensor) for name, tensor in exported.items())
+    group = TrainGroup(MegatronTrainRank, pp_config("qwen3", load=str(tmp_path / "ckpt"), **layout), 2)
+    try:
+        assert group.init() == {"rollout_id": 1, "weight_version": 1}
+        group.train(1, rollout_batch(num_groups=4, group_size=2, seed=1))
+        resumed = all_weights(group)
+    finally:
+        group.shutdown()
+    assert all(torch.equal(resumed[name], tensor) for name, tensor in uninterrupted.items())
+
+
+# ---------------------------------------------------------------- HF → Megatron → HF over 2 stages
+
+#: Every tiny family (`slime_core.tools.tiny_models.TINY_FAMILIES`) the Megatron backend builds.
+BUILT_FAMILIES = sorted(family for family in TINY_FAMILIES if unsupported_reason(family) is None)
+
+
+def _load_and_save_hf(rank, sizes, cases):
+    """On each rank: every case's stage of the model, loaded from its HF directory and written
+    back as an HF directory by ``--save-hf``'s code (gathered over the stages to rank 0)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from slime_megatron import export
+    from slime_megatron.models import build_model, load_hf_weights
+
+    for source, out in cases:
+        hf_config = AutoConfig.from_pretrained(source)
+        model = build_model(hf_config, sizes)
+        load_hf_weights(model, source, hf_config)
+        export.save_hf(out, model, hf_config, AutoTokenizer.from_pretrained(source))
+        assert len(model.decoder.layers) == 1  # one of the two layers per stage
+
+
+def test_hf_to_megatron_to_hf_over_two_pipeline_stages_is_bit_exact(run_ranks, tmp_path):
+    """For every tiny family the backend builds: loaded into 2 pipeline stages (embedding on
+    the first, output layer on the last, a tied embedding on both) and saved back, the
+    checkpoint's tensors, bit for bit."""
+    from safetensors.torch import load_file
+
+    cases = []
+    for family in BUILT_FAMILIES:
+        build_tiny_model(tmp_path / family, family, hidden_size=32, router_bias=0.3)
+        cases.append((str(tmp_path / family), str(tmp_path / f"{family}-out")))
+    run_ranks(_load_and_save_hf, 2, cases, pp=2)
+    for family, (source, out) in zip(BUILT_FAMILIES, cases):
+        want, got = load_file(f"{source}/model.safetensors"), load_file(f"{out}/model.safetensors")
+        assert got.keys() == want.keys(), family
+        assert [n for n in want if not torch.equal(got[n], want[n])] == [], family
+
+
+# ---------------------------------------------------------------- a real run
+
+
+def test_slime_run_trains_and_pushes_weights_over_two_pipeline_stages(ray_cluster, tiny_model_dir, tmp_path):
+    """``slime run`` with 2 GRPO rollouts, the CPU engine and ``--check-weight-update-equal``,
+    on 2 pipeline stages: each rollout trains, and the engine holds exactly the trainer's
+    weights after every push."""
+    from slime_core.cli.run import run_command
+    from slime_core.loop.run_dir import read_metrics
+    from slime_core.plugins import Plugins
+
+    data = tmp_path / "addition.jsonl"
+    data.write_text(
+        "".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n" for a in range(4) for b in range(4))
+    )
+    flags = ["--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--rollout-engine", "cpu"]
+    flags += ["--rm-type", "exact_match", "--advantage-estimator", "grpo", "--num-rollout", "2"]
+    flags += ["--entropy-coef", "0.01"]  # a gradient even when every sample of a group gets the same reward
+    flags += ["--rollout-batch-size", "2", "--n-samples-per-prompt", "4", "--rollout-max-response-len", "4"]
+    flags += ["--lr", "1e-3", "--micro-batch-size", "2", "--check-weight-update-equal"]
+    flags += ["--output-dir", str(tmp_path / "run"), "--train-backend", "megatron"]
+    flags += ["--pipeline-model-parallel-size", "2", "--actor-num-gpus-per-node", "2"]
+    assert run_command(flags, Plugins()) == 0
+    records = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["rollout_id"] >= 0]
+    assert [r["weight_version"] for r in records] == [1, 2]
+    assert all(r["train/grad_norm"] > 0 for r in records)
+    assert all(r["weight_update/max_logprob_diff"] < 1e-3 for r in records)
+
+
+# ---------------------------------------------------------------- refused when the run is configured
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (
+            dict(pipeline_model_parallel_size=4, actor_num_gpus_per_node=4),
+            r"--pipeline-model-parallel-size 4 cannot split the checkpoint's 2 layers .* evenly over 4 stages "
+            r"\(at least one each\); pick a pipeline size that divides 2",
+        ),
+        (
+            dict(decoder_first_pipeline_num_layers=1),
+            r"--decoder-first-pipeline-num-layers 1: sets the layers of a pipeline stage, and there is one stage; add "
+            r"--pipeline-model-parallel-size 2",
+        ),
+        (
+            dict(pipeline_model_parallel_size=2, actor_num_gpus_per_node=2, decoder_last_pipeline_num_layers=2),
+            r"--decoder-last-pipeline-num-layers 2 leaves 0 of the checkpoint's 2 layers .* for the other 1 stage\(s\)",
+        ),
+        (
+            dict(pipeline_model_parallel_size=2, actor_num_gpus_per_node=2, decoder_first_pipeline_num_layers=0),
+            "every pipeline stage needs at least one layer",
+        ),
+    ],
+    ids=["layers-do-not-divide", "uneven-without-pipeline", "empty-stage", "zero-layers"],
+)
+def test_pipeline_layouts_megatron_cannot_build_are_config_errors(tiny_model_dir, tmp_path, options, message):
+    """What a pipeline rank would refuse (or build wrong) when it builds its stage is said by
+    ``slime run --dry-run`` already, with the fix."""
+    from slime_core.config import ConfigError
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
+    with pytest.raises(ConfigError, match=message):
+        make_config(prompts, tiny_model_dir, rollout_batch_size=2, train_backend="megatron", **options)

@@ -76,10 +76,10 @@ def all_weights(group: TrainGroup) -> dict[str, torch.Tensor]:
     return {name: tensor for bucket in group.export_weights(64 * 1024) for name, tensor in bucket}
 
 
-def run(config, num_ranks: int, rollouts: int = 1) -> SimpleNamespace:
+def run(config, num_ranks: int, rollouts: int = 1, num_gpus_per_rank: int = 0) -> SimpleNamespace:
     """Log-probs of the actor and the reference (and of the teacher, if the config has one) and
     the exported weights before training, then ``rollouts`` rollouts: metrics and weights."""
-    group = TrainGroup(MegatronTrainRank, config, num_ranks)
+    group = TrainGroup(MegatronTrainRank, config, num_ranks, num_gpus_per_rank=num_gpus_per_rank)
     try:
         group.init()
         out = SimpleNamespace(loaded=all_weights(group), log_probs=group.compute_log_probs(batch()))
@@ -278,3 +278,23 @@ def test_pipeline_layouts_megatron_cannot_build_are_config_errors(tiny_model_dir
     prompts.write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
     with pytest.raises(ConfigError, match=message):
         make_config(prompts, tiny_model_dir, rollout_batch_size=2, train_backend="megatron", **options)
+
+
+# ---------------------------------------------------------------- on GPUs
+
+
+@pytest.mark.gpu
+def test_two_pipeline_stages_on_two_gpus_train_like_one_gpu(ray_cluster, pp_config):
+    """On one node's first 2 GPUs (nccl between the stages, the CUDA code paths that CPU mode
+    shims): the untied family on uneven stages gives one GPU's log-probs, first rollout and
+    weights. Skipped cleanly without CUDA, and with fewer than 2 GPUs."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    options = CASES["qwen2"][1]
+    want = run(pp_config("qwen2"), 1, num_gpus_per_rank=1)
+    got = run(
+        pp_config("qwen2", pipeline_model_parallel_size=2, actor_num_gpus_per_node=2, **options),
+        2,
+        num_gpus_per_rank=1,
+    )
+    assert_runs_alike(got, want)

@@ -40,12 +40,14 @@ SETTINGS = dict(
 )
 COMPARED_METRICS = ("loss", "pg_loss", "kl_loss", "entropy", "grad_norm", "lr")
 
-#: family -> (tiny model's layers, options of its pipeline run): tied embeddings; untied ones on
-#: uneven stages (1 layer, then 2); a MoE.
+#: case -> (family, tiny model's layers, options of its pipeline run): tied embeddings; untied
+#: ones on uneven stages (1 layer, then 2); a MoE; virtual stages of one layer (each rank runs two
+#: model chunks, layers 0 and 2 or 1 and 3, in megatron's interleaved schedule).
 CASES = {
-    "qwen3": (2, {}),
-    "qwen2": (3, dict(decoder_first_pipeline_num_layers=1)),
-    "qwen3_moe": (2, {}),
+    "qwen3": ("qwen3", 2, {}),
+    "qwen2-uneven": ("qwen2", 3, dict(decoder_first_pipeline_num_layers=1)),
+    "qwen3_moe": ("qwen3_moe", 2, {}),
+    "qwen3-interleaved": ("qwen3", 4, dict(num_layers_per_virtual_pipeline_stage=1)),
 }
 
 
@@ -55,16 +57,17 @@ def batch():
 
 @pytest.fixture(scope="module")
 def pp_config(tmp_path_factory):
-    """``pp_config(family, teacher=False, **overrides)``: a resolved config for the family's tiny
-    model of `CASES`; with ``teacher``, that model is also a distillation teacher (coefficient 0)."""
+    """``pp_config(case, teacher=False, **overrides)``: a resolved config for the tiny model of
+    the case (`CASES`); with ``teacher``, that model is also a distillation teacher (coefficient 0)."""
     root = tmp_path_factory.mktemp("pp")
     prompts = root / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
 
-    def build(family: str, teacher: bool = False, **overrides):
-        model_dir = root / family
+    def build(case: str, teacher: bool = False, **overrides):
+        family, layers, _ = CASES[case]
+        model_dir = root / f"{family}-{layers}"
         if not model_dir.exists():
-            build_tiny_model(model_dir, family, num_layers=CASES[family][0])
+            build_tiny_model(model_dir, family, num_layers=layers)
         if teacher:
             overrides.update(opd_teacher_load=str(model_dir), opd_kl_coef=0.0)
         return make_config(prompts, model_dir, **{**SETTINGS, "train_backend": "megatron", **overrides})
@@ -109,29 +112,30 @@ def assert_runs_alike(got, want) -> None:
 
 @pytest.fixture(scope="module")
 def one_rank(ray_cluster, pp_config):
-    """``one_rank(family)``: the family's run on one rank (computed once)."""
+    """``one_rank(case)``: the run of the case's model on one rank (computed once)."""
     runs = {}
 
-    def get(family: str):
-        if family not in runs:
-            runs[family] = run(pp_config(family, teacher=True), 1)
-        return runs[family]
+    def get(case: str):
+        if case not in runs:
+            runs[case] = run(pp_config(case, teacher=True), 1)
+        return runs[case]
 
     return get
 
 
-@pytest.mark.parametrize("family", sorted(CASES))
-def test_two_pipeline_stages_train_like_one_rank(one_rank, pp_config, family):
+@pytest.mark.parametrize("case", list(CASES))
+def test_two_pipeline_stages_train_like_one_rank(one_rank, pp_config, case):
     """Log-probs from the last stage of a forward-only pipeline pass (actor, reference and the
     distillation teacher), the first rollout's loss, metrics and gradient norm from the last
-    stage, and the weights after megatron's 1F1B schedule: one rank's. The export before
-    training is the Hugging Face checkpoint itself, gathered from both stages."""
+    stage, and the weights after megatron's 1F1B schedule (interleaved with virtual stages): one
+    rank's. The export before training is the Hugging Face checkpoint itself, gathered from both
+    stages."""
     from safetensors.torch import load_file
 
-    options = CASES[family][1]
-    config = pp_config(family, teacher=True, pipeline_model_parallel_size=2, actor_num_gpus_per_node=2, **options)
+    options = CASES[case][2]
+    config = pp_config(case, teacher=True, pipeline_model_parallel_size=2, actor_num_gpus_per_node=2, **options)
     got = run(config, 2)
-    assert_runs_alike(got, one_rank(family))
+    assert_runs_alike(got, one_rank(case))
     hf = load_file(f"{config.hf_checkpoint}/model.safetensors")
     assert got.loaded.keys() == hf.keys()
     assert all(torch.equal(got.loaded[name], tensor) for name, tensor in hf.items())
@@ -143,19 +147,23 @@ def test_tensor_2_by_pipeline_2_trains_like_one_rank(one_rank, pp_config):
     assert_runs_alike(run(config, 4), one_rank("qwen3"))
 
 
-def test_a_pipeline_checkpoint_resumes_bit_for_bit_and_save_hf_is_the_export(ray_cluster, pp_config, tmp_path):
-    """Over 2 stages: a run saved after rollout 0 (``--save`` and ``--save-hf``) and resumed
-    ends rollout 1 with the uninterrupted run's weights, bit for bit; the ``--save-hf``
-    directory holds exactly the weights exported for the engines then."""
+@pytest.mark.parametrize("case", ["qwen3", "qwen3-interleaved"])
+def test_a_pipeline_checkpoint_resumes_bit_for_bit_and_save_hf_is_the_export(ray_cluster, pp_config, tmp_path, case):
+    """Over 2 stages (with two model chunks each, interleaved): a run saved after rollout 0
+    (``--save`` and ``--save-hf``, after an offload / onload round trip) and resumed ends
+    rollout 1 with the uninterrupted run's weights, bit for bit; the ``--save-hf`` directory
+    holds exactly the weights exported for the engines then."""
     from safetensors.torch import load_file
 
-    layout = dict(pipeline_model_parallel_size=2, actor_num_gpus_per_node=2)
-    config = pp_config("qwen3", save=str(tmp_path / "ckpt"), save_hf=str(tmp_path / "hf"), **layout)
+    layout = dict(pipeline_model_parallel_size=2, actor_num_gpus_per_node=2, **CASES[case][2])
+    config = pp_config(case, save=str(tmp_path / "ckpt"), save_hf=str(tmp_path / "hf"), **layout)
     group = TrainGroup(MegatronTrainRank, config, 2)
     try:
         group.init()
         group.train(0, rollout_batch(num_groups=4, group_size=2, seed=0))
-        exported = all_weights(group)
+        group.call("offload")
+        exported = all_weights(group)  # pushed while offloaded, as in a colocated run
+        group.call("onload")
         group.call("save", 0)
         group.train(1, rollout_batch(num_groups=4, group_size=2, seed=1))
         uninterrupted = all_weights(group)
@@ -164,7 +172,7 @@ def test_a_pipeline_checkpoint_resumes_bit_for_bit_and_save_hf_is_the_export(ray
     saved = load_file(tmp_path / "hf" / "iter_0000000" / "model.safetensors")
     assert saved.keys() == exported.keys()
     assert all(torch.equal(saved[name], tensor) for name, tensor in exported.items())
-    group = TrainGroup(MegatronTrainRank, pp_config("qwen3", load=str(tmp_path / "ckpt"), **layout), 2)
+    group = TrainGroup(MegatronTrainRank, pp_config(case, load=str(tmp_path / "ckpt"), **layout), 2)
     try:
         assert group.init() == {"rollout_id": 1, "weight_version": 1}
         group.train(1, rollout_batch(num_groups=4, group_size=2, seed=1))
@@ -266,8 +274,36 @@ def test_slime_run_trains_and_pushes_weights_over_two_pipeline_stages(ray_cluste
             dict(pipeline_model_parallel_size=2, actor_num_gpus_per_node=2, decoder_first_pipeline_num_layers=0),
             "every pipeline stage needs at least one layer",
         ),
+        (
+            dict(num_layers_per_virtual_pipeline_stage=1),
+            r"--num-layers-per-virtual-pipeline-stage 1: splits pipeline stages into model chunks, and there is one "
+            r"stage; add --pipeline-model-parallel-size 2",
+        ),
+        (
+            dict(pipeline_model_parallel_size=2, actor_num_gpus_per_node=2, num_layers_per_virtual_pipeline_stage=2),
+            r"each of the 2 pipeline stages must hold a whole number of chunks of 2 layers \(--hf-checkpoint has 2 "
+            r"layers\)",
+        ),
+        (
+            dict(
+                pipeline_model_parallel_size=2,
+                actor_num_gpus_per_node=2,
+                num_layers_per_virtual_pipeline_stage=1,
+                decoder_first_pipeline_num_layers=1,
+            ),
+            "--num-layers-per-virtual-pipeline-stage 1 with --decoder-first-pipeline-num-layers: virtual pipeline "
+            "stages are built here for stages of equal layers",
+        ),
     ],
-    ids=["layers-do-not-divide", "uneven-without-pipeline", "empty-stage", "zero-layers"],
+    ids=[
+        "layers-do-not-divide",
+        "uneven-without-pipeline",
+        "empty-stage",
+        "zero-layers",
+        "virtual-without-pipeline",
+        "virtual-chunks-do-not-divide",
+        "virtual-and-uneven",
+    ],
 )
 def test_pipeline_layouts_megatron_cannot_build_are_config_errors(tiny_model_dir, tmp_path, options, message):
     """What a pipeline rank would refuse (or build wrong) when it builds its stage is said by
@@ -290,10 +326,10 @@ def test_two_pipeline_stages_on_two_gpus_train_like_one_gpu(ray_cluster, pp_conf
     weights. Skipped cleanly without CUDA, and with fewer than 2 GPUs."""
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2 GPUs")
-    options = CASES["qwen2"][1]
-    want = run(pp_config("qwen2"), 1, num_gpus_per_rank=1)
+    options = CASES["qwen2-uneven"][2]
+    want = run(pp_config("qwen2-uneven"), 1, num_gpus_per_rank=1)
     got = run(
-        pp_config("qwen2", pipeline_model_parallel_size=2, actor_num_gpus_per_node=2, **options),
+        pp_config("qwen2-uneven", pipeline_model_parallel_size=2, actor_num_gpus_per_node=2, **options),
         2,
         num_gpus_per_rank=1,
     )

@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from slime_core.checkpoint.directory import confirm_written, durable_file, prepare, publish, staging
 from slime_core.checkpoint.safety import dcp_failures_raised, guarded_dcp_reads, load_torch_file
-from slime_megatron.models.weights import unwrap
+from slime_megatron.models.weights import model_chunks
 
 META = "slime.json"
 #: How the distributed optimizer's state is laid out: reshardable to any parallel layout,
@@ -105,7 +105,8 @@ def load_checkpoint(path, model, optimizer=None) -> dict:
         state = dist_checkpointing.load(
             _sharded_state(model, optimizer, is_loading=True), str(path), common_strategy=allow_listed_common()
         )
-    unwrap(model).load_state_dict(state["model"])
+    for chunk, key in zip(model_chunks(model), _chunk_keys(model)):
+        chunk.load_state_dict(state[key])
     if optimizer is not None:
         optimizer.load_state_dict(state["optimizer"])
     own = path / f"extra_rank_{dist.get_rank()}.pt"
@@ -163,10 +164,17 @@ def _keep_step_on_load(cls) -> None:
     cls._set_main_param_and_optimizer_states = set_states
 
 
+def _chunk_keys(model) -> list[str]:
+    """The checkpoint's key of each model chunk: ``model``, or with virtual pipeline stages
+    ``model0``, ``model1``, ... (Megatron-LM's keys)."""
+    chunks = model_chunks(model)
+    return ["model"] if len(chunks) == 1 else [f"model{i}" for i in range(len(chunks))]
+
+
 def _sharded_state(model, optimizer, is_loading: bool) -> dict:
-    model_state = unwrap(model).sharded_state_dict()
-    state = {"model": model_state}
+    state = {key: chunk.sharded_state_dict() for chunk, key in zip(model_chunks(model), _chunk_keys(model))}
     if optimizer is not None:
+        model_state = state["model"] if "model" in state else dict(state)
         state["optimizer"] = optimizer.sharded_state_dict(
             model_state, is_loading=is_loading, metadata=OPTIMIZER_METADATA
         )

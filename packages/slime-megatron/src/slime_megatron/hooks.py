@@ -24,8 +24,9 @@ option                                      called as (on every train rank)
                                             the engines read it
 ==========================================  ======================================================
 
-``model_chunks`` is a list of megatron modules, one per virtual pipeline stage (always one
-here): the policy wrapped in Megatron's DDP, or the distillation teacher's bare GPTModel.
+``model_chunks`` is a list of megatron modules, one per virtual pipeline stage (one without
+``--num-layers-per-virtual-pipeline-stage``): the policy's wrapped in Megatron's DDP, or the
+distillation teacher's bare GPTModels.
 ``batch`` is the replica's `slime_core.rollout_batch.RolloutBatch` and ``data`` its
 `slime_core.rank.step.StepTensors` (loss mask, advantages, log-probs as (N, R) tensors).
 ``--megatron-model-provider`` builds the model instead (`slime_megatron.models.provider`).

@@ -84,11 +84,16 @@ def tokens_gathered_across_replicas(model_config) -> bool:
     )
 
 
-def same_shapes(micros: list[MicroBatch], group, pad_token_id: int) -> list[MicroBatch]:
+def same_shapes(micros: list[MicroBatch], group, pad_token_id: int, all_alike: bool = False) -> list[MicroBatch]:
     """``micros`` padded so that the micro-batch at each position has the same (B, W) on every
-    rank of ``group`` (all have as many micro-batches: `slime_core.rank.step.RankStep.plan`)."""
+    rank of ``group`` (all have as many micro-batches: `slime_core.rank.step.RankStep.plan`);
+    with ``all_alike``, every micro-batch the same (B, W): megatron-core 0.16's interleaved
+    schedule (virtual pipeline stages) mixes up micro-batches of different shapes (a backward
+    gets a gradient of another micro-batch's shape)."""
     shapes = torch.tensor([list(m.input_ids.shape) for m in micros])  # (M, 2) rows, width
     dist.all_reduce(shapes, op=dist.ReduceOp.MAX, group=group)
+    if all_alike:
+        shapes[:] = shapes.max(dim=0).values
     return [_widened(m, rows, width, pad_token_id) for m, (rows, width) in zip(micros, shapes.tolist())]
 
 

@@ -32,7 +32,8 @@ class Offloaded:
 
 
 def offload(model, optimizer) -> Offloaded:
-    """Move ``model``'s (Megatron DDP) parameters and gradients and ``optimizer``'s tensors to CPU memory."""
+    """Move ``model``'s (`ModelChunks` in Megatron DDP) parameters and gradients and
+    ``optimizer``'s tensors to CPU memory."""
     params = list(model.parameters())
     _move_optimizer(optimizer, torch.device("cpu"), skip={id(p) for p in params})
     saved = Offloaded()
@@ -67,7 +68,8 @@ def onload(model, optimizer, saved: Offloaded, device: torch.device) -> None:
 
 
 def _buffers(model) -> list:
-    return list(model.buffers) + list(model.expert_parallel_buffers)
+    """The DDP gradient buffers of every model chunk."""
+    return [buffer for chunk in model for buffer in [*chunk.buffers, *chunk.expert_parallel_buffers]]
 
 
 def _move_optimizer(optimizer, device: torch.device, skip: set[int]) -> None:

@@ -17,25 +17,36 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from slime_megatron.chunks import ModelChunks
+
 if TYPE_CHECKING:
     from slime_core.config.config import Config
 
 
-def wrap(module, config: Config):
-    """``module`` in Megatron's DDP; the model config set up for the forward-backward schedule."""
+def wrap(modules: list, config: Config) -> ModelChunks:
+    """Each model chunk of ``modules`` in Megatron's DDP; the model config set up for the
+    forward-backward schedule."""
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
 
     ddp_config = DistributedDataParallelConfig(
         grad_reduce_in_fp32=True, overlap_grad_reduce=False, use_distributed_optimizer=config.use_distributed_optimizer
     )
-    model = DistributedDataParallel(config=module.config, ddp_config=ddp_config, module=module)
-    module.config.finalize_model_grads_func = finalize_model_grads
-    module.config.variable_seq_lengths = True  # micro-batches differ in width (pipeline stages send shapes)
-    return model
+    chunks = ModelChunks()
+    for module in modules:
+        chunks.append(DistributedDataParallel(config=module.config, ddp_config=ddp_config, module=module))
+        module.config.finalize_model_grads_func = finalize_model_grads
+        module.config.variable_seq_lengths = _variable_shapes(module.config)
+    return chunks
 
 
-def build_optimizer(model, config: Config):
-    """Megatron's optimizer for the DDP-wrapped ``model`` (see the module docstring)."""
+def _variable_shapes(model_config) -> bool:
+    """Micro-batches differ in width, so pipeline stages send each other their shapes; not with
+    virtual pipeline stages, whose micro-batches all have one shape (`models.transformer_config`)."""
+    return model_config.virtual_pipeline_model_parallel_size is None
+
+
+def build_optimizer(model: ModelChunks, config: Config):
+    """Megatron's optimizer for the DDP-wrapped chunks of ``model`` (see the module docstring)."""
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
     optimizer_config = OptimizerConfig(
@@ -51,7 +62,7 @@ def build_optimizer(model, config: Config):
         params_dtype=torch.bfloat16 if config.bf16 else torch.float32,
         use_distributed_optimizer=config.use_distributed_optimizer,
     )
-    return get_megatron_optimizer(optimizer_config, [model], config_overrides={})
+    return get_megatron_optimizer(optimizer_config, list(model), config_overrides={})
 
 
 def set_lr(optimizer, lr: float) -> None:

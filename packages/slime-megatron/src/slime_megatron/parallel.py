@@ -36,9 +36,13 @@ def init_parallel(config, rank: int, world_size: int, master_addr: str, master_p
 
 
 def initialize_model_parallel(config) -> None:
-    """Megatron's process groups for the sizes in ``config`` (torch.distributed must be up)."""
+    """Megatron's process groups for the sizes in ``config`` (torch.distributed must be up),
+    with the virtual pipeline size of --num-layers-per-virtual-pipeline-stage."""
     from megatron.core import parallel_state
 
+    from slime_megatron.plugin import VIRTUAL_KEY, num_hidden_layers, virtual_pipeline_size
+
+    virtual = virtual_pipeline_size(config, num_hidden_layers(config)) if getattr(config, VIRTUAL_KEY, None) else None
     timeout = getattr(config, "distributed_timeout_minutes", None)  # Megatron's groups: the same bound
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=config.tensor_model_parallel_size,
@@ -46,6 +50,7 @@ def initialize_model_parallel(config) -> None:
         context_parallel_size=config.context_parallel_size,
         expert_model_parallel_size=config.expert_model_parallel_size,
         expert_tensor_parallel_size=config.expert_tensor_parallel_size,
+        virtual_pipeline_model_parallel_size=virtual,
         **({"distributed_timeout_minutes": timeout} if timeout else {}),
     )
 

@@ -31,6 +31,8 @@ FUNCTION_KEYS = (*HOOK_OPTIONS, "megatron_model_provider")
 
 #: Uneven pipeline stages: layers on the first / last stage (Megatron-LM's flags).
 PIPELINE_KEYS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
+#: Virtual pipeline stages (megatron's interleaved schedule), Megatron-LM's flag.
+VIRTUAL_KEY = "num_layers_per_virtual_pipeline_stage"
 
 #: The multi-token prediction options (`slime_megatron.models.mtp`), slime's flags.
 MTP_KEYS = ("mtp_num_layers", "enable_mtp_training", "mtp_loss_scaling_factor")
@@ -48,6 +50,7 @@ OPTION_KEYS = (
         "megatron_config",
     )
     + PIPELINE_KEYS
+    + (VIRTUAL_KEY,)
     + FUNCTION_KEYS
     + MTP_KEYS
 )
@@ -86,6 +89,15 @@ def slime_add_options(options):
             group=GROUP,
             **ONLY_MEGATRON,
         )
+    add(
+        "--num-layers-per-virtual-pipeline-stage",
+        type=int,
+        default=None,
+        help="split each pipeline stage's layers into model chunks of this many layers, run by megatron's interleaved "
+        "schedule (virtual pipeline stages: a smaller pipeline bubble)",
+        group=GROUP,
+        **ONLY_MEGATRON,
+    )
     add(
         "--context-parallel-size",
         type=int,
@@ -204,6 +216,7 @@ def slime_validate_config(config: Config):
         + _check_mtp(config)
         + _check_layout(config)
         + _check_pipeline_stages(config)
+        + _check_virtual_stages(config)
     )
     errors = errors or _check_architecture(config)  # imports torch: only once the light checks passed
     if config.get("megatron_config"):
@@ -412,7 +425,7 @@ def _check_pipeline_stages(config: Config) -> list[str]:
             f"{flags}: sets the layers of a pipeline stage, and there is one stage; add "
             "--pipeline-model-parallel-size 2 (or more), or drop the flag"
         ]
-    layers = _num_hidden_layers(config)
+    layers = num_hidden_layers(config)
     if pp < 2 or layers is None:
         return []
     if any(value < 1 for value in given.values()):
@@ -433,7 +446,45 @@ def _check_pipeline_stages(config: Config) -> list[str]:
     ]
 
 
-def _num_hidden_layers(config: Config) -> int | None:
+def _check_virtual_stages(config: Config) -> list[str]:
+    """--num-layers-per-virtual-pipeline-stage N: with pipeline stages of equal layers that N
+    divides (megatron-core's rule for model chunks), on the backend's own model (a provider is
+    called without ``vp_stage``) and without MTP layers (no pipeline parallelism for them). The
+    interleaved schedule's rule on micro-batches (a multiple of the pipeline size, at least one
+    per stage) the rank meets itself, with empty micro-batches (`slime_megatron.schedule`)."""
+    per_chunk, pp = config.get(VIRTUAL_KEY), config.get("pipeline_model_parallel_size") or 1
+    if per_chunk is None:
+        return []
+    flag = f"--num-layers-per-virtual-pipeline-stage {per_chunk}"
+    if pp < 2:
+        return [
+            f"{flag}: splits pipeline stages into model chunks, and there is one stage; add "
+            "--pipeline-model-parallel-size 2 (or more), or drop the flag"
+        ]
+    uneven = [key for key in PIPELINE_KEYS if config.get(key) is not None]
+    others = uneven + [key for key in ("megatron_model_provider", "mtp_num_layers") if config.get(key)]
+    if others:
+        return [
+            f"{flag} with --{others[0].replace('_', '-')}: virtual pipeline stages are built here for stages "
+            "of equal layers, by the backend's own model, without MTP layers; drop one of them"
+        ]
+    layers = num_hidden_layers(config)
+    if per_chunk < 1 or (layers is not None and (layers % pp or (layers // pp) % per_chunk)):
+        return [
+            f"{flag}: each of the {pp} pipeline stages must hold a whole number of chunks of {per_chunk} layers "
+            f"(--hf-checkpoint has {layers} layers); pick a number of layers that divides {layers} // {pp}"
+        ]
+    return []
+
+
+def virtual_pipeline_size(config, num_layers: int) -> int | None:
+    """Model chunks per pipeline rank with --num-layers-per-virtual-pipeline-stage N: a stage's
+    ``num_layers`` / (pipeline size × N); None without the flag (one chunk, no interleaving)."""
+    per_chunk = getattr(config, VIRTUAL_KEY, None)
+    return num_layers // config.pipeline_model_parallel_size // per_chunk if per_chunk else None
+
+
+def num_hidden_layers(config: Config) -> int | None:
     """The decoder layers of --hf-checkpoint's config.json; None when it cannot be read."""
     import json
     from pathlib import Path

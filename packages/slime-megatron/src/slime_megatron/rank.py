@@ -64,6 +64,7 @@ from slime_core.rank.step import (
 from slime_core.rank.weight_bucket import WeightBucket
 from slime_core.rollout_batch import RolloutBatch
 from slime_megatron import export, inputs, offload, schedule, swap
+from slime_megatron.chunks import ModelChunks
 from slime_megatron.hooks import RankHooks
 from slime_megatron.layout import check_layout, check_teacher_vocab
 from slime_megatron.logprobs import gather_vocab, vocab_parallel_entropy, vocab_parallel_log_probs
@@ -104,25 +105,26 @@ class MegatronTrainRank:
     def init(self) -> dict:
         from transformers import AutoConfig, AutoTokenizer
 
-        from slime_megatron.models import load_hf_weights, provide_model
+        from slime_megatron.models import load_hf_weights
         from slime_megatron.torch_dist import load_weights
 
         cfg = self.config
         self.hf_config = AutoConfig.from_pretrained(cfg.hf_checkpoint)
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.hf_checkpoint)
         check_layout(self.hf_config, cfg, f"--hf-checkpoint {cfg.hf_checkpoint}")  # the config checks' rules
-        module = provide_model(self.hf_config, cfg, mtp_layers=cfg.get("mtp_num_layers") or 0)
-        _train_mtp_or_freeze(module, bool(cfg.get("enable_mtp_training")))
+        modules = build_chunks(self.hf_config, cfg, mtp_layers=cfg.get("mtp_num_layers") or 0)
+        for module in modules:
+            _train_mtp_or_freeze(module, bool(cfg.get("enable_mtp_training")))
         if starts_from_ref_load(cfg):
-            load_weights(megatron_checkpoint(cfg.ref_load), module)
+            load_weights(megatron_checkpoint(cfg.ref_load), modules)
         else:
-            load_hf_weights(module, cfg.hf_checkpoint, self.hf_config)
-        self.model = wrap(module, cfg)
+            load_hf_weights(modules, cfg.hf_checkpoint, self.hf_config)
+        self.model = wrap(modules, cfg)
         self.optimizer = build_optimizer(self.model, cfg)
         self.reference = self._reference_weights()
         self.teacher = self._teacher()
         self.same_shapes = any(
-            inputs.tokens_gathered_across_replicas(net.config) for net in (module, self.teacher) if net
+            inputs.tokens_gathered_across_replicas(net.config) for net in (modules, self.teacher) if net
         )
         return {"rollout_id": self._resume() if cfg.load else 0, "weight_version": self.version}
 
@@ -148,16 +150,17 @@ class MegatronTrainRank:
         """The on-policy distillation teacher (``--opd-teacher-load``), or None."""
         from transformers import AutoConfig
 
-        from slime_megatron.models import load_hf_weights, provide_model
+        from slime_megatron.models import load_hf_weights
 
         if not self.config.opd_teacher_load:
             return None
         teacher_path = self.config.opd_teacher_load
         teacher_config = AutoConfig.from_pretrained(teacher_path)
         check_teacher_vocab(self.hf_config.vocab_size, teacher_config.vocab_size, teacher_path)
-        teacher = provide_model(teacher_config, self.config)
+        teacher = build_chunks(teacher_config, self.config)
         load_hf_weights(teacher, teacher_path, teacher_config)
-        teacher.config.variable_seq_lengths = True
+        for chunk in teacher:
+            chunk.config.variable_seq_lengths = chunk.config.virtual_pipeline_model_parallel_size is None
         return teacher.eval()
 
     def _resume(self) -> int:
@@ -194,7 +197,7 @@ class MegatronTrainRank:
         micros = self._micro_batches(batch, list(range(len(batch))))
         reference = swap.swapped(self.model.module, self.reference) if model == "ref" else nullcontext()
         with torch.no_grad(), reference:
-            self.hooks.fire("megatron_before_log_probs_hook", [net], model)
+            self.hooks.fire("megatron_before_log_probs_hook", list(net), model)
             results = schedule.run(net, micros, self._collect_log_probs, forward_only=True)
         out: list[torch.Tensor | None] = [None] * len(batch)
         for micro, result in zip(micros, results):
@@ -264,7 +267,7 @@ class MegatronTrainRank:
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
         set_lr(self.optimizer, self.step.lr(self.updates))
-        self.hooks.fire("megatron_before_train_step_hook", self.rollout_id, step, [self.model], self.optimizer)
+        self.hooks.fire("megatron_before_train_step_hook", self.rollout_id, step, list(self.model), self.optimizer)
         loss_fn = partial(self._loss, data=data, denominators=denominators, scale=scale)
         results = schedule.run(self.model, micros, loss_fn, forward_only=False)
         totals: dict[str, float] = {}
@@ -336,7 +339,8 @@ class MegatronTrainRank:
         pad = self.tokenizer.pad_token_id or 0
         multiple = self.parallel.get_tensor_model_parallel_world_size()
         micros = []
-        for micro in self.step.plan(indices, batch):
+        plan = self.step.plan(indices, batch)
+        for micro in plan + [[]] * (schedule.interleaving_count(len(plan)) - len(plan)):
             if not micro:
                 micros.append(inputs.padding_micro_batch(pad, multiple, self.device))
                 continue
@@ -345,7 +349,10 @@ class MegatronTrainRank:
             micros.append(
                 inputs.padded(micro, tokens, response_lengths, pad, multiple, self.device, batch.nuclei(micro))
             )
-        return inputs.same_shapes(micros, dist.group.WORLD, pad) if self.same_shapes else micros
+        interleaved = self.parallel.get_virtual_pipeline_model_parallel_world_size() is not None
+        if self.same_shapes or interleaved:
+            return inputs.same_shapes(micros, dist.group.WORLD, pad, all_alike=interleaved)
+        return micros
 
     # ---------------------------------------------------------------- weights and checkpoints
 
@@ -415,6 +422,17 @@ class MegatronTrainRank:
 
     def memory(self) -> dict[str, float]:
         return memory_gib(self.device)
+
+
+def build_chunks(hf_config, config: Config, mtp_layers: int = 0) -> ModelChunks:
+    """This rank's model chunks of ``hf_config``: one per virtual pipeline stage, or one."""
+    from megatron.core import parallel_state
+
+    from slime_megatron.models import provide_model
+
+    virtual = parallel_state.get_virtual_pipeline_model_parallel_world_size()
+    stages = range(virtual) if virtual else [None]
+    return ModelChunks(provide_model(hf_config, config, mtp_layers, vp_stage=stage) for stage in stages)
 
 
 def _train_mtp_or_freeze(model, train: bool) -> None:

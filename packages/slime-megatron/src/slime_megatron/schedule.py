@@ -1,10 +1,15 @@
 """Running micro-batches through megatron's forward-backward schedule.
 
-``get_forward_backward_func()`` picks plain gradient accumulation, or 1F1B over pipeline
-stages; either way it calls the model on each micro-batch and then a *loss function* on
-the output of the last stage, whose ``(loss, result)`` answer it keeps. The loss is what
-the schedule backpropagates (divided by the number of micro-batches); the results come back
-as a list, on the last pipeline stage only, so `from_last_stage` hands them to every stage.
+``get_forward_backward_func()`` picks plain gradient accumulation, 1F1B over pipeline
+stages, or with virtual pipeline stages the interleaved 1F1B over model chunks; each calls
+the model on each micro-batch and then a *loss function* on the output of the last stage,
+whose ``(loss, result)`` answer it keeps. The loss is what the schedule backpropagates
+(divided by the number of micro-batches); the results come back as a list, on the last
+pipeline stage only, so `from_last_stage` hands them to every stage.
+
+The interleaved schedule runs micro-batches in groups of one per pipeline stage, so it wants
+their number to be a multiple of the pipeline size: `interleaving_count` says how many
+micro-batches to run for a planned number (the rank adds empty ones, which change nothing).
 """
 
 from __future__ import annotations
@@ -15,18 +20,19 @@ import torch.distributed as dist
 
 
 def run(model, micros: list, loss_fn, forward_only: bool) -> list:
-    """``micros`` (`slime_megatron.inputs.MicroBatch`) through ``model``; for each, the
-    ``result`` of ``loss_fn(micro, logits) -> (loss, result)``, on every pipeline stage."""
+    """``micros`` (`slime_megatron.inputs.MicroBatch`) through ``model`` (`ModelChunks`); for
+    each, the ``result`` of ``loss_fn(micro, logits) -> (loss, result)``, on every pipeline stage."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     def forward_step(iterator, net):
         micro = next(iterator)
         return net(micro.input_ids, micro.position_ids, None), partial(loss_fn, micro)
 
+    chunks = list(model)
     results = get_forward_backward_func()(
         forward_step_func=forward_step,
-        data_iterator=iter(micros),
-        model=[model],
+        data_iterator=[iter(micros) for _ in chunks] if len(chunks) > 1 else iter(micros),  # each chunk reads them all
+        model=chunks,
         num_microbatches=len(micros),
         seq_length=max(m.input_ids.shape[1] for m in micros),
         micro_batch_size=max(m.input_ids.shape[0] for m in micros),
@@ -45,3 +51,14 @@ def from_last_stage(results: list) -> list:
     box = [results]
     dist.broadcast_object_list(box, src=parallel_state.get_pipeline_model_parallel_last_rank(), group=group)
     return box[0]
+
+
+def interleaving_count(count: int) -> int:
+    """How many micro-batches to run for ``count`` planned ones: with virtual pipeline stages,
+    a multiple of the pipeline size (megatron's interleaved schedule refuses others), else ``count``."""
+    from megatron.core import parallel_state
+
+    if parallel_state.get_virtual_pipeline_model_parallel_world_size() is None:
+        return count
+    stages = parallel_state.get_pipeline_model_parallel_world_size()
+    return -(-count // stages) * stages

@@ -130,17 +130,22 @@ def read_hf_weights(path, hf_config) -> dict[str, torch.Tensor]:
 
 
 def load_weights(path, model) -> None:
-    """Fill this rank's shards of ``model`` (a GPTModel, or one wrapped by DDP / Float16Module)
-    from the checkpoint directory ``path``, in any parallel layout; a collective over the ranks.
+    """Fill this rank's shards of ``model`` (a GPTModel, or one wrapped by DDP / Float16Module,
+    or model chunks) from the checkpoint directory ``path``, in any parallel layout; a
+    collective over the ranks.
 
     Raises if the checkpoint lacks a weight of ``model`` (another model, or an unknown layout).
     """
+    from slime_megatron.models.weights import model_chunks
+
+    for chunk in model_chunks(model):
+        _load_chunk(path, chunk)
+
+
+def _load_chunk(path, model) -> None:
     from megatron.core import dist_checkpointing
     from megatron.core.dist_checkpointing.core import CheckpointingException
 
-    from slime_megatron.models.weights import unwrap
-
-    model = unwrap(model)
     stored = stored_keys(path)
     request = {
         name: _renamed(item, stored)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 
-def build_model(hf_config, config, mtp_layers: int = 0):
-    """This rank's part of the model (its tensor/expert shards and pipeline stage), with
+def build_model(hf_config, config, mtp_layers: int = 0, vp_stage: int | None = None):
+    """This rank's part of the model (its tensor/expert shards and pipeline stage, or with
+    virtual pipeline stages its chunk ``vp_stage``), with
     ``mtp_layers`` multi-token prediction layers after the decoder (an
     `slime_megatron.models.mtp_model.MTPGPTModel`; the checkpoint must hold them:
     `slime_megatron.models.mtp.mtp_problem`).
@@ -31,7 +32,7 @@ def build_model(hf_config, config, mtp_layers: int = 0):
     family = model_family(hf_config)
     tc = transformer_config(hf_config, config, mtp_layers)
     check_layout(hf_config, config, f"the {hf_config.model_type} model", training=False)
-    spec = get_gpt_decoder_block_spec(tc, use_transformer_engine=False, normalization="RMSNorm")
+    spec = get_gpt_decoder_block_spec(tc, use_transformer_engine=False, normalization="RMSNorm", vp_stage=vp_stage)
     if tc.sequence_parallel:
         spec = with_sequence_parallel_norms(spec)
     spec = with_fused_core_attention(family.layer_spec(spec))
@@ -44,8 +45,9 @@ def build_model(hf_config, config, mtp_layers: int = 0):
         spec,
         vocab_size=hf_config.vocab_size,
         max_sequence_length=hf_config.max_position_embeddings,
-        pre_process=parallel_state.is_pipeline_first_stage(),
-        post_process=parallel_state.is_pipeline_last_stage(),
+        pre_process=parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
+        post_process=parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage),
+        vp_stage=vp_stage,
         share_embeddings_and_output_weights=bool(hf_config.tie_word_embeddings),
         position_embedding_type="rope",
         mtp_block_spec=mtp_spec,

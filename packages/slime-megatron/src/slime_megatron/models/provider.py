@@ -21,16 +21,17 @@ if TYPE_CHECKING:
     from slime_core.config.config import Config
 
 
-def provide_model(hf_config, config: Config, mtp_layers: int = 0):
+def provide_model(hf_config, config: Config, mtp_layers: int = 0, vp_stage: int | None = None):
     """``--megatron-model-provider``'s model for ``hf_config`` (checked), else `build_model`'s
-    (with ``mtp_layers`` MTP layers; a provider's model has none: the options refuse both)."""
+    (with ``mtp_layers`` MTP layers, of virtual pipeline stage ``vp_stage``; a provider's model
+    has neither: the options refuse both)."""
     from megatron.core import parallel_state
 
     from slime_core.plugins.registry import resolve_reference
 
     path = getattr(config, "megatron_model_provider", None)
     if not path:
-        return build_model(hf_config, config, mtp_layers)
+        return build_model(hf_config, config, mtp_layers, vp_stage)
     provider = resolve_reference(path, "--megatron-model-provider")
     _without_transformer_engine()
     model = provider(

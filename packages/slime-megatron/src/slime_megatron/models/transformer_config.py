@@ -30,11 +30,13 @@ def transformer_config(hf_config, config, mtp_layers: int = 0):
     from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 
     from slime_megatron.models.family import model_family
+    from slime_megatron.plugin import virtual_pipeline_size
 
     kwargs = {
         **_decoder(hf_config),
         **model_family(hf_config).transformer_config(hf_config),
         **_parallel(config),
+        **_interleaving(virtual_pipeline_size(config, hf_config.num_hidden_layers)),
         **_recompute(config),
         **_precision(config),
         **({"mtp_num_layers": mtp_layers} if mtp_layers else {}),
@@ -101,6 +103,18 @@ def _parallel(config) -> dict:
         # the dtype of the activations pipeline stages send each other (required with PP > 1)
         "pipeline_dtype": torch.bfloat16 if getattr(config, "bf16", False) else torch.float32,
     }
+
+
+def _interleaving(virtual: int | None) -> dict:
+    """Virtual pipeline stages (megatron's interleaved schedule), whose steady state sends to
+    and receives from both neighbours at once: with 2 stages both are the same rank, and in one
+    batch of sends and receives gloo pairs them in the order they were posted, so an activation
+    landed as a gradient; unbatched, megatron sends each direction over a group of its own (as
+    Megatron-LM's default overlapped communication for this schedule does). Every micro-batch
+    has one shape then (`slime_megatron.inputs.same_shapes`), so none is sent ahead of it."""
+    if virtual is None:
+        return {}
+    return {"virtual_pipeline_model_parallel_size": virtual, "batch_p2p_comm": False, "variable_seq_lengths": False}
 
 
 def _recompute(config) -> dict:

@@ -36,10 +36,13 @@ class Ranks:
     etp_size: int = 1
     layer_offset: int = 0  # global index of this pipeline stage's first layer
     num_layers: int | None = None  # layers on this stage (None: all)
+    first_stage: bool = True  # the stage holds the embedding
+    last_stage: bool = True  # the stage holds the final norm and the output layer
 
     @classmethod
     def current(cls, model) -> Ranks:
-        """This process's ranks, from megatron's parallel state and ``model``'s stage."""
+        """This process's ranks, from megatron's parallel state and ``model``'s stage (its
+        virtual stage: one model chunk of the interleaved schedule)."""
         from megatron.core import parallel_state as ps
         from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
 
@@ -50,8 +53,10 @@ class Ranks:
             ps.get_expert_model_parallel_world_size(),
             ps.get_expert_tensor_parallel_rank(),
             ps.get_expert_tensor_parallel_world_size(),
-            get_transformer_layer_offset(model.config),
+            get_transformer_layer_offset(model.config, vp_stage=getattr(model, "vp_stage", None)),
             len(model.decoder.layers),
+            model.pre_process,
+            model.post_process,
         )
 
 
@@ -104,23 +109,16 @@ def local_name(rule: WeightRule, hf_config, ranks: Ranks) -> str | None:
         if index < 0 or (ranks.num_layers is not None and index >= ranks.num_layers):
             return None
         name = f"decoder.layers.{index}." + name[layer.end() :]
-    elif ranks.num_layers is not None and not _on_stage(name, ranks):
-        return None
+    elif ranks.num_layers is not None and not (
+        ranks.first_stage if name.startswith("embedding.") else ranks.last_stage
+    ):
+        return None  # the embedding lives on the first stage, the final norm and output layer on the last
     if rule.expert is not None:
         per_rank = num_routed_experts(hf_config) // ranks.ep_size
         if rule.expert // per_rank != ranks.ep_rank:
             return None
         name = _EXPERT.sub(f"local_experts.{rule.expert % per_rank}.", name)
     return name
-
-
-def _on_stage(name: str, ranks: Ranks) -> bool:
-    """Embedding on the first pipeline stage, final norm and output layer on the last."""
-    from megatron.core import parallel_state as ps
-
-    if name.startswith("embedding."):
-        return ps.is_pipeline_first_stage()
-    return ps.is_pipeline_last_stage()
 
 
 def _shard(rule: WeightRule, tensor: torch.Tensor, ranks: Ranks) -> torch.Tensor:
@@ -171,12 +169,17 @@ def model_mtp_layers(model) -> int:
 
 def load_hf_weights(model, hf_dir_or_state_dict, hf_config) -> None:
     """Copy this rank's shards of Hugging Face weights into ``model`` (a GPTModel, or one
-    wrapped by DDP / Float16Module): from a directory of ``*.safetensors`` files (each
-    tensor read only if this rank needs it) or an in-memory state dict.
+    wrapped by DDP / Float16Module, or a list of them: the model chunks of virtual pipeline
+    stages): from a directory of ``*.safetensors`` files (each tensor read only if this rank
+    needs it) or an in-memory state dict.
 
     Raises if ``model`` has a weight the conversion did not fill, or the source lacks one.
     """
-    model = unwrap(model)
+    for chunk in model_chunks(model):
+        _load_chunk(chunk, hf_dir_or_state_dict, hf_config)
+
+
+def _load_chunk(model, hf_dir_or_state_dict, hf_config) -> None:
     unfilled, unknown = unmatched_weights(model, hf_config)
     if unfilled or unknown:
         raise RuntimeError(
@@ -255,6 +258,13 @@ def unwrap(model):
     return model
 
 
+def model_chunks(model) -> list:
+    """The GPTModels of ``model``: one (wrapped or not), or a sequence of model chunks (one per
+    virtual pipeline stage, `slime_megatron.chunks.ModelChunks`)."""
+    model = unwrap(model)
+    return [unwrap(chunk) for chunk in model] if isinstance(model, (list, torch.nn.ModuleList)) else [model]
+
+
 # ------------------------------------------------------------------ exporting gathered weights
 
 
@@ -265,9 +275,13 @@ def export_hf_weights(model, hf_config, with_mtp: bool = True) -> Iterator[tuple
 
     A collective: every rank of the stage's model-parallel group must iterate it to the
     end, in step; every one of them gets every tensor (data-parallel replicas need not
-    call it). With pipeline parallelism each stage yields its own layers.
+    call it). With pipeline parallelism each stage yields its own layers (its model chunks' in turn).
     """
-    model = unwrap(model)
+    for chunk in model_chunks(model):
+        yield from _export_chunk(chunk, hf_config, with_mtp)
+
+
+def _export_chunk(model, hf_config, with_mtp: bool) -> Iterator[tuple[str, torch.Tensor]]:
     ranks, heads = Ranks.current(model), Heads.of(hf_config)
     params = {**dict(model.named_buffers()), **dict(model.named_parameters())}  # buffers: a router's expert bias
     for rule in _rules(hf_config, model_mtp_layers(model) if with_mtp else 0):

@@ -11,9 +11,14 @@ several alike: ``parameters()``, ``named_parameters()`` (names prefixed by the c
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from slime_megatron.models.weights import unwrap
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
 
 
 class ModelChunks(torch.nn.ModuleList):
@@ -33,3 +38,15 @@ class ModelChunks(torch.nn.ModuleList):
         """Zero every chunk's DDP gradient buffers."""
         for chunk in self:
             chunk.zero_grad_buffer()
+
+
+def build_chunks(hf_config, config: Config, mtp_layers: int = 0) -> ModelChunks:
+    """This rank's model chunks of ``hf_config`` (`slime_megatron.models.provide_model`): one per
+    virtual pipeline stage, or one."""
+    from megatron.core import parallel_state
+
+    from slime_megatron.models import provide_model
+
+    virtual = parallel_state.get_virtual_pipeline_model_parallel_world_size()
+    stages = range(virtual) if virtual else [None]
+    return ModelChunks(provide_model(hf_config, config, mtp_layers, vp_stage=stage) for stage in stages)

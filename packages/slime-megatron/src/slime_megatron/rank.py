@@ -20,6 +20,7 @@ the passes run:
 Beside it: `slime_megatron.schedule` (the forward-backward schedule), `.optimizer` (DDP and
 the optimizer), `.inputs` (padded micro-batches), `.swap` (the reference weights),
 `.export` (HF weights for the engines and ``--save-hf``), `.offload` (colocated mode),
+`.chunks` (the model chunks of virtual pipeline stages, or the one chunk),
 `.hooks` (the user's functions called at fixed points here: after the parallel groups are
 built, before each log-prob pass, on the rollout's train data, before each optimizer step,
 after a disk weight update is written).
@@ -64,7 +65,7 @@ from slime_core.rank.step import (
 from slime_core.rank.weight_bucket import WeightBucket
 from slime_core.rollout_batch import RolloutBatch
 from slime_megatron import export, inputs, offload, schedule, swap
-from slime_megatron.chunks import ModelChunks
+from slime_megatron.chunks import build_chunks
 from slime_megatron.hooks import RankHooks
 from slime_megatron.layout import check_layout, check_teacher_vocab
 from slime_megatron.logprobs import gather_vocab, vocab_parallel_entropy, vocab_parallel_log_probs
@@ -424,15 +425,6 @@ class MegatronTrainRank:
         return memory_gib(self.device)
 
 
-def build_chunks(hf_config, config: Config, mtp_layers: int = 0) -> ModelChunks:
-    """This rank's model chunks of ``hf_config``: one per virtual pipeline stage, or one."""
-    from megatron.core import parallel_state
-
-    from slime_megatron.models import provide_model
-
-    virtual = parallel_state.get_virtual_pipeline_model_parallel_world_size()
-    stages = range(virtual) if virtual else [None]
-    return ModelChunks(provide_model(hf_config, config, mtp_layers, vp_stage=stage) for stage in stages)
 
 
 def _train_mtp_or_freeze(model, train: bool) -> None:

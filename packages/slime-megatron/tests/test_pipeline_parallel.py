@@ -17,7 +17,7 @@ import torch
 
 from slime_core.testing import make_config
 from slime_core.testing import synthetic_rollout_batch as rollout_batch
-from slime_core.tools.tiny_models import TINY_FAMILIES, build_tiny_model
+from slime_core.tools.tiny_models import TINY_SHAPES, build_tiny_model
 from slime_core.train_backend import TrainGroup
 from slime_megatron.models.family import unsupported_reason
 from slime_megatron.rank import MegatronTrainRank
@@ -184,8 +184,9 @@ def test_a_pipeline_checkpoint_resumes_bit_for_bit_and_save_hf_is_the_export(ray
 
 # ---------------------------------------------------------------- HF → Megatron → HF over 2 stages
 
-#: Every tiny family (`slime_core.tools.tiny_models.TINY_FAMILIES`) the Megatron backend builds.
-BUILT_FAMILIES = sorted(family for family in TINY_FAMILIES if unsupported_reason(family) is None)
+#: Every tiny shape (`slime_core.tools.tiny_models.TINY_SHAPES`: the families and their
+#: variants) the Megatron backend builds.
+BUILT_SHAPES = sorted(name for name, shape in TINY_SHAPES.items() if unsupported_reason(shape.model_type) is None)
 
 
 def _load_and_save_hf(rank, sizes, cases):
@@ -205,20 +206,20 @@ def _load_and_save_hf(rank, sizes, cases):
 
 
 def test_hf_to_megatron_to_hf_over_two_pipeline_stages_is_bit_exact(run_ranks, tmp_path):
-    """For every tiny family the backend builds: loaded into 2 pipeline stages (embedding on
+    """For every tiny shape the backend builds: loaded into 2 pipeline stages (embedding on
     the first, output layer on the last, a tied embedding on both) and saved back, the
     checkpoint's tensors, bit for bit."""
     from safetensors.torch import load_file
 
     cases = []
-    for family in BUILT_FAMILIES:
-        build_tiny_model(tmp_path / family, family, hidden_size=32, router_bias=0.3)
-        cases.append((str(tmp_path / family), str(tmp_path / f"{family}-out")))
+    for shape in BUILT_SHAPES:
+        build_tiny_model(tmp_path / shape, shape, router_bias=0.3)
+        cases.append((str(tmp_path / shape), str(tmp_path / f"{shape}-out")))
     run_ranks(_load_and_save_hf, 2, cases, pp=2)
-    for family, (source, out) in zip(BUILT_FAMILIES, cases):
+    for shape, (source, out) in zip(BUILT_SHAPES, cases):
         want, got = load_file(f"{source}/model.safetensors"), load_file(f"{out}/model.safetensors")
-        assert got.keys() == want.keys(), family
-        assert [n for n in want if not torch.equal(got[n], want[n])] == [], family
+        assert got.keys() == want.keys(), shape
+        assert [n for n in want if not torch.equal(got[n], want[n])] == [], shape
 
 
 # ---------------------------------------------------------------- a real run

@@ -3,10 +3,12 @@ joined by gloo (CPU mode), tiny models, against one rank.
 
 A pipeline of 2 stages (and tensor 2 × pipeline 2) gives the one-rank run's log-probs (actor,
 reference, teacher), its first rollout's loss, metrics and gradient norm, and its weights; the
-dense families with tied (qwen3) and untied (qwen2, here with uneven stages) embeddings, and a MoE
-(qwen3_moe). Exports for the engines and ``--save-hf`` gather every stage's weights (bit-exact),
-checkpoints resume bit for bit, HF → Megatron → HF is bit-exact over 2 stages for every tiny
-family the backend builds, and ``slime run`` trains and pushes weights with 2 stages.
+dense families with tied (qwen3) and untied (qwen2, here with uneven stages) embeddings, a MoE
+(qwen3_moe), and two model chunks per stage (virtual stages, megatron's interleaved schedule).
+Exports for the engines and ``--save-hf`` gather every stage's weights (bit-exact), checkpoints
+resume bit for bit, HF → Megatron → HF is bit-exact over 2 stages for every tiny
+shape the backend builds. ``slime run`` with PP 2 and TP 2 × PP 2: the root
+tests/test_parallel_layouts.py.
 """
 
 import json
@@ -222,35 +224,6 @@ def test_hf_to_megatron_to_hf_over_two_pipeline_stages_is_bit_exact(run_ranks, t
         assert [n for n in want if not torch.equal(got[n], want[n])] == [], shape
 
 
-# ---------------------------------------------------------------- a real run
-
-
-def test_slime_run_trains_and_pushes_weights_over_two_pipeline_stages(ray_cluster, tiny_model_dir, tmp_path):
-    """``slime run`` with 2 GRPO rollouts, the CPU engine and ``--check-weight-update-equal``,
-    on 2 pipeline stages: each rollout trains, and the engine holds exactly the trainer's
-    weights after every push."""
-    from slime_core.cli.run import run_command
-    from slime_core.loop.run_dir import read_metrics
-    from slime_core.plugins import Plugins
-
-    data = tmp_path / "addition.jsonl"
-    data.write_text(
-        "".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n" for a in range(4) for b in range(4))
-    )
-    flags = ["--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--rollout-engine", "cpu"]
-    flags += ["--rm-type", "exact_match", "--advantage-estimator", "grpo", "--num-rollout", "2"]
-    flags += ["--entropy-coef", "0.01"]  # a gradient even when every sample of a group gets the same reward
-    flags += ["--rollout-batch-size", "2", "--n-samples-per-prompt", "4", "--rollout-max-response-len", "4"]
-    flags += ["--lr", "1e-3", "--micro-batch-size", "2", "--check-weight-update-equal"]
-    flags += ["--output-dir", str(tmp_path / "run"), "--train-backend", "megatron"]
-    flags += ["--pipeline-model-parallel-size", "2", "--actor-num-gpus-per-node", "2"]
-    assert run_command(flags, Plugins()) == 0
-    records = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["rollout_id"] >= 0]
-    assert [r["weight_version"] for r in records] == [1, 2]
-    assert all(r["train/grad_norm"] > 0 for r in records)
-    assert all(r["weight_update/max_logprob_diff"] < 1e-3 for r in records)
-
-
 # ---------------------------------------------------------------- refused when the run is configured
 
 
@@ -259,8 +232,8 @@ def test_slime_run_trains_and_pushes_weights_over_two_pipeline_stages(ray_cluste
     [
         (
             dict(pipeline_model_parallel_size=4, actor_num_gpus_per_node=4),
-            r"--pipeline-model-parallel-size 4 cannot split the checkpoint's 2 layers .* evenly over 4 stages "
-            r"\(at least one each\); pick a pipeline size that divides 2",
+            r"--pipeline-model-parallel-size 4 does not divide the 2 decoder layers of --hf-checkpoint .*: "
+            r"megatron-core gives every pipeline stage the same number of layers; pick a size that divides 2",
         ),
         (
             dict(decoder_first_pipeline_num_layers=1),
@@ -269,7 +242,8 @@ def test_slime_run_trains_and_pushes_weights_over_two_pipeline_stages(ray_cluste
         ),
         (
             dict(pipeline_model_parallel_size=2, actor_num_gpus_per_node=2, decoder_last_pipeline_num_layers=2),
-            r"--decoder-last-pipeline-num-layers 2 leaves 0 of the checkpoint's 2 layers .* for the other 1 stage\(s\)",
+            r"--decoder-last-pipeline-num-layers 2 leaves 0 of the 2 decoder layers of --hf-checkpoint .* for the "
+            r"other 1 stage\(s\)",
         ),
         (
             dict(pipeline_model_parallel_size=2, actor_num_gpus_per_node=2, decoder_first_pipeline_num_layers=0),
@@ -282,8 +256,7 @@ def test_slime_run_trains_and_pushes_weights_over_two_pipeline_stages(ray_cluste
         ),
         (
             dict(pipeline_model_parallel_size=2, actor_num_gpus_per_node=2, num_layers_per_virtual_pipeline_stage=2),
-            r"each of the 2 pipeline stages must hold a whole number of chunks of 2 layers \(--hf-checkpoint has 2 "
-            r"layers\)",
+            r"--num-layers-per-virtual-pipeline-stage 2 does not divide the 1 decoder layers of each pipeline stage",
         ),
         (
             dict(

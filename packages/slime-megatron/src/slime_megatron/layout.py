@@ -60,6 +60,9 @@ class Layout:
     ep: int = 1
     etp: int = 1  # --expert-tensor-parallel-size (default: the tensor-parallel size)
     sequence_parallel: bool = False
+    first_stage_layers: int | None = None  # --decoder-first-pipeline-num-layers (None: an equal share)
+    last_stage_layers: int | None = None  # --decoder-last-pipeline-num-layers
+    layers_per_chunk: int | None = None  # --num-layers-per-virtual-pipeline-stage (None: one chunk per stage)
 
     @classmethod
     def of(cls, config) -> Layout:
@@ -72,6 +75,9 @@ class Layout:
             ep=getattr(config, "expert_model_parallel_size", 1) or 1,
             etp=getattr(config, "expert_tensor_parallel_size", None) or tp,
             sequence_parallel=bool(getattr(config, "sequence_parallel", False)),
+            first_stage_layers=getattr(config, "decoder_first_pipeline_num_layers", None),
+            last_stage_layers=getattr(config, "decoder_last_pipeline_num_layers", None),
+            layers_per_chunk=getattr(config, "num_layers_per_virtual_pipeline_stage", None),
         )
 
 
@@ -86,7 +92,7 @@ def layout_problems(shape: ModelShape, layout: Layout, model: str, training: boo
         _divides(
             layout.tp, "--tensor-model-parallel-size", shape.ffn, "dense MLP width (intermediate_size)", model, MLP
         ),
-        _divides(layout.pp, "--pipeline-model-parallel-size", shape.layers, "decoder layers", model, STAGES),
+        _pipeline_stages(shape, layout, model),
         _dense_expert_parallel(shape, layout, model),
         _divides(layout.ep, "--expert-model-parallel-size", shape.experts or None, "routed experts", model, EXPERTS),
         _divides(layout.etp, "--expert-tensor-parallel-size", shape.expert_ffn, "expert MLP width", model, MLP),
@@ -102,12 +108,46 @@ VOCAB = "the vocabulary is split evenly over tensor-parallel ranks, unpadded (pa
 MLP = "megatron-core splits an MLP's width evenly over the tensor-parallel ranks"
 STAGES = "megatron-core gives every pipeline stage the same number of layers"
 EXPERTS = "megatron-core gives each expert-parallel rank the same number of whole experts"
+CHUNKS = "megatron-core cuts each pipeline stage's layers into whole model chunks (virtual stages)"
 
 
 def _divides(size: int, flag: str, count: int | None, what: str, model: str, why: str) -> str | None:
     if count is None or size <= 1 or count % size == 0:
         return None
     return f"{flag} {size} does not divide the {count} {what} of {model}: {why}; pick a size that divides {count}"
+
+
+def _pipeline_stages(shape: ModelShape, layout: Layout, model: str) -> str | None:
+    """megatron-core's split of the decoder layers over the pipeline stages: the first / last
+    stage take --decoder-first/last-pipeline-num-layers when given, every other stage an equal
+    share of the rest, at least one layer; with virtual stages, whole chunks of
+    --num-layers-per-virtual-pipeline-stage layers (the plugin refuses it with uneven stages,
+    and counts below one)."""
+    given = {
+        flag: count
+        for flag, count in (
+            ("--decoder-first-pipeline-num-layers", layout.first_stage_layers),
+            ("--decoder-last-pipeline-num-layers", layout.last_stage_layers),
+        )
+        if count is not None
+    }
+    if shape.layers is None or layout.pp <= 1 or any(count < 1 for count in given.values()):
+        return None
+    if not given:
+        stages = _divides(layout.pp, "--pipeline-model-parallel-size", shape.layers, "decoder layers", model, STAGES)
+        per_stage, chunk = shape.layers // layout.pp, layout.layers_per_chunk
+        if stages or not chunk or chunk < 1:
+            return stages
+        what = "decoder layers of each pipeline stage"
+        return _divides(chunk, "--num-layers-per-virtual-pipeline-stage", per_stage, what, model, CHUNKS)
+    middle, rest = layout.pp - len(given), shape.layers - sum(given.values())
+    if rest >= middle and (rest % middle == 0 if middle else rest == 0):
+        return None
+    flags = " ".join(f"{flag} {count}" for flag, count in given.items())
+    return (
+        f"--pipeline-model-parallel-size {layout.pp} {flags} leaves {rest} of the {shape.layers} decoder layers of "
+        f"{model} for the other {middle} stage(s): {STAGES} (at least one); change the flags so the rest divides evenly"
+    )
 
 
 def _dense_expert_parallel(shape: ModelShape, layout: Layout, model: str) -> str | None:

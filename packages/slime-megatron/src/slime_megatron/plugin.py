@@ -411,12 +411,9 @@ def _check_mtp(config: Config) -> list[str]:
 
 
 def _check_pipeline_stages(config: Config) -> list[str]:
-    """The checkpoint's layers split over the pipeline stages as megatron-core 0.16 splits them
-    (``TransformerConfig`` and ``get_num_layers_to_build``): the first / last stage take
-    ``--decoder-first/last-pipeline-num-layers`` layers (at least one) and the other stages an
-    equal share of the rest, at least one layer each; without those flags every stage takes an
-    equal share (megatron would silently build the floor of it, so the ranks would fail loading).
-    Said now, not by every rank when it builds its stage."""
+    """--decoder-first/last-pipeline-num-layers set a stage's layers: with pipeline stages, at
+    least one layer. How the checkpoint's layers split over the stages is a rule of the layout
+    (`slime_megatron.layout`, which the ranks check too)."""
     pp = config.get("pipeline_model_parallel_size") or 1
     given = {key: config.get(key) for key in PIPELINE_KEYS if config.get(key) is not None}
     flags = " ".join(f"--{key.replace('_', '-')} {value}" for key, value in given.items())
@@ -425,33 +422,18 @@ def _check_pipeline_stages(config: Config) -> list[str]:
             f"{flags}: sets the layers of a pipeline stage, and there is one stage; add "
             "--pipeline-model-parallel-size 2 (or more), or drop the flag"
         ]
-    layers = num_hidden_layers(config)
-    if pp < 2 or layers is None:
-        return []
     if any(value < 1 for value in given.values()):
         return [f"{flags}: every pipeline stage needs at least one layer; give a positive number"]
-    middle, rest = pp - len(given), layers - sum(given.values())
-    if not (rest < middle or (middle and rest % middle) or (not middle and rest)):
-        return []
-    layers_of = f"the checkpoint's {layers} layers (--hf-checkpoint's num_hidden_layers)"
-    if not given:
-        return [
-            f"--pipeline-model-parallel-size {pp} cannot split {layers_of} evenly over {pp} stages (at least one "
-            f"each); pick a pipeline size that divides {layers}, or give the first / last stage its own count with "
-            "--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers"
-        ]
-    return [
-        f"--pipeline-model-parallel-size {pp} {flags} leaves {rest} of {layers_of} for the other {middle} stage(s), "
-        "which must get an equal share, at least one layer each; change the flags so the rest divides evenly"
-    ]
+    return []
 
 
 def _check_virtual_stages(config: Config) -> list[str]:
-    """--num-layers-per-virtual-pipeline-stage N: with pipeline stages of equal layers that N
-    divides (megatron-core's rule for model chunks), on the backend's own model (a provider is
-    called without ``vp_stage``) and without MTP layers (no pipeline parallelism for them). The
-    interleaved schedule's rule on micro-batches (a multiple of the pipeline size, at least one
-    per stage) the rank meets itself, with empty micro-batches (`slime_megatron.schedule`)."""
+    """--num-layers-per-virtual-pipeline-stage N: with pipeline stages of equal layers (that N
+    divides: a rule of the layout, `slime_megatron.layout`), on the backend's own model (a
+    provider is called without ``vp_stage``) and without MTP layers (no pipeline parallelism
+    for them). The interleaved schedule's rule on micro-batches (a multiple of the pipeline
+    size, at least one per stage) the rank meets itself, with empty micro-batches
+    (`slime_megatron.schedule`)."""
     per_chunk, pp = config.get(VIRTUAL_KEY), config.get("pipeline_model_parallel_size") or 1
     if per_chunk is None:
         return []
@@ -468,12 +450,8 @@ def _check_virtual_stages(config: Config) -> list[str]:
             f"{flag} with --{others[0].replace('_', '-')}: virtual pipeline stages are built here for stages "
             "of equal layers, by the backend's own model, without MTP layers; drop one of them"
         ]
-    layers = num_hidden_layers(config)
-    if per_chunk < 1 or (layers is not None and (layers % pp or (layers // pp) % per_chunk)):
-        return [
-            f"{flag}: each of the {pp} pipeline stages must hold a whole number of chunks of {per_chunk} layers "
-            f"(--hf-checkpoint has {layers} layers); pick a number of layers that divides {layers} // {pp}"
-        ]
+    if per_chunk < 1:
+        return [f"{flag}: give a positive number of layers per model chunk, or drop the flag"]
     return []
 
 

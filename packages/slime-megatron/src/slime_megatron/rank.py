@@ -425,8 +425,6 @@ class MegatronTrainRank:
         return memory_gib(self.device)
 
 
-
-
 def _train_mtp_or_freeze(model, train: bool) -> None:
     """A model's multi-token prediction layers are trained with ``train`` (the MTP loss,
     `slime_megatron.models.mtp_loss`); otherwise frozen, so that neither DDP nor the optimizer

@@ -92,12 +92,14 @@ def tiny_moe_model_dir(tmp_path_factory):
     return model_dir
 
 
-def parallel_sizes(tp: int = 1, ep: int = 1, etp: int | None = None, pp: int = 1, **options) -> SimpleNamespace:
+def parallel_sizes(
+    tp: int = 1, ep: int = 1, etp: int | None = None, pp: int = 1, cp: int = 1, **options
+) -> SimpleNamespace:
     """The Megatron options ``init_parallel`` and ``build_model`` read (other options by key)."""
     return SimpleNamespace(
         tensor_model_parallel_size=tp,
         pipeline_model_parallel_size=pp,
-        context_parallel_size=1,
+        context_parallel_size=cp,
         expert_model_parallel_size=ep,
         expert_tensor_parallel_size=etp,
         seed=1234,
@@ -107,7 +109,7 @@ def parallel_sizes(tp: int = 1, ep: int = 1, etp: int | None = None, pp: int = 1
 
 @pytest.fixture(scope="session")
 def run_ranks(rank_pool):
-    """``run_ranks(fn, world_size, *args, tp=1, ep=1, etp=None, pp=1, **options) -> [result
+    """``run_ranks(fn, world_size, *args, tp=1, ep=1, etp=None, pp=1, cp=1, **options) -> [result
     of each rank]``: runs ``fn(rank, sizes, *args)`` on ``world_size`` spawned processes
     joined by gloo, with megatron's parallel groups for ``sizes`` (see `parallel_sizes`), in
     CPU mode; ``fn`` (a test module's function) is loaded from its file in each child. The

@@ -43,7 +43,6 @@ CASES = [
      "--expert-tensor-parallel-size 2 does not divide the 15 expert MLP width"),
     ("moe-tp-without-sp", "qwen3_moe", {}, {"tensor_model_parallel_size": 2},
      "MoE layers over tensor-parallel ranks only with sequence parallelism; add --sequence-parallel"),
-    ("context-parallel", "qwen3", {}, {"context_parallel_size": 2}, "use --context-parallel-size 1"),
 ]  # fmt: skip
 
 

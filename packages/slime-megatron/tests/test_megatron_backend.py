@@ -107,7 +107,7 @@ def trained_run(config, num_ranks: int, rollouts: int = ROLLOUTS) -> SimpleNames
         group.shutdown()
 
 
-def assert_trains_like(got, want) -> None:
+def assert_trains_like(got, want, weights_atol: float = 1e-5) -> None:
     """``got`` and ``want`` (``metrics``, ``weights``) have the same loss curve and weights,
     to float tolerance."""
     assert len(got.metrics) == len(want.metrics)
@@ -116,7 +116,7 @@ def assert_trains_like(got, want) -> None:
             assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), (step, key)
     assert got.weights.keys() == want.weights.keys()
     for name in got.weights:
-        torch.testing.assert_close(got.weights[name], want.weights[name], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(got.weights[name], want.weights[name], rtol=1e-4, atol=weights_atol)
 
 
 @pytest.mark.parametrize(
@@ -254,13 +254,108 @@ def test_the_cpu_example_loop_runs_with_the_megatron_backend(ray_cluster, tiny_m
     assert last["weight_update/max_logprob_diff"] < 1e-3  # the engine holds exactly the trainer's weights
 
 
-def test_context_parallelism_and_moe_tensor_parallelism_without_sequence_parallelism_are_refused_with_the_fix():
-    with pytest.raises(ValueError, match="use --context-parallel-size 1"):
-        check_layout({}, SimpleNamespace(context_parallel_size=2), "the model")
+def test_moe_tensor_parallelism_without_sequence_parallelism_is_refused_with_the_fix():
     moe_tp2 = dict(num_experts=4, model_type="qwen3_moe"), dict(tensor_model_parallel_size=2)
     with pytest.raises(ValueError, match="add --sequence-parallel"):
         check_layout(moe_tp2[0], SimpleNamespace(**moe_tp2[1], sequence_parallel=False), "the model")
     check_layout(moe_tp2[0], SimpleNamespace(**moe_tp2[1], sequence_parallel=True), "the model")
+
+
+# ---------------------------------------------------------------- context parallelism
+
+CP_ROLLOUTS = 2
+
+
+def long_tailed_batch(seed: int):
+    """16 samples whose responses have 1 to 40 tokens: rows of very different lengths, so
+    some samples lie in one rank's chunks only and others across both."""
+    return rollout_batch(seed=seed, max_response=40)
+
+
+def cp_run(config, num_ranks: int, save: bool = False) -> SimpleNamespace:
+    """Log-probs of a long-tailed batch, then `CP_ROLLOUTS` rollouts of training (with a
+    checkpoint after the first with ``save``): metrics and final weights."""
+    group = start(config, num_ranks)
+    try:
+        log_probs = group.compute_log_probs(long_tailed_batch(0))
+        metrics = [group.train(0, long_tailed_batch(0))]
+        if save:
+            group.call("save", 0)
+        metrics += [group.train(i, long_tailed_batch(i)) for i in range(1, CP_ROLLOUTS)]
+        return SimpleNamespace(log_probs=log_probs, metrics=metrics, weights=all_weights(group))
+    finally:
+        group.shutdown()
+
+
+def assert_scores_and_trains_like(got, want, weights_atol: float = 1e-5) -> None:
+    for mine, theirs in zip(got.log_probs, want.log_probs, strict=True):
+        torch.testing.assert_close(torch.tensor(mine), torch.tensor(theirs), rtol=1e-5, atol=1e-5)
+    assert_trains_like(got, want, weights_atol)
+
+
+#: GSPO (a sequence-level ratio: a sample's tokens on both CP ranks enter one mean) with KL and entropy
+CP_SETTINGS = dict(advantage_estimator="gspo", rollout_max_response_len=40)
+
+
+@pytest.fixture(scope="session")
+def cp_one_rank(ray_cluster, megatron_config):
+    return cp_run(megatron_config(**CP_SETTINGS), 1)
+
+
+@pytest.fixture(scope="session")
+def cp_two_ranks(ray_cluster, megatron_config, tmp_path_factory):
+    """CP 2 on two ranks, saving after the first rollout."""
+    checkpoint = tmp_path_factory.mktemp("megatron-cp-ckpt") / "ckpt"
+    config = megatron_config(**CP_SETTINGS, actor_num_gpus_per_node=2, context_parallel_size=2, save=str(checkpoint))
+    return SimpleNamespace(**vars(cp_run(config, 2, save=True)), checkpoint=checkpoint)
+
+
+def test_context_parallel_ranks_score_and_train_like_one_rank(cp_one_rank, cp_two_ranks):
+    """Each row split over two CP ranks (zigzag chunks): the one-rank log-probs, GSPO loss,
+    KL, entropy, gradient norm and weights. Fails if a chunk's rotary positions or causal
+    mask are not its global ones, if a shard's last token is not scored against the next
+    global token, if a sample's sequence-level terms are computed per shard, or if the
+    gradients are not summed over the CP ranks."""
+    assert_scores_and_trains_like(cp_two_ranks, cp_one_rank)
+
+
+def test_tensor_and_context_parallel_ranks_train_like_one_rank(cp_one_rank, megatron_config):
+    """TP 2 (with sequence parallelism) × CP 2 on four ranks: the one-rank run (weights to
+    5e-5 after two Adam steps at lr 1e-3: Adam's per-element normalisation turns the summation
+    order's float noise in a near-zero gradient into a visible step)."""
+    config = megatron_config(
+        **CP_SETTINGS,
+        actor_num_gpus_per_node=4,
+        tensor_model_parallel_size=2,
+        sequence_parallel=True,
+        context_parallel_size=2,
+    )
+    assert_scores_and_trains_like(cp_run(config, 4), cp_one_rank, weights_atol=5e-5)
+
+
+def test_resuming_a_context_parallel_checkpoint_continues_exactly(cp_two_ranks, megatron_config):
+    """CP 2 resumed after rollout 0 ends with the uninterrupted CP-2 run's weights, bit for bit."""
+    config = megatron_config(
+        **CP_SETTINGS, actor_num_gpus_per_node=2, context_parallel_size=2, load=str(cp_two_ranks.checkpoint)
+    )
+    group = TrainGroup(MegatronTrainRank, config, 2)
+    try:
+        assert group.init() == {"rollout_id": 1, "weight_version": 1}
+        metrics = [group.train(i, long_tailed_batch(i)) for i in range(1, CP_ROLLOUTS)]
+        weights = all_weights(group)
+    finally:
+        group.shutdown()
+    assert metrics == cp_two_ranks.metrics[1:]
+    for name in cp_two_ranks.weights:
+        assert torch.equal(weights[name], cp_two_ranks.weights[name]), name
+
+
+def test_a_moe_model_on_context_parallel_ranks_trains_like_one_rank(megatron_config, tiny_moe_model_dir, ray_cluster):
+    """The tiny Qwen3-MoE (GRPO, KL, entropy) with CP 2: the one-rank log-probs, loss curve and weights."""
+    settings = dict(rollout_max_response_len=40)
+    want = cp_run(megatron_config(tiny_moe_model_dir, **settings), 1)
+    config = megatron_config(tiny_moe_model_dir, **settings, actor_num_gpus_per_node=2, context_parallel_size=2)
+    assert_scores_and_trains_like(cp_run(config, 2), want)
 
 
 # ---------------------------------------------------------------- vocabulary-parallel log-probs

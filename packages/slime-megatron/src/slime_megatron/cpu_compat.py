@@ -1,6 +1,6 @@
 """Run megatron-core on CPU (gloo) where there is no CUDA device: for development and CI.
 
-megatron-core 0.16 assumes CUDA in four ways, and ``enable_cpu_mode()`` answers each as
+megatron-core 0.16 assumes CUDA in five ways, and ``enable_cpu_mode()`` answers each as
 narrowly as it can, only where megatron needs it:
 
 1. RNG: ``tensor_parallel.random`` keeps one CUDA generator state per parallel region
@@ -18,6 +18,9 @@ narrowly as it can, only where megatron needs it:
    calls in :data:`CUDA_TYPE_CHECKS` run inside :func:`cuda_type_names`; and a tied
    embedding split over pipeline stages is moved with ``tensor.cuda()`` before its two
    copies are all-reduced: the calls in :data:`CUDA_MOVES` run inside :func:`cuda_moves_stay_on_cpu`.
+5. With context parallelism the rotary embeddings take the rank's chunks of their positions
+   through ``get_pos_emb_on_this_cp_rank``, whose index goes through pinned memory to CUDA:
+   the modules in :data:`CP_POSITION_MODULES` get :func:`pos_emb_on_this_cp_rank` instead.
 
 Two more changes are for speed, not correctness. Megatron's ``jit_fuser`` is ``torch.compile``,
 and on CPU compiling its fused functions (the MoE router's, for one) took 2.2 s of each rank
@@ -77,6 +80,12 @@ CPU_TORCH_MODULES = {
     "megatron.core.dist_checkpointing.strategies.state_dict_saver": "save_state_dict_async_finalize: "
     "torch.tensor([failures], device=current_device())",
 }
+
+#: The modules that call ``get_pos_emb_on_this_cp_rank`` (item 5 of the module docstring).
+CP_POSITION_MODULES = (
+    "megatron.core.models.common.embeddings.rotary_pos_embedding",
+    "megatron.core.models.common.embeddings.yarn_rotary_pos_embedding",
+)
 
 _CUDA_FACTORIES = ("empty", "zeros", "ones", "full", "tensor", "arange", "rand", "randn", "randint")
 
@@ -269,6 +278,16 @@ def _patch_calls() -> None:
             setattr(owner, name, _within(context, getattr(owner, name)))
 
 
+def pos_emb_on_this_cp_rank(pos_emb: torch.Tensor, seq_dim: int, cp_group) -> torch.Tensor:
+    """megatron's ``get_pos_emb_on_this_cp_rank`` with the index on ``pos_emb``'s device: of
+    2·CP chunks along ``seq_dim``, the rank's r and 2·CP − 1 − r (`slime_megatron.context`)."""
+    size, rank = cp_group.size(), cp_group.rank()
+    index = torch.tensor([rank, 2 * size - 1 - rank], device=pos_emb.device)
+    chunks = pos_emb.view(*pos_emb.shape[:seq_dim], 2 * size, -1, *pos_emb.shape[seq_dim + 1 :])
+    chunks = chunks.index_select(seq_dim, index)
+    return chunks.view(*chunks.shape[:seq_dim], -1, *chunks.shape[seq_dim + 2 :])
+
+
 _enabled = False
 
 
@@ -316,6 +335,8 @@ def enable_cpu_mode() -> None:
     _patch_calls()
     for module in CPU_TORCH_MODULES:
         importlib.import_module(module).torch = cpu_torch
+    for module in CP_POSITION_MODULES:
+        importlib.import_module(module).get_pos_emb_on_this_cp_rank = pos_emb_on_this_cp_rank
     run_jit_fused_eagerly()
     _enabled = True
 

@@ -8,7 +8,10 @@ after it, and the padding's own outputs are never read. ``--use-dynamic-batch-si
 plans micro-batches by token budget (`slime_core.rank.step.RankStep.plan`); their rows are
 padded the same way.
 
-The width is a multiple of the tensor-parallel size, which sequence parallelism needs.
+The width is a multiple of the tensor-parallel size, which sequence parallelism needs, and
+with context parallelism of 2·CP·TP: :func:`split_over_context` gives the model the rank's
+two chunks of every row (`slime_megatron.context`), while the micro-batch keeps the whole
+rows for the targets.
 
 With expert parallelism on megatron's all-gather token dispatcher (the one that runs on CPU)
 every rank of an expert-parallel group all-gathers the others' tokens into one tensor, so
@@ -23,6 +26,8 @@ from dataclasses import dataclass, replace
 import torch
 import torch.distributed as dist
 
+from slime_megatron.context import local_positions, zigzag_columns
+
 
 @dataclass
 class MicroBatch:
@@ -34,6 +39,21 @@ class MicroBatch:
     lengths: list[int]  # real tokens of each sample's row (the first len(lengths) rows)
     response_lengths: list[int]  # response tokens at the end of each sample's real tokens
     nuclei: tuple[list[list[int]], list[list[int]]] | None = None  # per row: top-p nucleus ids, offsets
+    columns: torch.Tensor | None = None  # (W/cp,) with context parallelism: the columns the rank's model runs on
+
+    def model_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(input_ids, position_ids) the model runs on: the whole rows, or this context-parallel
+        rank's columns of them."""
+        if self.columns is None:
+            return self.input_ids, self.position_ids
+        return self.input_ids[:, self.columns], self.position_ids[:, self.columns]
+
+    def held(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Of (N,) flat positions into the whole (B·W) rows: (N,) bool, which ones the rank's
+        outputs hold, and where they are in its (B·W) or (B·W/cp) outputs."""
+        if self.columns is None:
+            return torch.ones_like(positions, dtype=torch.bool), positions
+        return local_positions(positions, self.columns, self.input_ids.shape[1])
 
     def response_positions(self) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
         """Where the response tokens are scored: ((N,) flat positions into (B·W) outputs,
@@ -109,3 +129,11 @@ def padding_micro_batch(pad_token_id: int, multiple: int, device) -> MicroBatch:
     """Two padding tokens, for a rank with fewer micro-batches than the others: its forward
     and backward keep it in step with their collectives and change nothing."""
     return padded([], [[pad_token_id, pad_token_id]], [1], pad_token_id, multiple, device)
+
+
+def split_over_context(micro: MicroBatch, rank: int, size: int) -> MicroBatch:
+    """``micro`` run by context-parallel rank ``rank`` of ``size``: its model input is the
+    rank's two chunks of every row (`slime_megatron.context.zigzag_columns`)."""
+    if size == 1:
+        return micro
+    return replace(micro, columns=zigzag_columns(micro.input_ids.shape[1], rank, size, micro.input_ids.device))

@@ -98,7 +98,7 @@ def layout_problems(shape: ModelShape, layout: Layout, model: str, training: boo
         _divides(layout.etp, "--expert-tensor-parallel-size", shape.expert_ffn, "expert MLP width", model, MLP),
     ]
     if training:
-        problems += [_moe_tensor_parallel(shape, layout), _context_parallel(layout)]
+        problems.append(_moe_tensor_parallel(shape, layout))
     return [problem for problem in problems if problem]
 
 
@@ -167,15 +167,6 @@ def _moe_tensor_parallel(shape: ModelShape, layout: Layout) -> str | None:
     return (
         f"--tensor-model-parallel-size {layout.tp} with a MoE model: megatron-core trains MoE layers over "
         "tensor-parallel ranks only with sequence parallelism; add --sequence-parallel"
-    )
-
-
-def _context_parallel(layout: Layout) -> str | None:
-    if layout.cp <= 1:
-        return None
-    return (
-        f"--context-parallel-size {layout.cp}: the Megatron rank does not split sequences over context-parallel "
-        "ranks yet (it needs packed THD batches); use --context-parallel-size 1"
     )
 
 

@@ -1,5 +1,6 @@
 """Process groups for one Megatron training rank: torch.distributed, then Megatron's
-tensor / pipeline / context / expert / data-parallel groups, then its RNG states."""
+tensor / pipeline / context / expert / data-parallel groups (and the replica's, see
+:func:`replica_group`), then its RNG states."""
 
 from __future__ import annotations
 
@@ -53,6 +54,33 @@ def initialize_model_parallel(config) -> None:
         virtual_pipeline_model_parallel_size=virtual,
         **({"distributed_timeout_minutes": timeout} if timeout else {}),
     )
+    global _replica_group
+    _replica_group = _new_replica_group() if config.context_parallel_size > 1 else None
+
+
+_replica_group = None
+
+
+def replica_group():
+    """The ranks of this rank's model replica (one data-parallel rank: its tensor, pipeline
+    and context-parallel ranks), which train on the same samples. Megatron has no such group
+    with context parallelism (its model-parallel group is tensor × pipeline), so one is built then."""
+    from megatron.core import parallel_state
+
+    return _replica_group if _replica_group is not None else parallel_state.get_model_parallel_group()
+
+
+def _new_replica_group():
+    """One process group per data-parallel rank, of the ranks that have it (every rank creates all of them)."""
+    from megatron.core import parallel_state
+
+    ranks: list[int | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, parallel_state.get_data_parallel_rank())
+    mine = None
+    for dp_rank in sorted(set(ranks)):
+        group = dist.new_group([rank for rank, r in enumerate(ranks) if r == dp_rank])
+        mine = group if dp_rank == parallel_state.get_data_parallel_rank() else mine
+    return mine
 
 
 def seed_parallel_rng(seed: int) -> None:
@@ -68,6 +96,8 @@ def destroy_parallel() -> None:
     """Tear down Megatron's groups and the default process group (tests, tools)."""
     from megatron.core import parallel_state
 
+    global _replica_group
     parallel_state.destroy_model_parallel()
+    _replica_group = None
     if dist.is_initialized():
         dist.destroy_process_group()

@@ -217,6 +217,7 @@ def slime_validate_config(config: Config):
         + _check_layout(config)
         + _check_pipeline_stages(config)
         + _check_virtual_stages(config)
+        + _check_context_parallel(config)
     )
     errors = errors or _check_architecture(config)  # imports torch: only once the light checks passed
     if config.get("megatron_config"):
@@ -286,8 +287,8 @@ def _check_other_backend(config: Config) -> list[str]:
     functions only Megatron's train ranks call."""
     backend = config.get("train_backend")
     errors = [
-        f"{flag} splits the model with Megatron, which --train-backend {backend} does not do; "
-        "use --train-backend megatron, or drop the flag"
+        f"{flag} splits {'each sequence' if 'context' in flag else 'the model'} with Megatron, which --train-backend "
+        f"{backend} does not do; use --train-backend megatron, or drop the flag"
         for flag in _model_parallel_flags(config)
     ]
     given = [key for key in FUNCTION_KEYS if config.sources.get(key, "default") != "default"]
@@ -464,6 +465,58 @@ def virtual_pipeline_size(config, num_layers: int) -> int | None:
 
 def num_hidden_layers(config: Config) -> int | None:
     """The decoder layers of --hf-checkpoint's config.json; None when it cannot be read."""
+    return _hf_config_value(config, "num_hidden_layers")
+
+
+#: TransformerConfig fields (``--megatron-config``) whose attention cannot be split over
+#: context-parallel ranks here: megatron's local attention computes them, and it refuses CP.
+NOT_CONTEXT_PARALLEL_FIELDS = ("window_size", "attention_dropout", "apply_query_key_layer_scaling", "softmax_type")
+
+
+def _check_context_parallel(config: Config) -> list[str]:
+    """With --context-parallel-size > 1 every layer's attention must be the one that splits
+    sequences (`slime_megatron.models.core_attention`): refuse what would make a rank fall back
+    to megatron's local attention, which asserts CP 1, or run MTP layers on split rows."""
+    cp = config.get("context_parallel_size") or 1
+    if cp == 1:
+        return []
+    flag = f"--context-parallel-size {cp}"
+    errors = []
+    if config.get("mtp_num_layers"):
+        errors.append(
+            f"{flag} with --mtp-num-layers: MTP layers are built without context parallelism only (yet); "
+            "use --context-parallel-size 1, or drop --mtp-num-layers"
+        )
+    if config.get("megatron_model_provider"):
+        errors.append(
+            f"{flag} with --megatron-model-provider: only the models the backend builds split attention "
+            "over context-parallel ranks; use --context-parallel-size 1, or drop the provider"
+        )
+    overrides = [pair.partition("=") for pair in config.get("megatron_config") or []]
+    for key, _, value in overrides:
+        if key in NOT_CONTEXT_PARALLEL_FIELDS and value.strip().lower() not in (
+            "",
+            "0",
+            "0.0",
+            "null",
+            "false",
+            "none",
+        ):
+            errors.append(
+                f"{flag} with --megatron-config {key}={value}: that attention runs only without context "
+                f"parallelism here; use --context-parallel-size 1, or drop {key}"
+            )
+    dropout = _hf_config_value(config, "attention_dropout")
+    if dropout:
+        errors.append(
+            f"{flag}: --hf-checkpoint {config.hf_checkpoint} has attention_dropout {dropout}, which runs "
+            "only without context parallelism here; use --context-parallel-size 1, or set it to 0 in its config.json"
+        )
+    return errors
+
+
+def _hf_config_value(config: Config, key: str):
+    """``key`` of the checkpoint's config.json, or None (no checkpoint or no such key)."""
     import json
     from pathlib import Path
 
@@ -471,7 +524,7 @@ def num_hidden_layers(config: Config) -> int | None:
     config_json = Path(checkpoint) / "config.json" if checkpoint else None
     if config_json is None or not config_json.is_file():
         return None
-    return json.loads(config_json.read_text()).get("num_hidden_layers")
+    return json.loads(config_json.read_text()).get(key)
 
 
 def _check_weights_written_hook(config: Config) -> list[str]:

@@ -8,9 +8,12 @@ the passes run:
   stages), and the model-grads finalisation (data-parallel all-reduce) runs once per step;
 - log-probs and entropy come from the vocabulary-parallel logits of the rank's tensor-parallel
   slice (`slime_megatron.logprobs`);
-- ranks of one model replica (tensor/pipeline parallel) gather their shares and train on
-  the union (`slime_megatron.shares`); metrics and denominators are summed over the
+- ranks of one model replica (tensor/pipeline/context parallel) gather their shares and
+  train on the union (`slime_megatron.shares`); metrics and denominators are summed over the
   data-parallel group;
+- with context parallelism each rank runs its two chunks of every row, and the per-token
+  log-probs and entropy are assembled over the context-parallel group before the loss
+  (`slime_megatron.context`), so every context-parallel rank computes the whole loss;
 - MoE layers whose token dispatcher all-gathers over ranks with other samples (expert
   parallelism on CPU) get micro-batches of one shape on every rank (`inputs.same_shapes`);
 - multi-token prediction layers (``--mtp-num-layers``) stay out of the log-probs; with
@@ -27,7 +30,9 @@ after a disk weight update is written).
 
 The loss each micro-batch returns is its global-batch contribution (``compute_policy_loss``),
 so its gradient is scaled by the micro-batch count and the data-parallel size, which the
-schedule (mean over micro-batches) and DDP (mean over replicas) divide by again.
+schedule (mean over micro-batches) and DDP (mean over replicas) divide by again. With context
+parallelism DDP averages over the data × context-parallel ranks, and megatron's schedule
+multiplies the loss by the CP size to make up for it.
 
 Reference model: its weights are kept in CPU memory as this rank's parameter shards and
 swapped into the model for the reference pass. The distillation teacher is a second
@@ -64,14 +69,14 @@ from slime_core.rank.step import (
 )
 from slime_core.rank.weight_bucket import WeightBucket
 from slime_core.rollout_batch import RolloutBatch
-from slime_megatron import export, inputs, offload, schedule, swap
+from slime_megatron import context, export, inputs, offload, schedule, swap
 from slime_megatron.chunks import build_chunks
 from slime_megatron.hooks import RankHooks
 from slime_megatron.layout import check_layout, check_teacher_vocab
 from slime_megatron.logprobs import gather_vocab, vocab_parallel_entropy, vocab_parallel_log_probs
 from slime_megatron.models.mtp_loss import mtp_losses
 from slime_megatron.optimizer import build_optimizer, set_lr, wrap
-from slime_megatron.parallel import init_parallel
+from slime_megatron.parallel import init_parallel, replica_group
 from slime_megatron.shares import gather_shares
 
 if TYPE_CHECKING:
@@ -94,7 +99,13 @@ class MegatronTrainRank:
         cuda = torch.cuda.is_available()
         self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
         self.parallel = parallel_state
-        self.step = RankStep(config, group=parallel_state.get_data_parallel_group(), padded_rows=True)
+        self.step = RankStep(
+            config,
+            group=parallel_state.get_data_parallel_group(),
+            padded_rows=True,
+            ranks_per_row=parallel_state.get_context_parallel_world_size(),
+        )
+        self.cp_group, self.cp_size = parallel_state.get_context_parallel_group(), self.step.ranks_per_row
         self.version = 0  # rollouts trained (the weight version the engines see)
         self.rollout_id = 0  # the rollout being trained on (set by start_train)
         self.updates = 0  # optimizer steps taken (the learning-rate schedule's step)
@@ -184,7 +195,7 @@ class MegatronTrainRank:
     # ---------------------------------------------------------------- log-probs
 
     def compute_log_probs(self, share: RolloutBatch, model: str = "actor") -> list[list[float]]:
-        batch, own = gather_shares(share, self.parallel.get_model_parallel_group())
+        batch, own = gather_shares(share, replica_group())
         log_probs = self._log_probs(batch, model)
         return [log_probs[i].tolist() for i in own]
 
@@ -215,7 +226,8 @@ class MegatronTrainRank:
         """Per sample, log π of each response token (over its nucleus with top-p replay) and
         the entropy of π, from the (B, W, V/tp) vocabulary-parallel logits."""
         positions, targets, counts = micro.response_positions()
-        scores = logits.reshape(-1, logits.shape[-1])[positions]  # (N, V/tp)
+        held, local = micro.held(positions)  # with context parallelism: the rank's (N_cp,) of them
+        scores = logits.reshape(-1, logits.shape[-1])[local]  # (N_cp, V/tp)
         group, temperature, vocab = (
             self.parallel.get_tensor_model_parallel_group(),
             self.config.rollout_temperature,
@@ -224,18 +236,24 @@ class MegatronTrainRank:
         keep = None
         if micro.nuclei is not None:  # the nuclei's ids in this rank's slice of the vocabulary
             width = scores.shape[-1]
-            keep = nucleus_keep_mask(*micro.nuclei, targets, width, vocab_start=dist.get_rank(group) * width)
-        log_probs = vocab_parallel_log_probs(scores, targets, temperature, group, vocab, keep).split(counts)
+            keep = nucleus_keep_mask(*micro.nuclei, targets, width, vocab_start=dist.get_rank(group) * width)[held]
+        log_probs = vocab_parallel_log_probs(scores, targets[held], temperature, group, vocab, keep)
+        log_probs = self._whole(log_probs, held).split(counts)
         if not entropy:
             return log_probs, None
-        return log_probs, vocab_parallel_entropy(scores, temperature, group, vocab).split(counts)
+        return log_probs, self._whole(vocab_parallel_entropy(scores, temperature, group, vocab), held).split(counts)
+
+    def _whole(self, values: torch.Tensor, held: torch.Tensor) -> torch.Tensor:
+        """The (N, ...) values of every scored position from this rank's ``held`` ones: assembled
+        over the context-parallel group (`slime_megatron.context.assemble`), or ``values`` as they are."""
+        return context.assemble(values, held, self.cp_group) if self.cp_size > 1 else values
 
     # ---------------------------------------------------------------- training
 
     def start_train(self, rollout_id: int, share: RolloutBatch) -> int:
         """Advantages for the replica's samples; returns the ``--num-steps-per-rollout`` steps to run."""
         self.rollout_id = rollout_id
-        batch, _ = gather_shares(share, self.parallel.get_model_parallel_group())
+        batch, _ = gather_shares(share, replica_group())
         self.model.train()
         data = self.step.tensors(
             batch,
@@ -326,11 +344,13 @@ class MegatronTrainRank:
         width = micro.input_ids.shape[1]
         index = torch.cat([torch.arange(row * width, row * width + n) for row, n in enumerate(micro.lengths)])
         index = index.to(logits.device)
+        held, local = micro.held(index)
         rows = gather_vocab(
-            logits.reshape(-1, logits.shape[-1])[index],
+            logits.reshape(-1, logits.shape[-1])[local],
             self.parallel.get_tensor_model_parallel_group(),
             self.hf_config.vocab_size,
         )
+        rows = self._whole(rows, held)
         return SampleLogits(
             list(rows.split(micro.lengths)), list(micro.input_ids.reshape(-1)[index].split(micro.lengths))
         )
@@ -338,7 +358,8 @@ class MegatronTrainRank:
     def _micro_batches(self, batch: RolloutBatch, indices: list[int]) -> list[inputs.MicroBatch]:
         """The micro-batches of ``indices`` (planned by `RankStep.plan`) as model inputs."""
         pad = self.tokenizer.pad_token_id or 0
-        multiple = self.parallel.get_tensor_model_parallel_world_size()
+        cp = self.cp_size
+        multiple = self.parallel.get_tensor_model_parallel_world_size() * (2 * cp if cp > 1 else 1)
         micros = []
         plan = self.step.plan(indices, batch)
         for micro in plan + [[]] * (schedule.interleaving_count(len(plan)) - len(plan)):
@@ -352,8 +373,8 @@ class MegatronTrainRank:
             )
         interleaved = self.parallel.get_virtual_pipeline_model_parallel_world_size() is not None
         if self.same_shapes or interleaved:
-            return inputs.same_shapes(micros, dist.group.WORLD, pad, all_alike=interleaved)
-        return micros
+            micros = inputs.same_shapes(micros, dist.group.WORLD, pad, all_alike=interleaved)
+        return [inputs.split_over_context(m, self.parallel.get_context_parallel_rank(), cp) for m in micros]
 
     # ---------------------------------------------------------------- weights and checkpoints
 

@@ -26,7 +26,7 @@ def run(model, micros: list, loss_fn, forward_only: bool) -> list:
 
     def forward_step(iterator, net):
         micro = next(iterator)
-        return net(micro.input_ids, micro.position_ids, None), partial(loss_fn, micro)
+        return net(*micro.model_inputs(), None), partial(loss_fn, micro)
 
     chunks = list(model)
     results = get_forward_backward_func()(

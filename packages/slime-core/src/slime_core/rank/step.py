@@ -160,14 +160,17 @@ class RolloutSteps:
 class RankStep:
     """The RL math of one rank: options, advantage estimator and loss from the plugins."""
 
-    def __init__(self, config: Config, group=None, padded_rows: bool = False):
+    def __init__(self, config: Config, group=None, padded_rows: bool = False, ranks_per_row: int = 1):
         """``group``: the data-parallel process group the share's statistics are summed over
         (default: every rank); ``padded_rows``: the backend gives each sample a right-padded row
-        of its own, so a token budget counts rows × the longest sample (`token_budget_micro_batches`)."""
+        of its own, so a token budget counts rows × the longest sample (`token_budget_micro_batches`);
+        ``ranks_per_row``: each row is split over this many ranks (context parallelism), so a
+        micro-batch holds that many times ``--max-tokens-per-gpu``, as in slime."""
         plugins = Plugins.in_worker(config)  # the driver's -p and --custom-*-path plugins too
         self.config = config
         self.group = group or dist.group.WORLD
         self.padded_rows = padded_rows
+        self.ranks_per_row = ranks_per_row
         self.estimator = plugins.registry("advantage_estimators").get(config.advantage_estimator)
         self.loss_config = PolicyLossConfig.from_config(config)
         self.loss_fn = plugins.registry("policy_losses").get(self.loss_config.loss_type)
@@ -232,7 +235,7 @@ class RankStep:
         cfg = self.config
         if cfg.use_dynamic_batch_size:
             plan = token_budget_micro_batches(
-                indices, [len(t) for t in batch.tokens], cfg.max_tokens_per_gpu, self.padded_rows
+                indices, [len(t) for t in batch.tokens], cfg.max_tokens_per_gpu * self.ranks_per_row, self.padded_rows
             )
         else:
             plan = fixed_micro_batches(indices, cfg.micro_batch_size)

@@ -125,3 +125,34 @@ def test_ppo_on_megatron_is_refused_at_config_time(tmp_path, tiny_model_dir, cap
         in capsys.readouterr().err
     )
     assert not (tmp_path / "run").exists()
+
+
+def test_context_parallelism_is_refused_at_config_time_where_a_rank_could_not_split_the_attention(
+    megatron_run, tmp_path, tiny_model_dir
+):
+    """CP 2 is accepted for the models the backend builds; what would make a rank fall back to
+    megatron's local attention (which asserts CP 1) or run MTP layers on split rows is refused
+    when the config is checked, with the fix; with FSDP the flag is refused, not ignored."""
+    cp2 = dict(actor_num_gpus_per_node=2, context_parallel_size=2)
+    assert megatron_run(**cp2).context_parallel_size == 2
+    with pytest.raises(ConfigError) as error:
+        megatron_run(**cp2, megatron_config=["attention_dropout=0.1", "apply_query_key_layer_scaling=true"])
+    message = str(error.value)
+    for key in ("attention_dropout", "apply_query_key_layer_scaling"):
+        assert f"--context-parallel-size 2 with --megatron-config {key}=" in message
+        assert f"use --context-parallel-size 1, or drop {key}" in message
+    with pytest.raises(ConfigError, match="--context-parallel-size 2 with --mtp-num-layers"):
+        megatron_run(**cp2, mtp_num_layers=1)
+    dropout = tmp_path / "dropout"
+    dropout.mkdir()
+    for path in tiny_model_dir.iterdir():
+        (dropout / path.name).symlink_to(path)
+    (dropout / "config.json").unlink()
+    (dropout / "config.json").write_text(
+        json.dumps({**json.loads((tiny_model_dir / "config.json").read_text()), "attention_dropout": 0.1})
+    )
+    prompts = tmp_path / "prompts.jsonl"
+    with pytest.raises(ConfigError, match="has attention_dropout 0.1, which runs only without context parallelism"):
+        make_config(prompts, dropout, rollout_batch_size=2, train_backend="megatron", **cp2)
+    with pytest.raises(ConfigError, match="--context-parallel-size 2 splits each sequence with Megatron, which"):
+        make_config(prompts, tiny_model_dir, rollout_batch_size=2, train_backend="fsdp", **cp2)

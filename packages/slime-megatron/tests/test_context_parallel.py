@@ -85,3 +85,34 @@ def test_a_model_on_split_rows_gives_the_logits_of_whole_rows(run_ranks, family)
     ((_, whole),) = run_ranks(_logits_rank, 1, config)
     for columns, logits in run_ranks(_logits_rank, 2, config, cp=2):
         torch.testing.assert_close(logits, whole[:, columns], rtol=1e-4, atol=1e-5)
+
+
+def _assemble_rank(rank, sizes):
+    """Rank r holds the rows where ``owner == r`` of (6, 5) values: the assembled whole, and
+    the gradient of Σ weights·whole in its rows."""
+    from megatron.core import parallel_state
+
+    from slime_megatron.context import assemble
+
+    values, owner, weights = _rows()
+    mine = owner == rank
+    local = values[mine].clone().requires_grad_()
+    whole = assemble(local, mine, parallel_state.get_context_parallel_group())
+    (weights * whole).sum().backward()
+    return whole.detach(), local.grad
+
+
+def _rows():
+    generator = torch.Generator().manual_seed(2)
+    owner = torch.tensor([0, 1, 1, 0, 1, 1])
+    return torch.randn(6, 5, generator=generator), owner, torch.randn(6, 5, generator=generator)
+
+
+def test_assembled_rows_are_the_whole_on_every_rank_and_each_rank_gets_its_rows_gradient(run_ranks):
+    """`assemble` (per-token log-probs and entropy, or a loss's full-vocabulary rows): every
+    CP rank sees all rows in order, and the backward of a loss that every rank computes on them
+    reaches each rank once, in its own rows."""
+    values, owner, weights = _rows()
+    for rank, (whole, grad) in enumerate(run_ranks(_assemble_rank, 2, cp=2)):
+        assert torch.equal(whole, values)
+        assert torch.equal(grad, weights[owner == rank])

@@ -320,7 +320,8 @@ def test_context_parallel_ranks_score_and_train_like_one_rank(cp_one_rank, cp_tw
 
 
 def test_tensor_and_context_parallel_ranks_train_like_one_rank(cp_one_rank, megatron_config):
-    """TP 2 (with sequence parallelism) × CP 2 on four ranks: the one-rank run (weights to
+    """TP 2 (with sequence parallelism) × CP 2 on four ranks, the optimizer state sharded over
+    the data × context-parallel ranks (distributed optimizer): the one-rank run (weights to
     5e-5 after two Adam steps at lr 1e-3: Adam's per-element normalisation turns the summation
     order's float noise in a near-zero gradient into a visible step)."""
     config = megatron_config(
@@ -329,6 +330,7 @@ def test_tensor_and_context_parallel_ranks_train_like_one_rank(cp_one_rank, mega
         tensor_model_parallel_size=2,
         sequence_parallel=True,
         context_parallel_size=2,
+        use_distributed_optimizer=True,
     )
     assert_scores_and_trains_like(cp_run(config, 4), cp_one_rank, weights_atol=5e-5)
 

@@ -1,7 +1,8 @@
 """Context parallelism's pieces on two spawned gloo ranks (`slime_megatron.context`): the
 key/value exchange of the core attention against plain causal attention over whole rows
-(forward and backward), and a whole model's logits on split rows (rotary positions per
-chunk; Qwen3's grouped-query heads, DeepSeek-V3's multi-latent attention with YaRN)."""
+(forward and backward), a whole model's logits on split rows for every family (rotary
+positions per chunk; grouped-query heads, DeepSeek-V3's multi-latent attention with YaRN),
+and the assembly of the ranks' per-token values."""
 
 import pytest
 import torch
@@ -75,10 +76,11 @@ def _logits_rank(rank, sizes, hf_config):
         return columns, model(tokens[:, columns], positions[:, columns], None)
 
 
-@pytest.mark.parametrize("family", ["qwen3", "deepseek_v3"])
+@pytest.mark.parametrize("family", ["qwen2", "qwen3", "llama", "qwen3_moe", "glm4", "glm4_moe", "deepseek_v3"])
 def test_a_model_on_split_rows_gives_the_logits_of_whole_rows(run_ranks, family):
-    """Two CP ranks' logits are the one-rank logits of their columns: every chunk's rotary
-    positions (YaRN for DeepSeek-V3) and attention are its global ones."""
+    """Two CP ranks' logits are the one-rank logits of their columns, for every family the
+    backend builds: every chunk's rotary positions (Llama 3.1's scaling, GLM's partial
+    rotary, DeepSeek-V3's YaRN) and attention are its global ones."""
     from slime_core.tools.tiny_models import tiny_config
 
     config = tiny_config(family, hidden_size=32)

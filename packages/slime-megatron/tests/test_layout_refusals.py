@@ -105,6 +105,17 @@ def test_the_same_model_and_layout_without_the_broken_rule_dry_run(dry_run, tiny
     assert status == 0, err
 
 
+def test_context_parallelism_dry_runs_and_attention_it_cannot_split_is_refused(dry_run, tiny_model_dir, tmp_path):
+    """CP 2 passes the dry run (the ranks split sequences); a checkpoint whose attention has
+    dropout (which megatron's local attention, refusing CP, would compute) is refused first."""
+    options = {"context_parallel_size": 2}
+    status, err = dry_run(tiny_model_dir, 2, options)
+    assert status == 0, err
+    dropout = _edited(tiny_model_dir, tmp_path / "dropout", {"attention_dropout": 0.1})
+    status, err = dry_run(dropout, 2, options)
+    assert status == 2 and "has attention_dropout 0.1, which runs only without context parallelism" in err, err
+
+
 def test_a_teacher_of_another_vocabulary_is_refused_by_the_dry_run_and_the_rank(dry_run, tiny_model_dir, tmp_path):
     teacher = _edited(tiny_model_dir, tmp_path / "teacher", {"vocab_size": 128})
     status, err = dry_run(tiny_model_dir, 1, {}, "--opd-teacher-load", str(teacher), "--use-opd")

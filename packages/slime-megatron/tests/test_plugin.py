@@ -132,7 +132,8 @@ def test_context_parallelism_is_refused_at_config_time_where_a_rank_could_not_sp
 ):
     """CP 2 is accepted for the models the backend builds; what would make a rank fall back to
     megatron's local attention (which asserts CP 1) or run MTP layers on split rows is refused
-    when the config is checked, with the fix; with FSDP the flag is refused, not ignored."""
+    when the config is checked, with the fix (a checkpoint's attention dropout: test_layout_refusals.py);
+    with FSDP the flag is refused, not ignored."""
     cp2 = dict(actor_num_gpus_per_node=2, context_parallel_size=2)
     assert megatron_run(**cp2).context_parallel_size == 2
     with pytest.raises(ConfigError) as error:
@@ -143,16 +144,6 @@ def test_context_parallelism_is_refused_at_config_time_where_a_rank_could_not_sp
         assert f"use --context-parallel-size 1, or drop {key}" in message
     with pytest.raises(ConfigError, match="--context-parallel-size 2 with --mtp-num-layers"):
         megatron_run(**cp2, mtp_num_layers=1)
-    dropout = tmp_path / "dropout"
-    dropout.mkdir()
-    for path in tiny_model_dir.iterdir():
-        (dropout / path.name).symlink_to(path)
-    (dropout / "config.json").unlink()
-    (dropout / "config.json").write_text(
-        json.dumps({**json.loads((tiny_model_dir / "config.json").read_text()), "attention_dropout": 0.1})
-    )
     prompts = tmp_path / "prompts.jsonl"
-    with pytest.raises(ConfigError, match="has attention_dropout 0.1, which runs only without context parallelism"):
-        make_config(prompts, dropout, rollout_batch_size=2, train_backend="megatron", **cp2)
     with pytest.raises(ConfigError, match="--context-parallel-size 2 splits each sequence with Megatron, which"):
         make_config(prompts, tiny_model_dir, rollout_batch_size=2, train_backend="fsdp", **cp2)

@@ -7,9 +7,8 @@ after each push, ``--save``), and
 - a resume from its checkpoint of rollout 0 reproduces its rollout 1 bit for bit.
 
 A layout is one line of `LAYOUTS` (its id, the tiny model family, the rank count, the flags);
-the one-rank runs are shared by the module (`baselines`). Layouts that land later (``CP 2``,
-``TP 2 × CP 2``) are one more line each. What a layout may not be
-(sizes that do not divide the model) is refused by the config checks:
+the one-rank runs are shared by the module (`baselines`). A new layout is one more line. What
+a layout may not be (sizes that do not divide the model) is refused by the config checks:
 packages/slime-megatron/tests/test_layout_refusals.py.
 """
 
@@ -31,6 +30,8 @@ LAYOUTS = [
     ("ep2-tp2-sp", "qwen3_moe", 4, "--tensor-model-parallel-size 2 --expert-model-parallel-size 2 --sequence-parallel"),
     ("pp2", "qwen3", 2, "--pipeline-model-parallel-size 2"),
     ("tp2-pp2", "qwen3", 4, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"),
+    ("cp2", "qwen3", 2, "--context-parallel-size 2 --use-dynamic-batch-size --max-tokens-per-gpu 16"),
+    ("tp2-cp2", "qwen3", 4, "--tensor-model-parallel-size 2 --context-parallel-size 2"),
 ]
 
 #: the training metrics a layout may change only by float rounding

@@ -360,34 +360,6 @@ def test_a_moe_model_on_context_parallel_ranks_trains_like_one_rank(megatron_con
     assert_scores_and_trains_like(cp_run(config, 2), want)
 
 
-def test_a_slime_run_on_context_parallel_ranks_pushes_every_rollouts_weights(ray_cluster, tiny_model_dir, tmp_path):
-    """``slime run --train-backend megatron --context-parallel-size 2``: two GRPO rollouts
-    train (token-budget micro-batches of rows split over both ranks), and after each push the
-    CPU engine's log-probs equal the trainer's, which the CP ranks assembled."""
-    from slime_core.cli.run import run_command
-    from slime_core.loop.run_dir import read_metrics
-    from slime_core.plugins import Plugins
-
-    data = tmp_path / "addition.jsonl"
-    data.write_text(
-        "".join(json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n" for a in range(4) for b in range(4))
-    )
-    flags = [
-        *("--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--rollout-engine", "cpu"),
-        *("--train-backend", "megatron", "--context-parallel-size", "2", "--actor-num-gpus-per-node", "2"),
-        *("--use-dynamic-batch-size", "--max-tokens-per-gpu", "32", "--rm-type", "exact_match"),
-        *("--num-rollout", "2", "--rollout-batch-size", "2", "--n-samples-per-prompt", "4"),
-        *("--rollout-max-response-len", "8", "--entropy-coef", "0.01", "--lr", "1e-3"),
-        *("--check-weight-update-equal", "--output-dir", str(tmp_path / "run")),
-    ]
-    assert run_command(flags, Plugins()) == 0
-    records = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["rollout_id"] >= 0]
-    assert [r["weight_version"] for r in records] == [1, 2]
-    for record in records:
-        assert record["train/grad_norm"] > 0
-        assert record["weight_update/max_logprob_diff"] < 1e-3
-
-
 # ---------------------------------------------------------------- vocabulary-parallel log-probs
 
 

@@ -32,6 +32,7 @@ LAYOUTS = [
     ("tp2-pp2", "qwen3", 4, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"),
     ("cp2", "qwen3", 2, "--context-parallel-size 2 --use-dynamic-batch-size --max-tokens-per-gpu 16"),
     ("tp2-cp2", "qwen3", 4, "--tensor-model-parallel-size 2 --context-parallel-size 2"),
+    ("pp2-cp2", "qwen3", 4, "--pipeline-model-parallel-size 2 --context-parallel-size 2"),
 ]
 
 #: the training metrics a layout may change only by float rounding

@@ -125,13 +125,21 @@ def test_a_teacher_of_another_vocabulary_is_refused_by_the_dry_run_and_the_rank(
         check_teacher_vocab(100, 128, str(teacher))
 
 
-def test_fewer_prompt_groups_than_training_ranks_are_refused_by_the_dry_run_and_the_driver(dry_run, tiny_moe_model_dir):
-    """The driver gives each training rank whole prompt groups (every rank of a tensor- or
-    expert-parallel group too): 2 groups on EP 2 × TP 2's 4 ranks stop the first train step."""
+def test_fewer_prompt_groups_than_model_replicas_are_refused_by_the_dry_run_and_the_driver(
+    dry_run, tiny_model_dir, tiny_moe_model_dir
+):
+    """The driver gives each model replica (data-parallel rank) whole prompt groups: on EP 2 ×
+    TP 2's 4 ranks, 2 replicas (expert parallelism splits experts, not samples), 2 groups feed
+    them and 1 stops the first train step; TP 2 × PP 2's 4 ranks are one replica, fed by 1 group."""
     from slime_core.rollout_batch import groups_per_rank_problem
 
     options = {"tensor_model_parallel_size": 2, "expert_model_parallel_size": 2, "sequence_parallel": True}
     status, err = dry_run(tiny_moe_model_dir, 4, options, "--rollout-batch-size", "2")
-    message = "2 prompt groups cannot feed 4 data-parallel ranks (a group stays on one rank)"
-    assert status == 2 and f"--rollout-batch-size 2: {message}" in err, err
-    assert message in groups_per_rank_problem(2, 4)  # what `dp_rank_indices` raises on a rollout
+    assert status == 0, err
+    status, err = dry_run(tiny_moe_model_dir, 4, options, "--rollout-batch-size", "1")
+    message = "1 prompt groups cannot feed 2 data-parallel ranks (a group stays on one rank)"
+    assert status == 2 and f"--rollout-batch-size 1: {message}" in err, err
+    assert message in groups_per_rank_problem(1, 2)  # what `dp_rank_indices` raises on a rollout
+    options = {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2}
+    status, err = dry_run(tiny_model_dir, 4, options, "--rollout-batch-size", "1")
+    assert status == 0, err

@@ -135,6 +135,23 @@ def test_two_ranks_in_either_layout_train_like_one_rank(one_rank, megatron_confi
     assert_trains_like(trained_run(megatron_config(actor_num_gpus_per_node=2, **layout), num_ranks=2), one_rank)
 
 
+def test_one_prompt_group_feeds_a_replica_of_two_tensor_parallel_ranks(one_rank, megatron_config):
+    """The driver hands prompt groups per model replica, not per rank (`TrainGroup.replicas`, from
+    each rank's ``data_parallel_rank``): TP 2's two ranks are one replica, so a rollout of one
+    group feeds them (slime's launches give many ranks few groups), with the one-rank log-probs."""
+    group = start(megatron_config(actor_num_gpus_per_node=2, tensor_model_parallel_size=2), num_ranks=2)
+    try:
+        assert group.replicas == [0, 0]
+        one_group = rollout_batch(seed=0).select([0, 1, 2, 3])
+        assert set(one_group.group_ids) == {0}
+        got = group.compute_log_probs(one_group)
+        for mine, theirs in zip(got, one_rank.log_probs[:4], strict=True):
+            torch.testing.assert_close(torch.tensor(mine), torch.tensor(theirs), rtol=1e-4, atol=1e-5)
+        assert group.train(0, one_group)["grad_norm"] > 0
+    finally:
+        group.shutdown()
+
+
 @pytest.fixture(scope="session")
 def moe_one_rank(ray_cluster, megatron_config, tiny_moe_model_dir):
     """The tiny Qwen3-MoE trained for `MOE_ROLLOUTS` rollouts on one rank."""

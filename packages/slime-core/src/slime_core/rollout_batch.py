@@ -197,13 +197,15 @@ def split_by_dp_rank(batch: RolloutBatch, dp_size: int) -> list[RolloutBatch]:
 
 
 def groups_per_rank_problem(groups: int, ranks: int) -> str | None:
-    """Every training rank gets whole prompt groups, at least one (`dp_rank_indices`): said by
-    the config checks for ``--rollout-batch-size`` groups, and when a rollout has fewer."""
+    """Every data-parallel rank (model replica) gets whole prompt groups, at least one
+    (`dp_rank_indices`): said by the config checks for ``--rollout-batch-size`` groups, and when
+    a rollout has fewer."""
     if groups >= ranks:
         return None
     return (
         f"{groups} prompt groups cannot feed {ranks} data-parallel ranks (a group stays on one rank); "
-        "raise --rollout-batch-size or use fewer training ranks"
+        "raise --rollout-batch-size, or use fewer data-parallel ranks (fewer training ranks, or more of "
+        "them per model replica: tensor, pipeline or context parallelism)"
     )
 
 

@@ -3,8 +3,9 @@
 A train backend registers (``slime_register_train_backends``) a *rank class*: one instance
 runs in each training rank's process (a Ray actor) and implements `TrainRank`. The loop
 never touches a rank directly; it calls `TrainGroup`, which starts the actors, splits each
-rollout per data-parallel rank (`dp_rank_indices`) and calls every rank together (ranks
-run collectives, so they must all be called). Megatron and FSDP implement the same
+rollout per data-parallel rank (`dp_rank_indices`; the ranks of one model replica, e.g.
+Megatron's tensor-parallel ranks, count as one) and calls every rank together (ranks run
+collectives, so they must all be called). Megatron and FSDP implement the same
 protocol, so ``--train-backend`` is the only thing that changes between them.
 """
 
@@ -124,6 +125,8 @@ class TrainGroup:
         the store binds as it picks it (`slime_core.rank.process_group.serve_store`); one rank needs none."""
         master_addr, port, self._store = master or LOOPBACK, 0, None
         self.num_ranks = num_ranks
+        #: each rank's data-parallel rank (its model replica), as its ``init()`` says; one each until then
+        self.replicas = list(range(num_ranks))
         if in_process:
             if num_ranks != 1:
                 raise ValueError(f"--actor-runtime inprocess runs one train rank, not {num_ranks}")
@@ -204,8 +207,12 @@ class TrainGroup:
         return None
 
     def init(self) -> dict[str, Any]:
-        """Load (or resume) every rank; ``{"rollout_id": next rollout, "weight_version": int}``."""
-        return self.call("init")[0]
+        """Load (or resume) every rank; ``{"rollout_id": next rollout, "weight_version": int}``.
+        A rank that belongs to a model replica of several ranks (they train on the same samples)
+        also answers its ``"data_parallel_rank"``; ranks that do not are a replica each."""
+        answers = self.call("init")
+        self.replicas = [answer.get("data_parallel_rank", rank) for rank, answer in enumerate(answers)]
+        return {key: value for key, value in answers[0].items() if key != "data_parallel_rank"}
 
     def weight_version(self) -> int:
         return self.call("weight_version")[0]
@@ -248,7 +255,7 @@ class TrainGroup:
 
     def _per_sample(self, method: str, batch: RolloutBatch, *args) -> list[list[float]]:
         """Each rank computes ``method`` on its share; the answers put back in batch order."""
-        shares = dp_rank_indices(batch, self.num_ranks)
+        shares = self._shares(batch)
         calls = [rank.call.remote(method, batch.select(share), *args) for rank, share in zip(self.ranks, shares)]
         results = self._gather(calls, method)
         out: list[list[float]] = [[] for _ in range(len(batch))]
@@ -262,7 +269,7 @@ class TrainGroup:
         global-batch metrics. ``on_step(step)`` is a context manager entered around each step
         (the driver fires ``slime_before/after_train_step`` in it); it yields a dict that it
         reads after the step, which is filled with the step's metrics."""
-        shares = dp_rank_indices(batch, self.num_ranks)
+        shares = self._shares(batch)
         steps = self._gather(
             [
                 rank.call.remote("start_train", rollout_id, batch.select(share))
@@ -278,11 +285,22 @@ class TrainGroup:
     def train_critic(self, rollout_id: int, batch: RolloutBatch) -> dict[str, float]:
         """A PPO critic's rollout: its ranks fit the values in one ``train(rollout_id, share)``
         call each (critic ranks have no step hooks); the global-batch metrics."""
-        shares = dp_rank_indices(batch, self.num_ranks)
+        shares = self._shares(batch)
         return self._gather(
             [rank.call.remote("train", rollout_id, batch.select(share)) for rank, share in zip(self.ranks, shares)],
             "train",
         )[0]
+
+    def _shares(self, batch: RolloutBatch) -> list[list[int]]:
+        """The sample indices each rank is handed: whole prompt groups per data-parallel rank
+        (`dp_rank_indices`), all of a replica's given to its first rank and none to the others,
+        which gather their replica's union themselves (e.g. `slime_megatron.shares`)."""
+        per_replica = dp_rank_indices(batch, max(self.replicas) + 1)
+        shares: list[list[int]] = []
+        for rank, replica in enumerate(self.replicas):
+            first = self.replicas.index(replica) == rank
+            shares.append(per_replica[replica] if first else [])
+        return shares
 
     def export_weights(self, bucket_bytes: int) -> Iterator[WeightBucket]:
         """The weights in Hugging Face names and shapes, one bucket at a time (iterate a

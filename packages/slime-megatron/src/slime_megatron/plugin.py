@@ -205,6 +205,18 @@ def slime_resolve_config(config: Config):
 
 
 @hookimpl
+def slime_ranks_per_replica(config: Config):
+    """A replica is tensor × pipeline × context-parallel ranks (expert parallelism splits the
+    experts across data-parallel ranks, which keep their own samples)."""
+    if config.get("train_backend") != "megatron":
+        return None
+    from slime_megatron.layout import Layout
+
+    layout = Layout.of(config)
+    return layout.tp * layout.pp * layout.cp
+
+
+@hookimpl
 def slime_validate_config(config: Config):
     if config.get("train_backend") != "megatron":
         return _check_other_backend(config)

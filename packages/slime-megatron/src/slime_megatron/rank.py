@@ -138,7 +138,11 @@ class MegatronTrainRank:
         self.same_shapes = any(
             inputs.tokens_gathered_across_replicas(net.config) for net in (modules, self.teacher) if net
         )
-        return {"rollout_id": self._resume() if cfg.load else 0, "weight_version": self.version}
+        return {
+            "rollout_id": self._resume() if cfg.load else 0,
+            "weight_version": self.version,
+            "data_parallel_rank": self.parallel.get_data_parallel_rank(),  # its replica (`replica_group`)
+        }
 
     def _reference_weights(self) -> dict[str, torch.Tensor] | None:
         """The reference policy's parameter shards on CPU: the starting weights, or ``--ref-load``

@@ -1,11 +1,11 @@
 """A data-parallel replica's samples, from the per-rank shares `TrainGroup` hands out.
 
-`slime_core.train_backend.TrainGroup` splits each rollout into one share per *rank*: it does
-not know about model parallelism. With tensor or pipeline parallelism several ranks form one
-model replica, and all of them must run the same samples. So every rank gathers the shares
-of its model-parallel group (the ranks of its replica): the replica trains on their union,
-in group-rank order, and each rank answers per-sample questions for its own share only.
-Without model parallelism the group is one rank and nothing moves.
+`slime_core.train_backend.TrainGroup` splits each rollout per data-parallel rank: the rank's
+``init()`` answers its ``data_parallel_rank``, and the first rank of each replica is handed the
+replica's whole prompt groups, its other ranks (tensor, pipeline and context-parallel) none. All
+of them must run the same samples, so every rank gathers the shares of its replica group: the
+replica trains on their union, in group-rank order, and each rank answers per-sample questions
+for its own share only. Without model parallelism the group is one rank and nothing moves.
 """
 
 from __future__ import annotations

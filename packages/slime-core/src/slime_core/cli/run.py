@@ -59,7 +59,7 @@ def run_problems(config: Config, plugins) -> list[str]:
     """Components that are not installed and settings the loop cannot run with; a dry run
     reports the components instead of failing on them, and fails on the data as a run would."""
     apply_custom_paths(config, plugins)
-    problems = epoch_problems(config) + group_problems(config) + record_problems(config, plugins)
+    problems = epoch_problems(config) + group_problems(config, plugins) + record_problems(config, plugins)
     if config.dry_run:
         return problems
     return (
@@ -95,17 +95,17 @@ def epoch_problems(config: Config) -> list[str]:
     ]
 
 
-def group_problems(config: Config) -> list[str]:
-    """The driver gives each training rank whole prompt groups, at least one
-    (`slime_core.rollout_batch.dp_rank_indices`): fewer groups per rollout than ranks would stop
-    the first train step."""
+def group_problems(config: Config, plugins) -> list[str]:
+    """The driver gives each model replica (a data-parallel rank) whole prompt groups, at least
+    one (`slime_core.rollout_batch.dp_rank_indices`): fewer groups per rollout than replicas
+    would stop the first train step. A replica is one rank, or the ranks the train backend
+    says form one (``slime_ranks_per_replica``: Megatron's tensor × pipeline × context ranks)."""
     from slime_core.rollout_batch import groups_per_rank_problem
 
     if not config.get("rollout_batch_size") or config.get("debug_rollout_only"):
         return []
-    problem = groups_per_rank_problem(
-        config.rollout_batch_size, config.actor_num_nodes * config.actor_num_gpus_per_node
-    )
+    ranks = config.actor_num_nodes * config.actor_num_gpus_per_node
+    problem = groups_per_rank_problem(config.rollout_batch_size, max(1, ranks // plugins.ranks_per_replica(config)))
     return [f"--rollout-batch-size {config.rollout_batch_size}: {problem}"] if problem else []
 
 

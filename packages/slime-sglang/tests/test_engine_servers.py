@@ -8,10 +8,11 @@ import time
 import pytest
 import ray
 
+from slime_core.cluster.engine_servers import EngineServer
 from slime_core.engine import SamplingParams
 from slime_core.testing import make_config
 from slime_sglang.client import EngineClient
-from slime_sglang.servers import EngineServer, cpu_engine_command, sglang_command
+from slime_sglang.servers import cpu_engine_command, sglang_command
 
 pytestmark = pytest.mark.integration
 

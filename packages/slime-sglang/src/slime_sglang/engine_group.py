@@ -22,17 +22,21 @@ that engine's `EngineError` once every engine has answered.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
+from slime_core.cluster.engine_servers import (
+    engine_count,
+    engine_log,
+    health_problem,
+    restart_server,
+    start_servers,
+    stop_servers,
+)
 from slime_core.cluster.network import Network
 from slime_core.rank.weight_bucket import WeightBucket
 from slime_core.rollout_backend import WEIGHT_TRANSPORTS
 from slime_sglang.client import EngineClient
-from slime_sglang.servers import EnginesLost, start_servers, stop_servers
 
 if TYPE_CHECKING:
     from slime_core.config.config import Config
@@ -42,7 +46,6 @@ HEALTH_TIMEOUT_S = 5.0  # an external engine must answer /health within this
 #: broadcast group) may take before it fails naming the engine and the endpoint: the longest
 #: of them, a large model's weights loaded from disk, takes a few minutes.
 CONTROL_TIMEOUT_S = 600.0
-RESTART_ATTEMPTS, RESTART_WAIT_S = 10, 3.0  # a lost node: Ray declares it dead within ~30 s by default
 
 
 class EngineGroup:
@@ -86,7 +89,15 @@ class EngineGroup:
         if config.get("rollout_external_engine_addrs"):
             return cls.connect(config.rollout_external_engine_addrs, per_copy_seeds=per_copy_seeds)
         actor_options = _loading_plugins(actor_options, plugins.worker_env())
-        urls, servers = start_servers(config, command_fn, model_path, engine_count(config), actor_options)
+        urls, servers = start_servers(
+            config,
+            command_fn,
+            model_path,
+            engine_count(config),
+            actor_options,
+            kind=config.rollout_engine,
+            gpus=server_gpus(config),
+        )
         return cls(
             urls,
             servers,
@@ -129,7 +140,6 @@ class EngineGroup:
         problem = health_problem(self.urls[index], timeout)
         if problem is None or self._launch is None:
             return problem
-        from slime_sglang.servers import engine_log
 
         return f"{problem}; its log: {engine_log(self._launch[0], index, int(self.urls[index].rsplit(':', 1)[1]))}"
 
@@ -226,25 +236,11 @@ class EngineGroup:
         fails, and is tried again (`RESTART_ATTEMPTS` times, `RESTART_WAIT_S` apart)."""
         if not self.restartable:
             raise RuntimeError("external engines (--rollout-external-engine-addrs) cannot be restarted by slime")
-        import ray
-
-        config, command_fn, model_path, actor_options = self._launch
-        try:
-            ray.get(self._servers[index].kill.remote(), timeout=30)
-        except ray.exceptions.RayError:
-            pass  # the actor is gone, and its server with it
-        ray.kill(self._servers[index])
-        place = (lambda _: actor_options(index)) if actor_options else None
-        for attempt in range(RESTART_ATTEMPTS):
-            try:
-                (url,), (server,) = start_servers(config, command_fn, model_path, 1, place, first_index=index)
-                break
-            except EnginesLost:  # scheduled on a node that was being lost: Ray moves the bundle, then it starts
-                if attempt + 1 == RESTART_ATTEMPTS:
-                    raise
-                time.sleep(RESTART_WAIT_S)
-        self.urls[index], self._servers[index] = url, server
-        return url
+        config = self._launch[0]
+        self.urls[index], self._servers[index] = restart_server(
+            self._servers, index, self._launch, kind=config.rollout_engine, gpus=server_gpus(config)
+        )
+        return self.urls[index]
 
     def shutdown(self) -> None:
         """Stop the servers this group started and their actors (idempotent); external
@@ -277,21 +273,10 @@ def _loading_plugins(actor_options, env: dict[str, str]):
     return lambda index: with_env(actor_options(index) if actor_options else {}, env)
 
 
-def engine_count(config: Config) -> int:
-    """How many engines to start: ``--rollout-num-gpus // --rollout-num-gpus-per-engine``.
-
-    Unset ``--rollout-num-gpus`` means the training GPUs with ``--colocate``, else one engine.
-    """
-    per_engine = config.rollout_num_gpus_per_engine
-    total = config.rollout_num_gpus
-    if total is None:
-        total = config.actor_num_nodes * config.actor_num_gpus_per_node if config.colocate else per_engine
-    if per_engine < 1 or total < per_engine or total % per_engine:
-        raise ValueError(
-            f"--rollout-num-gpus {total} does not split into engines of --rollout-num-gpus-per-engine "
-            f"{per_engine}; make it a positive multiple of it"
-        )
-    return total // per_engine
+def server_gpus(config: Config) -> int:
+    """The GPUs of one engine's actor outside a placement: none for the CPU engine, else
+    ``--rollout-num-gpus-per-engine``."""
+    return 0 if config.rollout_engine == "cpu" else config.rollout_num_gpus_per_engine
 
 
 def engine_url(address: str) -> str:
@@ -302,16 +287,3 @@ def engine_url(address: str) -> str:
     if not host or not port.isdigit():
         raise ValueError(f"engine address {address!r} is not HOST:PORT (e.g. 10.0.0.5:30000)")
     return f"http://{host}:{port}"
-
-
-def health_problem(url: str, timeout: float) -> str | None:
-    """Why the engine at ``url`` is failing (None when ``/health`` answers 200 in time)."""
-    try:
-        response = httpx.get(f"{url}/health", timeout=timeout, trust_env=False)
-    except httpx.TimeoutException:
-        return f"{url} gave no answer to /health within {timeout:g} s (hung)"
-    except httpx.HTTPError as exc:
-        return f"{url} did not answer /health ({type(exc).__name__}: died)"
-    if response.status_code == 200:
-        return None
-    return f"{url} answered /health with {response.status_code}: {response.text[:500]}"

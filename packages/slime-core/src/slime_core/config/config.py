@@ -25,8 +25,9 @@ class FrozenConfigError(AttributeError):
 class Config:
     """Option values by key (``config.rollout_batch_size``), plus pass-through dicts.
 
-    ``sglang`` and ``router_args`` hold the ``--sglang-*`` / ``--router-*`` options slime does
-    not declare itself, keyed without their prefix, for the SGLang servers and the router
+    ``sglang``, ``router_args`` and ``vllm`` hold the ``--sglang-*`` / ``--router-*`` / ``--vllm-*``
+    options slime does not declare itself, keyed without their prefix, for the SGLang servers, the
+    router and the vLLM servers
     (``router`` itself is the ``--router`` option: which router runs).
     ``sources`` says where each value came from: ``default``, ``FILE:LINE`` or ``command line``.
     ``network`` (`slime_core.cluster.network.Network`) is no option: the driver makes the run's
@@ -45,11 +46,13 @@ class Config:
         sources: dict[str, str] | None = None,
         sglang: dict[str, Any] | None = None,
         router: dict[str, Any] | None = None,
+        vllm: dict[str, Any] | None = None,
     ):
         self.__dict__["_values"] = dict(values)
         self.__dict__["sources"] = dict(sources or {})
         self.__dict__["sglang"] = dict(sglang or {})
         self.__dict__["router_args"] = dict(router or {})
+        self.__dict__["vllm"] = dict(vllm or {})
         self.__dict__["network"] = Network()
         self.__dict__["frozen"] = False
 
@@ -89,7 +92,7 @@ class Config:
         unknown = [key for key in changes if key not in self._values]
         if unknown:
             raise AttributeError(f"config has no option '{unknown[0]}'; declare it with the slime_add_options hook")
-        copy = Config({**self._values, **changes}, self.sources, self.sglang, self.router_args)
+        copy = Config({**self._values, **changes}, self.sources, self.sglang, self.router_args, self.vllm)
         copy.__dict__["network"] = network
         return copy.freeze() if self.frozen else copy
 
@@ -106,8 +109,13 @@ class Config:
         return self._values.get(name, default)
 
     def to_dict(self) -> dict[str, Any]:
-        """Every value, with the pass-through options under ``sglang`` and ``router_args``."""
-        return {**self._values, "sglang": dict(self.sglang), "router_args": dict(self.router_args)}
+        """Every value, with the pass-through options under ``sglang``, ``router_args`` and ``vllm``."""
+        return {
+            **self._values,
+            "sglang": dict(self.sglang),
+            "router_args": dict(self.router_args),
+            "vllm": dict(self.vllm),
+        }
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)

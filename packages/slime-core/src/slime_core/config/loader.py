@@ -18,10 +18,10 @@ from slime_core.config.options import Option, OptionSet, flag_to_key, key_to_fla
 from slime_core.config.resolve import resolve
 from slime_core.config.validate import validate
 
-PASSTHROUGH = ("sglang", "router")  # undeclared --sglang-* / --router-* options go to these tools
+PASSTHROUGH = ("sglang", "router", "vllm")  # undeclared --sglang-* / --router-* / --vllm-* options go to these tools
 #: YAML mappings of pass-through options -> their tool (``router_args:`` as ``config.yaml`` writes
 #: it; ``router:`` as a mapping too, while ``router: NAME`` is the ``--router`` option).
-YAML_PASSTHROUGH = {"sglang": "sglang", "router": "router", "router_args": "router"}
+YAML_PASSTHROUGH = {"sglang": "sglang", "router": "router", "router_args": "router", "vllm": "vllm"}
 
 
 class _Collected:
@@ -145,7 +145,7 @@ def _take_flag(flag: str, values: list[str], options: OptionSet, cli: dict, got:
 
 
 def _passthrough_tool(key: str) -> str | None:
-    """The tool an undeclared option is passed to (``sglang_*`` / ``router_*``), or None."""
+    """The tool an undeclared option is passed to (``sglang_*`` / ``router_*`` / ``vllm_*``), or None."""
     return next((tool for tool in PASSTHROUGH if key.startswith(tool + "_")), None)
 
 
@@ -155,7 +155,7 @@ def _passthrough_value(values: list[str]) -> Any:
 
 
 def _passthrough(key: str, value: Any, got: _Collected) -> bool:
-    """Keep an undeclared ``sglang_*`` / ``router_*`` option for its tool; True if it was one."""
+    """Keep an undeclared ``sglang_*`` / ``router_*`` / ``vllm_*`` option for its tool; True if it was one."""
     tool = _passthrough_tool(key)
     if tool:
         got.passthrough[tool][key[len(tool) + 1 :]] = value

@@ -132,8 +132,8 @@ class OptionSet:
             prog=prog,
             usage="%(prog)s [CONFIG.yaml] [--option VALUE ...]",
             description="Run RL training. Options come from a YAML CONFIG and the command line (which wins). "
-            "Flags starting with --sglang- or --router- that slime does not declare are passed to SGLang "
-            "and to the router.",
+            "Flags starting with --sglang-, --router- or --vllm- that slime does not declare are passed to SGLang, "
+            "the router and vLLM.",
             epilog=None
             if everything or not more
             else f"`{prog} --help-all` also lists the {more} flags accepted from slime's and Megatron-LM's launch "

@@ -9,12 +9,10 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
-
+from slime_core.cluster.engine_servers import wait_healthy
 from slime_core.cluster.ports import free_port
 
 
@@ -35,23 +33,6 @@ def start_cpu_engine(
         with open(log_path, "ab") as log:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     return process, f"http://127.0.0.1:{port}"
-
-
-def wait_healthy(process: subprocess.Popen, url: str, timeout_s: float = 120.0) -> None:
-    """Return once ``url/health`` answers 200; raise if the process exits or time runs out.
-
-    One client for every try: a new one per request builds a TLS context each time, ~25 ms
-    of CPU per try, which the loading engine needs more."""
-    deadline = time.monotonic() + timeout_s
-    with httpx.Client(timeout=2.0) as client:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError(f"the engine server for {url} exited with code {process.returncode}; see its log")
-            with contextlib.suppress(httpx.HTTPError):
-                if client.get(f"{url}/health").status_code == 200:
-                    return
-            time.sleep(0.1)
-    raise TimeoutError(f"the engine server at {url} did not answer /health within {timeout_s:.0f} s")
 
 
 def stop(*processes: subprocess.Popen) -> None:

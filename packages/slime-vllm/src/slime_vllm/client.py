@@ -1,0 +1,180 @@
+"""`VLLMClient`: vLLM's HTTP API for slime, generation (``slime_core.engine.RolloutEngine``) and control.
+
+Generation is vLLM's token-in, token-out route, ``POST /inference/v1/generate`` (the server
+runs with ``--enable-scale-out`` and ``VLLM_SERVER_DEV_MODE=1``): token ids in; sampled ids,
+the detokenized text (``output_mode: text``), each token's log-prob, the finish reason and the
+weight versions out. The log-probs are training's (``log softmax(logits / temperature)``)
+because the server runs with ``--logprobs-mode processed_logprobs``.
+
+A request for n samples with a seed goes as n requests, copy i seeded with
+``slime_core.engine.parallel_sample_seed(seed, i)`` (vLLM gives the copies of one request
+seeds of its own), so a group sent at once and its samples sent one by one draw the same
+tokens; without a seed it is one request with ``n`` (the prompt is prefilled once).
+
+Control calls are vLLM's RL routes: ``/pause?mode=keep`` (running requests wait in place;
+``abort``, vLLM's default, would end them), ``/resume``, ``/abort_requests`` with no ids
+(every request: vLLM renames a request ``generate-tokens-<id>``, so an abort by the
+client's id would silently do nothing), ``/reset_prefix_cache``, ``/collective_rpc`` (the
+worker methods of `slime_vllm.worker_extension`), ``/update_weight_version``,
+``/weight_info``, ``/sleep`` and ``/wake_up``.
+
+Errors are slime-core's: `EngineError` names the engine, the route and the answer;
+`EngineUnavailable` (no answer, or a 5xx) marks an engine that failed rather than a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from typing import Any
+
+import aiohttp
+
+from slime_core.engine import EngineError, EngineUnavailable, GenerateResult, SamplingParams, parallel_sample_seed
+from slime_core.rank.weight_bucket import WeightBucket
+
+#: Connections one client keeps open at most (one per request in flight).
+MAX_CONNECTIONS = 512
+
+
+class VLLMClient:
+    """One HTTP client for one vLLM server; ``timeout``: seconds a call may take (None: no
+    limit); ``api_key``: sent as ``Authorization: Bearer`` (the run's token)."""
+
+    def __init__(self, url: str, timeout: float | None = None, api_key: str | None = None):
+        self.url = url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the session's: one per event loop
+
+    def _http(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._loop is not loop:
+            connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS, limit_per_host=MAX_CONNECTIONS)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, headers=self._headers)
+            self._loop = loop
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None and self._loop is asyncio.get_running_loop():
+            await self._session.close()
+        self._session = self._loop = None
+
+    # ---- generation ---------------------------------------------------------------------
+    async def generate(
+        self, input_ids: list[int], sampling: SamplingParams, return_logprob: bool = True, rid: str | None = None
+    ) -> GenerateResult:
+        body = generate_body(input_ids, sampling, 1)
+        if rid is not None:
+            body["request_id"] = rid
+        return parse_choices(await self._call("POST", "/inference/v1/generate", body), len(input_ids))[0]
+
+    async def generate_parallel(
+        self, input_ids: list[int], sampling: SamplingParams, n: int, return_logprob: bool = True
+    ) -> list[GenerateResult]:
+        if sampling.sampling_seed is None:
+            answer = await self._call("POST", "/inference/v1/generate", generate_body(input_ids, sampling, n))
+            return parse_choices(answer, len(input_ids))
+        copies = [
+            SamplingParams(**{**sampling.__dict__, "sampling_seed": parallel_sample_seed(sampling.sampling_seed, i)})
+            for i in range(n)
+        ]
+        return list(await asyncio.gather(*(self.generate(input_ids, copy) for copy in copies)))
+
+    # ---- control ------------------------------------------------------------------------
+    async def pause(self) -> None:
+        await self._call("POST", "/pause", query={"mode": "keep"})
+
+    async def resume(self) -> None:
+        await self._call("POST", "/resume")
+
+    async def abort_all(self) -> None:
+        await self._call("POST", "/abort_requests", {})
+
+    async def flush_cache(self) -> None:
+        await self._call("POST", "/reset_prefix_cache")
+
+    async def sleep(self) -> None:
+        await self._call("POST", "/sleep", query={"level": "1", "mode": "keep"})
+
+    async def wake_up(self) -> None:
+        await self._call("POST", "/wake_up")
+
+    async def collective_rpc(self, method: str, *args: str) -> Any:
+        return await self._call("POST", "/collective_rpc", {"method": method, "args": list(args)})
+
+    async def load_from_disk(self, path: str, version: str) -> None:
+        await self.collective_rpc("slime_load_from_disk", path)
+        await self.set_weight_version(version)
+
+    async def load_bucket(self, bucket: WeightBucket, version: str) -> None:
+        await self.collective_rpc("slime_load_bucket", base64.b64encode(bucket.data).decode("ascii"))
+        await self.set_weight_version(version)
+
+    async def set_weight_version(self, version: str) -> None:
+        await self._call("POST", "/update_weight_version", {"new_version": version})
+
+    async def weight_version(self) -> str:
+        return str((await self._call("GET", "/weight_info"))["weight_version"])
+
+    async def _call(
+        self, method: str, path: str, body: dict[str, Any] | None = None, query: dict[str, str] | None = None
+    ) -> Any:
+        """The JSON answer of ``method path`` (``{}`` when empty); errors as the module says."""
+        try:
+            async with self._http().request(method, self.url + path, json=body, params=query) as response:
+                status, content = response.status, await response.read()
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            reason = str(exc) or "no answer in time"
+            raise EngineUnavailable(
+                f"vLLM engine {self.url}{path} did not answer ({type(exc).__name__}: {reason}); is it running?"
+            ) from exc
+        if status >= 400:
+            error = EngineUnavailable if status >= 500 else EngineError
+            raise error(f"vLLM engine {self.url}{path} answered {status}: {content[:500].decode(errors='replace')}")
+        return json.loads(content) if content else {}
+
+
+def generate_body(input_ids: list[int], sampling: SamplingParams, n: int) -> dict[str, Any]:
+    """The ``/inference/v1/generate`` body for ``n`` samples of ``input_ids`` (vLLM's names)."""
+    params: dict[str, Any] = {
+        "max_tokens": sampling.max_new_tokens,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "top_k": sampling.top_k if sampling.top_k > 0 else 0,
+        "logprobs": 0,  # the sampled token's log-prob only
+        "n": n,
+    }
+    if sampling.stop:
+        params["stop"] = sampling.stop
+    if sampling.stop_token_ids:
+        params["stop_token_ids"] = sampling.stop_token_ids
+    if sampling.sampling_seed is not None:
+        params["seed"] = sampling.sampling_seed
+    if sampling.custom_params:
+        raise EngineError(
+            f"the vllm rollout backend takes no custom sampling parameters ({sorted(sampling.custom_params)}); "
+            "top-p replay (--rollout-top-p < 1) needs an engine that returns each token's nucleus"
+        )
+    return {"token_ids": input_ids, "sampling_params": params, "output_mode": "text"}
+
+
+def parse_choices(answer: dict[str, Any], prompt_tokens: int) -> list[GenerateResult]:
+    """The `GenerateResult` of each choice of a ``/inference/v1/generate`` answer."""
+    results = []
+    for choice in sorted(answer.get("choices", []), key=lambda choice: choice["index"]):
+        content = (choice.get("logprobs") or {}).get("content") or []
+        spans = choice.get("weight_versions") or []
+        results.append(
+            GenerateResult(
+                output_ids=list(choice.get("token_ids") or []),
+                text=choice.get("text", ""),
+                finish_reason=choice.get("finish_reason") or "abort",
+                log_probs=[float(entry["logprob"]) for entry in content],
+                weight_version=spans[-1]["version"] if spans else None,
+                prompt_tokens=prompt_tokens,
+            )
+        )
+    return results

@@ -1,0 +1,152 @@
+"""`VLLMEngines`: the vLLM servers of a run (``slime_core.rollout_backend.Engines``).
+
+``VLLMEngines.start(config, model_path)`` starts ``--rollout-num-gpus //
+--rollout-num-gpus-per-engine`` vLLM servers (`slime_vllm.servers.vllm_command`), each in a
+slime-core `EngineServer` Ray actor placed by the run, and returns once every one answers
+``/health``. Control calls go to every engine concurrently (`slime_vllm.client.VLLMClient`,
+with the run's token), each over a connection made for the call, and raise the first
+engine's error once all have answered.
+
+Weight transports: ``disk`` (every worker reloads the Hugging Face directory in place) and
+``tensor`` (each bucket's safetensors bytes, to every worker), both through
+`slime_vllm.worker_extension`, then the new version is set (``/update_weight_version``).
+
+Memory: vLLM's CPU build frees nothing on ``/sleep``, so on CPU `release_memory` and
+`resume_memory` do nothing (said once); on GPUs they are ``/sleep`` (level 1: weights to
+host memory, the KV cache dropped) and ``/wake_up``, which need ``--vllm-enable-sleep-mode``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from slime_core.cluster.engine_servers import (
+    engine_count,
+    engine_log,
+    health_problem,
+    restart_server,
+    start_servers,
+    stop_servers,
+)
+from slime_core.cluster.network import Network
+from slime_core.engine import EngineError
+from slime_core.rank.weight_bucket import WeightBucket
+from slime_vllm.client import VLLMClient
+from slime_vllm.servers import vllm_command
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
+
+#: Seconds one control call may take (loading a large model's weights from disk takes minutes).
+CONTROL_TIMEOUT_S = 600.0
+#: The kind of engine, in errors about one that did not start.
+KIND = "vllm"
+
+
+class VLLMEngines:
+    """The vLLM servers of a run, started as Ray actors."""
+
+    transports = ("tensor", "disk")
+    per_copy_seeds = True  # VLLMClient.generate_parallel seeds copy i with parallel_sample_seed(seed, i)
+    _said_memory = False  # whether the no-op of release_memory on CPU was said
+
+    def __init__(self, urls: list[str], servers: list, launch: tuple | None, network: Network, gpus: int):
+        self.urls = list(urls)
+        self._servers = list(servers)
+        self._launch = launch  # (config, command_fn, model_path, actor_options); None for `only`'s view
+        self._network = network
+        self._gpus = gpus  # of each engine: 0 on CPU
+
+    @classmethod
+    def start(cls, config: Config, model_path: str, actor_options=None, gpu: bool = False) -> VLLMEngines:
+        gpus = config.rollout_num_gpus_per_engine if gpu else 0
+        launch = (config, vllm_command, model_path, actor_options)
+        urls, servers = start_servers(
+            config, vllm_command, model_path, engine_count(config), actor_options, kind=KIND, gpus=gpus
+        )
+        return cls(urls, servers, launch, config.network, gpus)
+
+    @property
+    def restartable(self) -> bool:
+        return self._launch is not None
+
+    def only(self, index: int) -> VLLMEngines:
+        return VLLMEngines([self.urls[index]], [], None, self._network, self._gpus)
+
+    # ---- control, on every engine -------------------------------------------------------
+    async def pause(self) -> None:
+        await self._each(lambda client: client.pause())
+
+    async def resume_generation(self) -> None:
+        await self._each(lambda client: client.resume())
+
+    async def abort(self) -> None:
+        await self._each(lambda client: client.abort_all())
+
+    async def flush_cache(self) -> None:
+        await self._each(lambda client: client.flush_cache())
+
+    async def release_memory(self) -> None:
+        if self._gpus:
+            await self._each(lambda client: client.sleep())
+        elif not VLLMEngines._said_memory:
+            VLLMEngines._said_memory = True
+            print("slime-vllm: vLLM's CPU build frees no memory on /sleep; the engines keep theirs", flush=True)
+
+    async def resume_memory(self) -> None:
+        if self._gpus:
+            await self._each(lambda client: client.wake_up())
+
+    async def update_weights_from_tensor(self, bucket: WeightBucket, version: str) -> None:
+        bucket = WeightBucket.of(bucket)
+        await self._each(lambda client: client.load_bucket(bucket, version))
+
+    async def update_weights_from_disk(self, path: str, version: str) -> None:
+        await self._each(lambda client: client.load_from_disk(path, version))
+
+    async def update_weights_by_broadcast(self, bucket: WeightBucket, version: str) -> None:
+        raise EngineError(
+            "the vllm rollout backend does not take weights by broadcast yet; use --update-weight-transport "
+            "tensor or disk"
+        )
+
+    async def close_weight_updates(self) -> None:
+        """Nothing stays open between updates."""
+
+    async def weight_versions(self) -> list[str]:
+        """The weight version each engine serves, in the order of `urls`."""
+        return await self._each(lambda client: client.weight_version())
+
+    # ---- health and replacement ---------------------------------------------------------
+    def health_problem(self, index: int, timeout: float) -> str | None:
+        problem = health_problem(self.urls[index], timeout)
+        if problem is None or self._launch is None:
+            return problem
+        port = int(self.urls[index].rsplit(":", 1)[1])
+        return f"{problem}; its log: {engine_log(self._launch[0], index, port)}"
+
+    def restart(self, index: int) -> str:
+        if self._launch is None:
+            raise RuntimeError("this view of one engine cannot restart it; restart it through the run's engines")
+        self.urls[index], self._servers[index] = restart_server(
+            self._servers, index, self._launch, kind=KIND, gpus=self._gpus
+        )
+        return self.urls[index]
+
+    def shutdown(self) -> None:
+        servers, self._servers = self._servers, []
+        stop_servers(servers)
+
+    async def _each(self, call: Callable[[VLLMClient], Awaitable[Any]]) -> list:
+        """``call(client)`` for every engine concurrently; their results, in order."""
+        clients = [VLLMClient(url, timeout=CONTROL_TIMEOUT_S, api_key=self._network.token) for url in self.urls]
+        try:
+            results = await asyncio.gather(*(call(client) for client in clients), return_exceptions=True)
+        finally:
+            await asyncio.gather(*(client.close() for client in clients))
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return results

@@ -1,0 +1,65 @@
+"""slime-vllm's plugin module, found through the ``slime`` entry-point group.
+
+It registers the ``vllm`` rollout backend and its options, and checks a run's config for
+what the backend cannot do. It imports nothing heavy, so ``slime --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from slime_core import hookimpl
+
+if TYPE_CHECKING:
+    from slime_core.config.config import Config
+
+GROUP = "vLLM engines (slime-vllm)"
+
+
+@hookimpl
+def slime_add_options(options):
+    options.add(
+        "--vllm-python",
+        default=None,
+        group=GROUP,
+        help="the Python interpreter that has vLLM and runs its servers (default: this one when vLLM imports "
+        "here, else .venv-vllm/bin/python as scripts/setup-dev.sh makes it); other --vllm-* flags are "
+        "passed to vLLM's server (e.g. --vllm-dtype float32 --vllm-enforce-eager)",
+    )
+
+
+@hookimpl
+def slime_validate_config(config: Config, plugins):
+    if config.get("rollout_backend") != "vllm":
+        return []
+    from slime_core.cluster.engine_servers import engine_count
+    from slime_vllm.servers import find_vllm_python, missing_vllm_message
+
+    errors = []
+    if config.get("vllm_python") is None and find_vllm_python() is None:
+        errors.append(missing_vllm_message())
+    if config.get("actor_runtime") == "inprocess":
+        errors.append(
+            "--actor-runtime inprocess runs without Ray, and the vllm rollout backend starts its engines "
+            "as Ray actors; use --actor-runtime ray"
+        )
+    if config.get("router") not in (None, "none"):
+        errors.append(
+            f"--router {config.get('router')}: the routers speak SGLang's /generate, not vLLM's "
+            "/inference/v1/generate; run the vllm rollout backend with --router none (the rollout spreads "
+            "requests over the engines itself)"
+        )
+    if config.get("update_weight_transport") == "broadcast":
+        errors.append("--update-weight-transport broadcast: the vllm rollout backend takes tensor or disk for now")
+    if config.get("rollout_top_p", 1.0) < 1.0:
+        errors.append("--rollout-top-p < 1 needs each token's nucleus back (top-p replay), which vLLM does not return")
+    try:
+        engine_count(config)
+    except ValueError as exc:
+        errors.append(str(exc))
+    return errors
+
+
+@hookimpl
+def slime_register_rollout_backends(register):
+    register("vllm", "slime_vllm.backend:vllm_backend")

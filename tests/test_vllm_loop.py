@@ -96,11 +96,13 @@ def _running(url: str) -> str:
     )
 
 
-def test_a_killed_vllm_engine_is_replaced_and_no_sample_is_lost(slime_run, vllm_model):
-    """The replacement starts on the initial weights and gets the current ones from disk."""
+def test_a_killed_vllm_engine_is_replaced_and_no_sample_is_lost_in_async_mode(slime_run, vllm_model):
+    """Asynchronous (each rollout generated while the previous one trains): the replacement starts
+    on the initial weights and gets the current ones from disk."""
     fault = KillEngine(vllm_model)
     records = slime_run(
         *VLLM,
+        "--async",
         "--hf-checkpoint",
         str(vllm_model),
         "--use-fault-tolerance",
@@ -124,3 +126,4 @@ def test_a_killed_vllm_engine_is_replaced_and_no_sample_is_lost(slime_run, vllm_
     assert records[1]["rollout/samples_regenerated"] > 0
     assert records[-1]["weight_version"] == 3 and records[-1]["weight_update/max_logprob_diff"] < 1e-3
     assert processes_running("slime_vllm.serve", str(vllm_model)) == []
+    assert "time/wait_rollout" in records[-1]  # the async loop's

@@ -70,9 +70,15 @@ def missing_vllm_message() -> str:
 
 
 def vllm_command(config: Config, model_path: str, port: int, host: str = LOOPBACK) -> list[str]:
-    """The argv of one vLLM server (see the module docstring): slime's settings, then every
-    ``--vllm-*`` pass-through option (``config.vllm``), which may override them."""
-    gpus = len(_actor_gpus())
+    """The argv of one engine of a run (see `server_command`), on the GPUs Ray gave its actor,
+    with the run's seed and every ``--vllm-*`` pass-through option (``config.vllm``)."""
+    options = {"seed": config.get("seed"), **config.vllm}
+    return server_command(vllm_python(config), model_path, port, host, len(_actor_gpus()), options)
+
+
+def server_command(python: str, model_path: str, port: int, host: str, gpus: int, options: dict) -> list[str]:
+    """The argv of a vLLM server for slime (see the module docstring): slime's settings, then
+    ``options`` (vLLM's, by key without dashes), which may override them."""
     own = {
         "model": model_path,
         "host": host,
@@ -80,7 +86,6 @@ def vllm_command(config: Config, model_path: str, port: int, host: str = LOOPBAC
         "tensor_parallel_size": gpus or None,
         # On CPU, torch.compile of the model takes minutes at start-up on a small machine.
         "enforce_eager": not gpus,
-        "seed": config.get("seed"),
         # RL routes: /inference/v1/generate (token ids in and out) needs --enable-scale-out.
         "enable_scale_out": True,
         # Log-probs of the sampled tokens as training scores them: after temperature.
@@ -92,7 +97,7 @@ def vllm_command(config: Config, model_path: str, port: int, host: str = LOOPBAC
     }
     kv_cache = os.environ.get("VLLM_CPU_KVCACHE_SPACE", CPU_KV_CACHE_GIB)
     env = [f"PYTHONPATH={package_path()}", f"VLLM_CPU_KVCACHE_SPACE={kv_cache}"]
-    return ["env", *env, vllm_python(config), "-m", "slime_vllm.serve", *as_flags({**own, **config.vllm})]
+    return ["env", *env, python, "-m", "slime_vllm.serve", *as_flags({**own, **options})]
 
 
 def _actor_gpus() -> list:

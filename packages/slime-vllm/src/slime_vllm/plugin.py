@@ -6,6 +6,7 @@ what the backend cannot do. It imports nothing heavy, so ``slime --help`` stays 
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from slime_core import hookimpl
@@ -36,8 +37,11 @@ def slime_validate_config(config: Config, plugins):
     from slime_vllm.servers import find_vllm_python, missing_vllm_message
 
     errors = []
-    if config.get("vllm_python") is None and find_vllm_python() is None:
+    python = config.get("vllm_python")
+    if python is None and find_vllm_python() is None:
         errors.append(missing_vllm_message())
+    elif python is not None and not os.access(python, os.X_OK):
+        errors.append(f"--vllm-python {python}: no such interpreter; give the python of the environment that has vLLM")
     if config.get("actor_runtime") == "inprocess":
         errors.append(
             "--actor-runtime inprocess runs without Ray, and the vllm rollout backend starts its engines "

@@ -1,0 +1,50 @@
+"""What a run with ``--rollout-backend vllm`` is refused at config time, each with its fix."""
+
+import pytest
+
+from slime_core.config import ConfigError
+from slime_core.testing import make_config
+
+
+def _errors(tmp_path, **overrides) -> str:
+    data = tmp_path / "p.jsonl"
+    data.write_text('{"prompt": "1+1=", "label": "2"}\n')
+    with pytest.raises(ConfigError) as refused:
+        make_config(data, tmp_path, rollout_batch_size=1, rollout_backend="vllm", **overrides)
+    return str(refused.value)
+
+
+def test_routers_broadcast_top_p_and_a_missing_interpreter_are_refused_with_the_fix(tmp_path):
+    errors = _errors(
+        tmp_path,
+        router="sglang",
+        update_weight_transport="broadcast",
+        rollout_top_p=0.9,
+        vllm_python=str(tmp_path / "nowhere" / "python"),
+    )
+    assert "run the vllm rollout backend with --router none" in errors
+    assert "--update-weight-transport broadcast" in errors and "tensor or disk" in errors
+    assert "--rollout-top-p < 1" in errors
+    assert "no such interpreter" in errors
+
+
+def test_vllm_flags_slime_does_not_declare_go_to_vllm_s_server(tmp_path):
+    from slime_vllm.servers import server_command
+
+    data = tmp_path / "p.jsonl"
+    data.write_text('{"prompt": "1+1=", "label": "2"}\n')
+    config = make_config(
+        data,
+        tmp_path,
+        rollout_batch_size=1,
+        rollout_backend="vllm",
+        router="none",
+        vllm_python="/bin/sh",
+        vllm_max_num_seqs=7,
+        vllm_enable_prefix_caching=True,
+    )
+    assert config.vllm == {"max_num_seqs": "7", "enable_prefix_caching": True}
+    argv = server_command("/usr/bin/python3", "/m", 8000, "127.0.0.1", 0, config.vllm)
+    assert argv[argv.index("--max-num-seqs") + 1] == "7" and "--enable-prefix-caching" in argv
+    assert "--no-enable-chunked-prefill" in argv and "--enforce-eager" in argv
+    assert argv[argv.index("--worker-extension-cls") + 1] == "slime_vllm.worker_extension.SlimeWorkerExtension"

@@ -98,7 +98,8 @@ def _running(url: str) -> str:
 
 def test_a_killed_vllm_engine_is_replaced_and_no_sample_is_lost_in_async_mode(slime_run, vllm_model):
     """Asynchronous (each rollout generated while the previous one trains): the replacement starts
-    on the initial weights and gets the current ones from disk."""
+    on the initial weights and gets the current ones by a gloo broadcast (a new group: the old one
+    had the dead engine in it)."""
     fault = KillEngine(vllm_model)
     records = slime_run(
         *VLLM,
@@ -115,7 +116,7 @@ def test_a_killed_vllm_engine_is_replaced_and_no_sample_is_lost_in_async_mode(sl
         "--num-rollout",
         "3",
         "--update-weight-transport",
-        "disk",
+        "broadcast",
         "--check-weight-update-equal",
         hooks=[fault],
     )

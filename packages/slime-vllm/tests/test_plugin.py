@@ -14,16 +14,14 @@ def _errors(tmp_path, **overrides) -> str:
     return str(refused.value)
 
 
-def test_routers_broadcast_top_p_and_a_missing_interpreter_are_refused_with_the_fix(tmp_path):
+def test_routers_top_p_and_a_missing_interpreter_are_refused_with_the_fix(tmp_path):
     errors = _errors(
         tmp_path,
         router="sglang",
-        update_weight_transport="broadcast",
         rollout_top_p=0.9,
         vllm_python=str(tmp_path / "nowhere" / "python"),
     )
     assert "run the vllm rollout backend with --router none" in errors
-    assert "--update-weight-transport broadcast" in errors and "tensor or disk" in errors
     assert "--rollout-top-p < 1" in errors
     assert "no such interpreter" in errors
 

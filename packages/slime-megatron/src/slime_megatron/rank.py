@@ -396,8 +396,15 @@ class MegatronTrainRank:
         return count[0]
 
     def nonfinite_weights(self) -> list[str]:
-        """The parameters whose shard on this rank holds a NaN or an infinity."""
-        return nonfinite_parameters(self.model.named_parameters())
+        """The parameters whose shard on this rank holds a NaN or an infinity, named as in their
+        model chunk (with ``chunk N:`` before them when the rank holds several virtual stages)."""
+        if len(self.model) == 1:
+            return nonfinite_parameters(self.model[0].named_parameters())
+        return [
+            f"chunk {index}: {name}"
+            for index, chunk in enumerate(self.model)
+            for name in nonfinite_parameters(chunk.named_parameters())
+        ]
 
     def export_bucket(self, index: int) -> WeightBucket | None:
         bucket, self._buckets[index] = self._buckets[index], []  # served once: free it

@@ -130,3 +130,45 @@ def test_the_tensor_transport_is_not_offered_to_real_sglang_servers(tmp_path, ti
         make_config(
             data, tiny_model_dir, rollout_batch_size=1, rollout_engine="sglang", update_weight_transport="tensor"
         )
+
+
+#: the /generate bodies slime's own functions post (THUDM/slime 624b824a): search-r1's and retool's generate
+#: (a text prompt), sglang_rollout.generate (ids), the on-policy-distillation reward (prompt log-probs)
+SLIME_GENERATE_BODIES = {
+    "search-r1 generate": {
+        "text": "Question: who wrote Hamlet?\nAnswer: <search>",
+        "sampling_params": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 4, "stop": ["</search>"]},
+        "return_logprob": True,
+    },
+    "sglang_rollout.generate": {
+        "input_ids": [5, 6, 7],
+        "sampling_params": {
+            "temperature": 1.0,
+            "max_new_tokens": 4,
+            "skip_special_tokens": False,
+            "no_stop_trim": True,
+        },
+        "return_logprob": True,
+    },
+    "on_policy_distillation.reward_func": {
+        "input_ids": [5, 6, 7, 8],
+        "sampling_params": {"temperature": 1.0, "max_new_tokens": 0, "skip_special_tokens": False},
+        "return_logprob": True,
+        "logprob_start_len": 0,
+    },
+}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("caller", SLIME_GENERATE_BODIES)
+def test_what_slime_s_own_functions_post_fits_sglang_and_the_cpu_engine_answers_it(caller, engine_url):
+    import httpx
+
+    body = SLIME_GENERATE_BODIES[caller]
+    assert_fits("/generate", body)
+    response = httpx.post(f"{engine_url}/generate", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    meta = response.json()["meta_info"]
+    assert len(meta["output_token_logprobs"]) == meta["completion_tokens"]
+    if "logprob_start_len" in body:
+        assert [token for _, token, _ in meta["input_token_logprobs"]] == body["input_ids"]

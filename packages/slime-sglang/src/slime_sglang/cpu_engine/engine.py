@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from slime_sglang.cpu_engine.request import BadRequest, GenerateRequest, answer
 from slime_sglang.cpu_engine.scheduler import Scheduler
 from slime_sglang.cpu_engine.stopping import StopChecker, eos_token_ids
@@ -18,6 +20,7 @@ from slime_sglang.cpu_engine.weights import load_model
 class Engine:
     model_path: str
     model: object  # a transformers causal LM
+    tokenizer: object  # its tokenizer, for prompts sent as text
     scheduler: Scheduler
     context_length: int  # prompt + output tokens of one request, at most
     vocab_size: int  # valid token ids are 0 .. vocab_size - 1
@@ -30,6 +33,33 @@ class Engine:
         """Answer one request; if the caller goes away (cancellation), its generation is aborted."""
         if request.rid in self.in_flight:
             raise BadRequest(f"rid {request.rid!r} is already in flight; give each request a unique rid")
+        result = await self._generated(request)
+        if request.return_logprob and request.logprob_start_len >= 0:
+            result["meta_info"]["input_token_logprobs"] = await self.at_safe_point(
+                lambda: self.prompt_logprobs(request)
+            )
+        return result
+
+    def tokenize(self, text: str) -> list[int]:
+        """A prompt sent as text, tokenised as SGLang's tokenizer manager does (special tokens added)."""
+        return self.tokenizer.encode(text)
+
+    def prompt_logprobs(self, request: GenerateRequest) -> list[list]:
+        """SGLang's ``input_token_logprobs`` of ``request``: ``[logprob, id, text]`` for each prompt
+        token from ``logprob_start_len``, the log-prob of the token after the ones before it (under
+        the current weights, no temperature), null for the first token. Run on the scheduler thread."""
+        ids = request.input_ids
+        with torch.no_grad():
+            logits = self.model(torch.tensor([ids])).logits[0, :-1].float()
+        chosen = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(ids[1:])[:, None]).squeeze(-1)
+        values = [None, *chosen.tolist()]
+        texts = (
+            self.tokenizer.batch_decode([[t] for t in ids]) if request.return_text_in_logprobs else [None] * len(ids)
+        )
+        start = request.logprob_start_len
+        return [list(entry) for entry in zip(values[start:], ids[start:], texts[start:])]
+
+    async def _generated(self, request: GenerateRequest) -> dict:
         if request.params.max_new_tokens == 0:
             request.finish_reason = {"type": "length", "length": 0}
             return answer(request, "", self.scheduler.weight_version)
@@ -79,6 +109,7 @@ def load_engine(model_path: str, max_running_requests: int, context_length: int 
     return Engine(
         model_path=model_path,
         model=model,
+        tokenizer=tokenizer,
         scheduler=scheduler,
         context_length=context_length or model.config.max_position_embeddings,
         vocab_size=model.get_input_embeddings().num_embeddings,

@@ -1,12 +1,14 @@
-"""One ``/generate`` request: checking the JSON body, its state while it runs, and its answer.
+"""One prompt's ``/generate`` request: checking its JSON body, its state while it runs, and its answer.
 
-The body and the answer follow SGLang's native API (only single prompts given as token ids;
-the fields sglang-router adds with their default values are accepted too):
+The body and the answer follow SGLang's native API (`generate_body` splits what a client sends,
+text or batches included, into one such body per prompt):
 
     {"input_ids": [int], "sampling_params": {...}, "return_logprob": bool, "rid": str,
-     "return_text_in_logprobs": bool}
+     "return_text_in_logprobs": bool, "logprob_start_len": int}
     -> {"text": str, "output_ids": [int], "meta_info": {"id", "finish_reason", "prompt_tokens",
         "completion_tokens", "weight_version", "output_token_logprobs" (with return_logprob),
+        "input_token_logprobs" (with return_logprob and logprob_start_len >= 0: the prompt's
+        tokens from that position, the first token's log-prob null),
         "top_p_token_ids", "top_p_token_offsets" (with custom_params.return_top_p_token_ids)}}
 
 Top-p replay answers as SGLang with slime's top-p patch does: the output tokens' nuclei
@@ -28,11 +30,14 @@ import torch
 from slime_core.engine import TOP_P_REPLAY_PARAM, encode_int32s, parallel_sample_seed
 from slime_sglang.cpu_engine.sampling import SamplingParams
 
-TOP_LEVEL_KEYS = ("input_ids", "sampling_params", "return_logprob", "return_text_in_logprobs", "rid")
-#: SGLang request fields that sglang-router always forwards: these only steer logging...
-IGNORED_KEYS = ("model", "log_metrics", "no_logs")
-#: ... and these ask for features the CPU engine lacks, so they must be false.
-UNSUPPORTED_FLAGS = ("stream", "return_hidden_states", "return_entropy", "return_bytes", "background")
+TOP_LEVEL_KEYS = (
+    "input_ids",
+    "sampling_params",
+    "return_logprob",
+    "return_text_in_logprobs",
+    "rid",
+    "logprob_start_len",
+)
 #: ``sampling_params`` keys: SGLang's names of `SamplingParams`' fields, and custom_params ...
 SAMPLING_KEYS = tuple(f.name for f in fields(SamplingParams) if f.name != "return_top_p_token_ids") + ("custom_params",)
 #: ... whose only key the CPU engine knows asks for top-p replay.
@@ -52,6 +57,7 @@ class GenerateRequest:
     params: SamplingParams
     return_logprob: bool
     return_text_in_logprobs: bool = False  # third item of each output_token_logprobs entry: the token's text
+    logprob_start_len: int = -1  # with return_logprob, the prompt's log-probs from this position (-1: none)
     generator: torch.Generator | None = None  # set for requests with a sampling_seed
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)  # one per output token
@@ -103,15 +109,16 @@ def parse_generate(body, vocab_size: int, context_length: int) -> GenerateReques
     """
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object with input_ids and sampling_params")
-    refuse_unknown(body, TOP_LEVEL_KEYS + IGNORED_KEYS + UNSUPPORTED_FLAGS, "request field")
-    asked = [key for key in UNSUPPORTED_FLAGS if body.get(key)]
-    if asked:
-        raise BadRequest(
-            f"the CPU engine does not support {', '.join(asked)}; set {'them' if len(asked) > 1 else 'it'} to false"
-        )
+    refuse_unknown(body, TOP_LEVEL_KEYS, "request field")
     input_ids = _prompt(body.get("input_ids"), vocab_size, context_length)
     params = parse_sampling_params(body.get("sampling_params") or {}, vocab_size)
     params = replace(params, max_new_tokens=min(params.max_new_tokens, context_length - len(input_ids)))
+    logprob_start_len = _integer(body, "logprob_start_len", -1)
+    if not -1 <= logprob_start_len < len(input_ids):
+        raise BadRequest(
+            f"logprob_start_len must be -1 (no prompt log-probs) or a position in the prompt "
+            f"[0, {len(input_ids)}), got {logprob_start_len}"
+        )
     rid = body.get("rid")
     if rid is not None and not isinstance(rid, str):
         raise BadRequest("rid must be a string (or left out for a generated id)")
@@ -121,6 +128,7 @@ def parse_generate(body, vocab_size: int, context_length: int) -> GenerateReques
         params=params,
         return_logprob=_boolean(body, "return_logprob", False),
         return_text_in_logprobs=_boolean(body, "return_text_in_logprobs", False),
+        logprob_start_len=logprob_start_len,
         generator=None if params.sampling_seed is None else torch.Generator().manual_seed(params.sampling_seed),
     )
 
@@ -202,10 +210,7 @@ def refuse_unknown(raw: dict, known, what: str) -> None:
 def _prompt(value, vocab_size: int, context_length: int) -> list[int]:
     input_ids = _token_ids(value, "input_ids", vocab_size)
     if not input_ids:
-        raise BadRequest(
-            "input_ids must be a non-empty list of token ids (tokenize the prompt first; "
-            "batches of prompts are not supported: send one request per prompt)"
-        )
+        raise BadRequest("input_ids must be a non-empty list of token ids (or send the prompt as text)")
     if len(input_ids) >= context_length:
         raise BadRequest(
             f"the prompt has {len(input_ids)} tokens but the context length is {context_length}; "
@@ -217,15 +222,8 @@ def _prompt(value, vocab_size: int, context_length: int) -> list[int]:
 def _token_ids(value, name: str, vocab_size: int) -> list[int]:
     if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
         if value is None and name == "input_ids":
-            raise BadRequest("input_ids is missing: send the prompt as a list of token ids")
-        raise BadRequest(
-            f"{name} must be a list of integer token ids"
-            + (
-                " (one prompt: batches are not supported)"
-                if isinstance(value, list) and isinstance(value[0], list)
-                else ""
-            )
-        )
+            raise BadRequest("input_ids is missing: send the prompt as text, or as a list of token ids")
+        raise BadRequest(f"{name} must be a list of integer token ids (or a list of such lists: a batch)")
     outside = [t for t in value if not 0 <= t < vocab_size]
     if outside:
         raise BadRequest(

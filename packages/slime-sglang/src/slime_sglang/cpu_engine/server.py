@@ -1,6 +1,8 @@
 """The CPU engine's HTTP server: SGLang's native API on aiohttp.
 
-Routes (SGLang's paths): ``/generate``; the control endpoints of :mod:`control` and
+Routes (SGLang's paths): ``/generate`` (every field of SGLang's ``GenerateReqInput``, see
+:mod:`generate_body`; with ``stream`` the answers come as server-sent events, each once it is
+complete, then ``data: [DONE]``); the control endpoints of :mod:`control` and
 :mod:`weight_groups`; and
 ``/health``, ``/health_generate``, ``/server_info`` (``/get_server_info``), ``/model_info``
 (``/get_model_info``). Every error answers JSON ``{"error": "..."}``: 400 for a bad request
@@ -26,6 +28,7 @@ from aiohttp import web
 from slime_core.cluster.network import bearer_matches
 from slime_sglang.cpu_engine import control, weight_groups
 from slime_sglang.cpu_engine.engine import Engine
+from slime_sglang.cpu_engine.generate_body import split_generate_body
 from slime_sglang.cpu_engine.request import BadRequest, parse_generate, parse_generate_copies, refuse_unknown
 
 log = logging.getLogger(__name__)
@@ -89,14 +92,42 @@ def create_app(engine: Engine, api_key: str | None = None, admin_api_key: str | 
     return app
 
 
-async def generate(request: web.Request) -> web.Response:
-    """One answer, or a list of n for a body with ``sampling_params.n`` = n > 1 (as SGLang)."""
+async def generate(request: web.Request) -> web.StreamResponse:
+    """One answer, or a list for a batch of prompts or a body with ``sampling_params.n`` > 1
+    (n answers per prompt, prompt-major), as SGLang."""
     engine = request.app[ENGINE]
     body = await _json_body(request)
-    copies = parse_generate_copies(body, engine.vocab_size, engine.context_length)
-    if len(copies) == 1:  # n = 1: one answer, not a list, as SGLang
+    items, batched = split_generate_body(body, engine.tokenize)
+    copies = [copy for item in items for copy in parse_generate_copies(item, engine.vocab_size, engine.context_length)]
+    if body.get("stream"):
+        return await _stream(request, engine, copies)
+    if len(copies) == 1 and not batched:  # one prompt, n = 1: one answer, not a list, as SGLang
         return web.json_response(await engine.generate(copies[0]))
     return web.json_response(await _all_or_none(engine.generate(copy) for copy in copies))
+
+
+async def _stream(request: web.Request, engine: Engine, copies: list) -> web.StreamResponse:
+    """SGLang's streamed answer: one server-sent event per answer (with its ``index`` when there
+    are several) as each completes, then ``data: [DONE]``."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+
+    async def indexed(index: int, copy) -> tuple[int, dict]:
+        return index, await engine.generate(copy)
+
+    tasks = [asyncio.ensure_future(indexed(i, copy)) for i, copy in enumerate(copies)]
+    try:
+        for next_done in asyncio.as_completed(tasks):
+            index, result = await next_done
+            chunk = {**result, "index": index} if len(copies) > 1 else result
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+    except BadRequest as exc:
+        await response.write(f"data: {json.dumps({'error': str(exc)})}\n\n".encode())
+    finally:
+        for task in tasks:
+            task.cancel()
+    await response.write(b"data: [DONE]\n\n")
+    return response
 
 
 async def _all_or_none(calls) -> list:

@@ -1,0 +1,1 @@
+"""slime.backends: the train-backend helpers slime's user code imports."""

@@ -58,7 +58,7 @@ def launch_flags(checkout: Path) -> set[str]:
 def status(flag: str, options, accepted) -> str:
     """What `slime run` does with ``flag``."""
     key = flag[2:].replace("-", "_")
-    if flag.endswith("-path") and key not in accepted:
+    if flag.endswith("-path") and key not in accepted and key != "megatron_config_path":
         return "function hook (see below)"
     if key in accepted:
         return accepted[key].status()

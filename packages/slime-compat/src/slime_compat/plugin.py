@@ -20,15 +20,26 @@ GROUP = "slime functions (slime-compat): module.function, called as THUDM slime 
 
 @hookimpl
 def slime_add_options(options):
+    from slime_compat.megatron_config import FLAG
+
     for hook in HOOKS:
         options.add(hook.flag, default=None, nargs=hook.nargs, help=hook.help, group=GROUP)
+    options.add(
+        FLAG,
+        default=None,
+        help="slime's YAML of per-role Megatron settings ('megatron: [{role: actor|critic, overrides: {...}}]'): "
+        "the actor's set our options of those names, the critic's lr / load set --critic-lr / --critic-load",
+        group=GROUP,
+    )
 
 
 @hookimpl
 def slime_resolve_config(config: Config):
     from slime_compat.hooks import select_rollout_function, sft_without_labels
+    from slime_compat.megatron_config import apply_megatron_config
     from slime_compat.megatron_hooks import pick_megatron
 
+    apply_megatron_config(config)
     pick_megatron(config, HOOKS)
     sft_without_labels(config)
     select_rollout_function(config)
@@ -37,12 +48,17 @@ def slime_resolve_config(config: Config):
 @hookimpl
 def slime_validate_config(config: Config):
     from slime_compat.custom_config import custom_config_problems
+    from slime_compat.megatron_config import megatron_config_problems
     from slime_compat.train_data import train_data_problems
     from slime_compat.train_options import prepare_train_math
 
     # prepare_train_math reads --advantage-estimator before apply_hooks replaces it
     return (
-        prepare_train_math(config) + apply_hooks(config) + custom_config_problems(config) + train_data_problems(config)
+        prepare_train_math(config)
+        + apply_hooks(config)
+        + custom_config_problems(config)
+        + megatron_config_problems(config)
+        + train_data_problems(config)
     )
 
 

@@ -135,14 +135,15 @@ def model_config(config: Config) -> tuple[dict, str] | None:
 
 def read_model_config(path: str | None) -> dict | None:
     """The model's config.json, or None; a multimodal model's ``text_config`` and the rope
-    settings (``rope_parameters`` since transformers 5) are merged over the top level."""
+    settings (``rope_parameters`` since transformers 5, ``rope_scaling`` before) are merged over
+    the top level."""
     try:
         model = json.loads((Path(path) / "config.json").read_text()) if path else None
     except (OSError, ValueError):
         return None
     if not isinstance(model, dict):
         return None
-    for nested in ("text_config", "rope_parameters"):
+    for nested in ("text_config", "rope_parameters", "rope_scaling"):
         if isinstance(model.get(nested), dict):
             model = {**model, **model[nested]}
     return model

@@ -47,6 +47,8 @@ MEGATRON_LM_FLAGS: tuple[Accepted, ...] = (
     _size("--v-head-dim", "v_head_dim"),
     Accepted("--untie-embeddings-and-output-weights", hf_keys=("tie_word_embeddings",), hf_value=False),
     Accepted("--swiglu", hf_keys=("hidden_act",), hf_value="silu"),
+    # Llama 3.x's rope scaling (slime's Llama-3.1 model script): config.json's rope type must be llama3
+    Accepted("--use-rope-scaling", hf_keys=("rope_type",), hf_value="llama3"),
     # architecture switches and choices: config.json says them already
     *(
         Accepted(flag, reason=_ARCH)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from slime_compat import distillation
 from slime_compat.megatron_hooks import megatron_problems, post_write_problems
 
 if TYPE_CHECKING:
@@ -203,7 +204,7 @@ _ROLLOUT = "slime.rollout.sglang_rollout.generate_rollout"
 _FILTERS = "slime.rollout.filter_hub.dynamic_sampling_filters"
 _DEEPGEMM = "slime.backends.megatron_utils.alignment.deepgemm_forward"
 SFT_ROLLOUT = "slime.rollout.sft_rollout.generate_rollout"
-NATIVE_EQUIVALENTS: dict[tuple[str, str], str] = {
+NATIVE_EQUIVALENTS: dict[tuple[str, str], str | None] = {
     ("rollout_function_path", _ROLLOUT): "default",
     ("eval_function_path", _ROLLOUT): "default",
     # slime's SFT rollout (chat messages, the multi-turn loss mask) calls no engine
@@ -212,18 +213,13 @@ NATIVE_EQUIVALENTS: dict[tuple[str, str], str] = {
     ("data_source_path", "slime.rollout.data_source.RolloutDataSourceWithBuffer"): "prompt",
     ("dynamic_sampling_filter_path", f"{_FILTERS}.check_reward_nonzero_std"): "nonzero_std",
     ("dynamic_sampling_filter_path", f"{_FILTERS}.check_reward_nonzero_std_with_fallback"): "nonzero_std_unless_scarce",
+    # slime's on-policy distillation selects the native teacher (slime_compat.distillation)
+    ("custom_rm_path", distillation.REWARD): distillation.ZERO_REWARD,
+    ("custom_reward_post_process_path", distillation.POST_PROCESS): None,
 }
 
 #: slime's own functions that our loop provides another way: (flag key, path) -> what to use instead.
 NATIVE_INSTEAD: dict[tuple[str, str], str] = {
-    (
-        "custom_rm_path",
-        "slime.rollout.on_policy_distillation.reward_func",
-    ): "on-policy distillation is native: --opd-teacher-load TEACHER_DIR --opd-kl-coef C",
-    (
-        "custom_reward_post_process_path",
-        "slime.rollout.on_policy_distillation.post_process_rewards",
-    ): "on-policy distillation is native: --opd-teacher-load TEACHER_DIR --opd-kl-coef C",
     (
         "rollout_function_path",
         "slime.rollout.fully_async_rollout.generate_rollout_fully_async",
@@ -275,6 +271,10 @@ def apply_hooks(config: Config) -> list[str]:
                 f"{hook.flag} {path}: slime-compat does not run slime's own function here; "
                 f"{NATIVE_INSTEAD[hook.key, path]}"
             )
+        elif path in (distillation.REWARD, distillation.POST_PROCESS) and (
+            problems := distillation.opd_problems(config, hook.flag, path)
+        ):
+            errors += problems
         elif hook.check and (problems := hook.check(config, hook)):
             errors += problems
         elif (hook.key, path) in NATIVE_EQUIVALENTS:

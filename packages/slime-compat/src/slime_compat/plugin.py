@@ -88,6 +88,7 @@ def slime_before_save(rollout_id, path):
 @hookimpl
 def slime_register_reward_functions(register):
     register("slime.custom_rm", "slime_compat.rewards:custom_rm")
+    register("slime.opd_zero_reward", "slime_compat.distillation:zero_reward")
 
 
 @hookimpl

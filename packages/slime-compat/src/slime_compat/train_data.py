@@ -66,8 +66,13 @@ def train_data_problems(config: Config) -> list[str]:
 
 def reward_post_process(samples, config: Config) -> tuple[list, list]:
     """Our reward post-processor contract calling slime's."""
-    fn = load_function(config.custom_reward_post_process_path)
-    return fn(slime_args(config), promote_all(samples))
+    from slime_compat.distillation import check_teacher_log_probs
+
+    path = config.custom_reward_post_process_path
+    samples = promote_all(samples)
+    rewards = load_function(path)(slime_args(config), samples)
+    check_teacher_log_probs(samples, config, f"--custom-reward-post-process-path {path}")
+    return rewards
 
 
 def convert_samples_to_train_data(samples, config: Config) -> RolloutBatch:

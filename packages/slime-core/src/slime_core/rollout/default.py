@@ -123,21 +123,37 @@ class _Rollout:
             return
         limit = self.config.dynamic_sampling_max_groups
         if limit and self.counts["submitted"] + count > limit * self.target:
-            if self.counts["failed_reward"] > self.counts["filtered"]:
-                raise RunError(
-                    f"{self.counts['submitted']} groups were generated for a rollout of {self.target} and "
-                    f"{self.counts['failed_reward']} had a sample whose reward failed, the last: "
-                    f"{self.reward_failure}. "
-                    "Fix the reward function, or give such samples a reward with --rm-failure-reward"
-                )
-            raise RuntimeError(
-                f"{self.counts['submitted']} groups were generated for a rollout of {self.target} and the filter kept "
-                f"{len(self.accepted)}: the dynamic-sampling filter rejects almost everything. Check the rewards "
-                "(all equal?), relax the filter, or raise --dynamic-sampling-max-groups"
-            )
+            raise self._stopped_short()
         for group in self.parts.data_source.get_samples(count):
             self.counts["submitted"] += 1
             pending.add(asyncio.ensure_future(self._group(group)))
+
+    def _stopped_short(self) -> RunError:
+        """Why --dynamic-sampling-max-groups stopped the rollout: each part that kept generated
+        groups out (failed rewards, the dynamic-sampling filter, aborts), with its count and fix;
+        only the parts that did."""
+        counts = self.counts
+        causes = []
+        if counts["failed_reward"]:
+            causes.append(
+                f"{counts['failed_reward']} had a sample whose reward failed, the last: {self.reward_failure}. "
+                "Fix the reward function, or give such samples a reward with --rm-failure-reward"
+            )
+        if counts["filtered"]:
+            causes.append(
+                f"{counts['filtered']} were rejected by the dynamic-sampling filter "
+                f"({self.config.get('dynamic_sampling_filter')}). Check the rewards (all equal?), relax the filter, "
+                "or raise --dynamic-sampling-max-groups"
+            )
+        if counts["aborted"]:
+            causes.append(
+                f"{counts['aborted']} were aborted before they finished (an abort of the engines, or an engine that "
+                "stopped answering: see the engines' logs)"
+            )
+        return RunError(
+            f"{counts['submitted']} groups were generated for a rollout of {self.target} and {len(self.accepted)} "
+            f"kept: " + "; ".join(causes or ["no group finished"])
+        )
 
     async def _group(self, group: list[Sample]) -> list[Sample]:
         """Generate every sample of the group (each generated one through the sample hooks),

@@ -81,13 +81,20 @@ def test_flags_that_cannot_run_as_given_are_refused_together_with_the_reason(mak
             "fsdp",
             "--custom-megatron-init-path",
             P + "x",
-            "--rollout-function-path",
-            "slime.rollout.fully_async_rollout.generate_rollout_fully_async",
+            "--custom-megatron-before-log-prob-hook-path",
+            "slime.backends.megatron_utils.alignment.deepgemm_forward.enable_deepgemm_all_forward",
         )
     message = str(error.value)
     assert "--custom-loss-function-path: slime calls it only with --loss-type custom_loss" in message
     assert "--custom-megatron-init-path: slime calls it in its Megatron actor, and only the Megatron backend" in message
-    assert "--train-mode async" in message  # slime's own function with a native equivalent says which
+    assert "choose their own kernels: drop the flag" in message  # slime's own function done another way says which
+
+
+def test_slime_s_fully_async_rollout_is_our_default_rollout_in_async_mode(make_config):
+    path = "slime.rollout.fully_async_rollout.generate_rollout_fully_async"
+    config, _ = make_config("--rollout-function-path", path)
+    assert (config.rollout_function, config.train_mode) == ("default", "async")
+    assert config.sources["train_mode"] == f"--rollout-function-path {path}"
 
 
 @pytest.mark.parametrize(

@@ -204,11 +204,14 @@ _ROLLOUT = "slime.rollout.sglang_rollout.generate_rollout"
 _FILTERS = "slime.rollout.filter_hub.dynamic_sampling_filters"
 _DEEPGEMM = "slime.backends.megatron_utils.alignment.deepgemm_forward"
 SFT_ROLLOUT = "slime.rollout.sft_rollout.generate_rollout"
+#: slime's fully asynchronous rollout: our default rollout in --train-mode async (`select_rollout_function`)
+FULLY_ASYNC = "slime.rollout.fully_async_rollout.generate_rollout_fully_async"
 NATIVE_EQUIVALENTS: dict[tuple[str, str], str | None] = {
     ("rollout_function_path", _ROLLOUT): "default",
     ("eval_function_path", _ROLLOUT): "default",
     # slime's SFT rollout (chat messages, the multi-turn loss mask) calls no engine
     ("rollout_function_path", SFT_ROLLOUT): "slime.rollout_function_without_engines",
+    ("rollout_function_path", FULLY_ASYNC): "default",
     ("buffer_filter_path", "slime.rollout.data_source.pop_first"): "fifo",
     ("data_source_path", "slime.rollout.data_source.RolloutDataSourceWithBuffer"): "prompt",
     ("dynamic_sampling_filter_path", f"{_FILTERS}.check_reward_nonzero_std"): "nonzero_std",
@@ -220,10 +223,6 @@ NATIVE_EQUIVALENTS: dict[tuple[str, str], str | None] = {
 
 #: slime's own functions that our loop provides another way: (flag key, path) -> what to use instead.
 NATIVE_INSTEAD: dict[tuple[str, str], str] = {
-    (
-        "rollout_function_path",
-        "slime.rollout.fully_async_rollout.generate_rollout_fully_async",
-    ): "asynchronous training is native: --train-mode async (generation overlaps training, bounded staleness)",
     **{
         (
             key,
@@ -249,12 +248,16 @@ def sft_without_labels(config: Config) -> None:
 def select_rollout_function(config: Config) -> None:
     """Select ``--rollout-function-path``'s rollout function before slime's own checks run, which
     ask whether the run's rollout function is the default one (it needs engines, which
-    ``--debug-train-only`` does not start); `apply_hooks` selects it again, or refuses it."""
+    ``--debug-train-only`` does not start); `apply_hooks` selects it again, or refuses it.
+    slime's fully asynchronous rollout selects our default rollout in ``--train-mode async``."""
     hook = next(hook for hook in HOOKS if hook.key == "rollout_function_path")
     path = config.get(hook.key)
     if path and (hook.key, path) not in NATIVE_INSTEAD:
         config.rollout_function = NATIVE_EQUIVALENTS.get((hook.key, path), hook.selects[1])
         config.sources["rollout_function"] = f"{hook.flag} {path}"
+    if path == FULLY_ASYNC:  # generation overlapping training, with bounded staleness
+        config.train_mode = "async"
+        config.sources["train_mode"] = f"{hook.flag} {path}"
 
 
 def apply_hooks(config: Config) -> list[str]:

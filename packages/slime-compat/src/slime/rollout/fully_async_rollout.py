@@ -1,15 +1,16 @@
 """slime.rollout.fully_async_rollout: asynchronous training is native here.
 
-The module imports so code that names it loads; generation that overlaps training, with a
-bounded staleness, is ``slime run --train-mode async`` (or ``--async``), and naming this
-module's function with ``--rollout-function-path`` is a config error that says so.
+The module imports so code that names it loads. Named with ``--rollout-function-path``, its
+function selects our default rollout in ``--train-mode async`` (generation overlapping
+training, with a bounded staleness); called from your own code it raises saying so.
 """
-
-from slime_compat.hooks import NATIVE_INSTEAD
 
 __all__ = ["generate_rollout_fully_async"]
 
 
 def generate_rollout_fully_async(args, rollout_id, data_buffer, evaluation=False):
     """Not run here: raises with the native way."""
-    raise RuntimeError(NATIVE_INSTEAD["rollout_function_path", f"{__name__}.generate_rollout_fully_async"])
+    raise RuntimeError(
+        "slime's fully asynchronous rollout is not called here: name it with --rollout-function-path (it selects "
+        "our default rollout with --train-mode async), or run with --train-mode async"
+    )

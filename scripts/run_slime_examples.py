@@ -1,0 +1,293 @@
+"""Run THUDM/slime's example functions unmodified through `slime run` on CPU, and print which train.
+
+    python scripts/run_slime_examples.py PATH_TO_SLIME_CHECKOUT [NAME ...]
+
+Each example is laid out as slime's launch scripts lay it out: the checkout's ``examples/``
+folder copied into a scratch directory that goes on ``PYTHONPATH`` (``examples.multi_agent...``
+resolves), and the example's own folder too where its launch script names its modules bare
+(``generate_with_search.generate``); slime's own ``slime/`` package is not copied, so
+``from slime... import`` resolves to slime-compat's namespace. A file slime users copy out of
+slime's library (its dynamic-sampling filters) is copied the same way. Each example then runs
+``slime run`` on CPU (CPU engine, FSDP, a tiny random Qwen3 with a character tokenizer, two
+rollouts) with the flags its launch script gives it, shrunk to the tiny model; search-r1 gets a
+fake retrieval server on the address its code names (127.0.0.1:8000), retool runs its own local
+Python tool. An example trains when its run exits 0 and logged train metrics for every rollout.
+
+Examples that need a third-party service or package slime does not install itself, or a model
+kind the tiny model is not (images), are listed with what they need, not run. NAME picks examples.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+ROLLOUTS = 2
+TIMEOUT_S = 900
+#: the flags of every run: CPU engine and FSDP, a tiny batch, short responses
+COMMON = (
+    "--rollout-engine", "cpu", "--train-backend", "fsdp", "--num-rollout", str(ROLLOUTS),
+    "--rollout-batch-size", "2", "--n-samples-per-prompt", "2", "--global-batch-size", "4",
+    "--rollout-max-response-len", "24", "--lr", "1e-4", "--rollout-temperature", "1.0",
+)  # fmt: skip
+MATH = [
+    {"prompt": f"What is {a} + {b}? Put the answer in \\boxed{{}}.", "label": str(a + b)} for a, b in [(1, 2), (3, 4)]
+]
+
+
+@dataclass
+class Example:
+    """One example function (or set of them) and how its launch script runs it."""
+
+    name: str
+    runs: str  # what of slime's runs, as the table shows it
+    flags: tuple[str, ...] = ()
+    data: list[dict] = field(default_factory=lambda: list(MATH))
+    bare_modules_from: str | None = None  # an examples/ folder whose modules the launch names bare
+    copied_library_file: str | None = None  # a file of slime's library a user copies next to their code
+    needs: str | None = None  # why it is not run here
+
+
+EXAMPLES = [
+    Example(
+        "search-r1",
+        "`examples/search-r1`: `generate_with_search.generate`, `reward_func` (fake retrieval server)",
+        (
+            "--custom-generate-function-path",
+            "generate_with_search.generate",
+            "--custom-rm-path",
+            "generate_with_search.reward_func",
+            "--label-key",
+            "reward_model",
+        ),  # fmt: skip
+        data=[
+            {"prompt": "Question: who wrote Hamlet?", "reward_model": {"ground_truth": {"target": ["Shakespeare"]}}},
+            {
+                "prompt": "Question: what is the capital of France?",
+                "reward_model": {"ground_truth": {"target": ["Paris"]}},
+            },
+        ],
+        bare_modules_from="search-r1",
+    ),
+    Example(
+        "retool",
+        "`examples/retool`: `generate_with_retool.generate`, `reward_func` (its local Python tool)",
+        (
+            "--custom-generate-function-path",
+            "generate_with_retool.generate",
+            "--custom-rm-path",
+            "generate_with_retool.reward_func",
+            "--reward-key",
+            "score",
+            "--max-tokens-per-gpu",
+            "4096",
+        ),  # fmt: skip
+        bare_modules_from="retool",
+    ),
+    Example(
+        "multi_agent",
+        "`examples/multi_agent`: `rollout_with_multi_agents.generate_with_multi_agents` (list-returning)",
+        (
+            "--custom-generate-function-path",
+            "examples.multi_agent.rollout_with_multi_agents.generate_with_multi_agents",
+            "--rm-type",
+            "deepscaler",
+            "--rollout-max-context-len",
+            "2048",
+        ),  # fmt: skip
+    ),
+    Example(
+        "dynamic-sampling filters",
+        "`slime/rollout/filter_hub/dynamic_sampling_filters.py` (copied): `check_reward_nonzero_std_with_fallback` "
+        "(through it, `check_reward_nonzero_std`: the tiny model's math rewards are all equal, so only the fallback "
+        "lets a rollout fill)",
+        (
+            "--dynamic-sampling-filter-path",
+            "dynamic_sampling_filters.check_reward_nonzero_std_with_fallback",
+            "--rm-type",
+            "math",
+            "--over-sampling-batch-size",
+            "4",
+            "--dynamic-sampling-max-groups",
+            "50",
+        ),  # fmt: skip
+        copied_library_file="slime/rollout/filter_hub/dynamic_sampling_filters.py",
+    ),
+    Example(
+        "train_infer_mismatch_helper",
+        "`examples/train_infer_mismatch_helper`: `mis.compute_mis_weights_with_cp` with its `mis.yaml`",
+        (
+            "--custom-tis-function-path",
+            "examples.train_infer_mismatch_helper.mis.compute_mis_weights_with_cp",
+            "--custom-config-path",
+            "examples/train_infer_mismatch_helper/mis.yaml",
+            "--use-tis",
+            "--rm-type",
+            "math",
+        ),  # fmt: skip
+    ),
+    Example(
+        "on_policy_distillation",
+        "`examples/on_policy_distillation`: slime's OPD `reward_func` / `post_process_rewards` (native teacher)",
+        (
+            "--custom-rm-path",
+            "slime.rollout.on_policy_distillation.reward_func",
+            "--custom-reward-post-process-path",
+            "slime.rollout.on_policy_distillation.post_process_rewards",
+            "--rm-url",
+            "http://127.0.0.1:9/generate",
+            "--use-opd",
+            "--opd-type",
+            "sglang",
+            "--opd-kl-coef",
+            "1.0",
+            "--opd-teacher-load",
+            "{model}",
+        ),  # fmt: skip
+    ),
+    Example(
+        "sft_rollout",
+        "`slime.rollout.sft_rollout.generate_rollout` (retool's SFT launch)",
+        (
+            "--rollout-function-path",
+            "slime.rollout.sft_rollout.generate_rollout",
+            "--input-key",
+            "messages",
+            "--loss-type",
+            "sft_loss",
+            "--calculate-per-token-loss",
+            "--disable-compute-advantages-and-returns",
+            "--debug-train-only",
+            "--n-samples-per-prompt",
+            "1",
+            "--global-batch-size",
+            "2",
+        ),  # fmt: skip
+        data=[
+            {"messages": [{"role": "user", "content": f"{a}+{b}="}, {"role": "assistant", "content": str(a + b)}]}
+            for a, b in [(1, 2), (3, 4), (5, 6), (7, 8)]
+        ],
+    ),
+    Example(
+        "fully_async",
+        "`examples/fully_async`: `slime.rollout.fully_async_rollout.generate_rollout_fully_async` (our async mode)",
+        (
+            "--rollout-function-path",
+            "slime.rollout.fully_async_rollout.generate_rollout_fully_async",
+            "--rm-type",
+            "deepscaler",
+        ),
+    ),
+    Example("tau-bench", "`examples/tau-bench`", needs="the tau_bench package and an LLM user simulator"),
+    Example("strands_sglang", "`examples/strands_sglang`", needs="the strands-agents packages"),
+    Example("coding_agent_rl", "`examples/coding_agent_rl`", needs="E2B cloud sandboxes (e2b, E2B_API_KEY)"),
+    Example("geo3k_vlm_multi_turn", "`examples/geo3k_vlm_multi_turn`", needs="a vision-language model (images)"),
+]
+
+
+class FakeRetrieval(BaseHTTPRequestHandler):
+    """search-r1's retrieval server, answering every query with one made-up passage."""
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        passage = {"document": {"id": "0", "contents": f'"{body["queries"][0][:40]}"\nA passage about it.'}}
+        answer = json.dumps({"result": [[passage] * body.get("topk", 1)]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args):
+        pass
+
+
+def lay_out(checkout: Path, scratch: Path, example: Example) -> list[str]:
+    """Copy what the example's launch script puts on PYTHONPATH into ``scratch``; the PYTHONPATH."""
+    if not (scratch / "examples").exists():
+        shutil.copytree(checkout / "examples", scratch / "examples")
+    path = [str(scratch)]
+    if example.bare_modules_from:
+        path.append(str(scratch / "examples" / example.bare_modules_from))
+    if example.copied_library_file:
+        user = scratch / "user_code"
+        user.mkdir(exist_ok=True)
+        shutil.copy(checkout / example.copied_library_file, user)
+        path.append(str(user))
+    return path
+
+
+def run_example(example: Example, checkout: Path, scratch: Path, model: Path) -> str:
+    """``trains``, or why not (the run's last error line)."""
+    pythonpath = lay_out(checkout, scratch, example)
+    work = scratch / example.name.replace(" ", "_")
+    work.mkdir()
+    data = work / "prompts.jsonl"
+    data.write_text("".join(json.dumps(record) + "\n" for record in example.data))
+    flags = [flag.replace("{model}", str(model)) for flag in example.flags]
+    argv = [
+        str(Path(sys.executable).parent / "slime"),
+        "run",
+        "--prompt-data",
+        str(data),
+        "--hf-checkpoint",
+        str(model),
+    ]
+    argv += [*COMMON, *flags, "--output-dir", str(work / "run")]
+    env = {**_environ(), "PYTHONPATH": ":".join(pythonpath)}
+    try:
+        done = subprocess.run(argv, cwd=scratch, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return f"no: did not finish in {TIMEOUT_S} s"
+    (work / "stderr.txt").write_text(done.stderr)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        return "no: " + (lines[-1][:300] if lines else f"exit {done.returncode}")
+    return "trains" if _trained_rollouts(work / "run" / "metrics.jsonl") == ROLLOUTS else "no: no train metrics"
+
+
+def _trained_rollouts(metrics: Path) -> int:
+    if not metrics.exists():
+        return 0
+    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    return sum(1 for r in records if r.get("rollout_id", -1) >= 0 and any(key.startswith("train/") for key in r))
+
+
+def _environ() -> dict[str, str]:
+    import os
+
+    return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+
+
+def main(checkout: Path, names: list[str]) -> None:
+    commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    chosen = [example for example in EXAMPLES if not names or example.name in names]
+    server = ThreadingHTTPServer(("127.0.0.1", 8000), FakeRetrieval)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="slime-examples-") as scratch:
+        model = Path(scratch) / "tiny-qwen3"
+        subprocess.run(
+            [str(Path(sys.executable).parent / "slime"), "tiny-model", str(model), "--max-positions", "4096"]
+        )
+        for example in chosen:
+            result = f"not run: needs {example.needs}" if example.needs else None
+            result = result or run_example(example, checkout, Path(scratch), model)
+            print(f"{example.name}: {result}", flush=True)
+            rows.append(f"| {example.runs} | {result} |")
+    server.shutdown()
+    print(f"\nslime commit {commit.strip() or '(not a git checkout)'}\n\n| example | on CPU here |\n|---|---|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or not (Path(sys.argv[1]) / "examples").is_dir():
+        sys.exit(__doc__)
+    main(Path(sys.argv[1]), sys.argv[2:])

@@ -113,8 +113,6 @@ EXAMPLES = [
             "dynamic_sampling_filters.check_reward_nonzero_std_with_fallback",
             "--rm-type",
             "math",
-            "--over-sampling-batch-size",
-            "4",
             "--dynamic-sampling-max-groups",
             "50",
         ),  # fmt: skip

@@ -172,3 +172,18 @@ def test_the_reducer_gets_the_tis_functions_masks(make_config):
         "--disable-rewards-normalization",
     )
     assert _pg_loss(config)["pg_loss"] == pytest.approx((-0.5 * 2 / 4 + 0.5 * 4 / 4) / 2)
+
+
+def test_slime_s_mis_yaml_sets_the_tis_function_s_arguments_beside_its_flag(make_config, tmp_path):
+    """slime's train_infer_mismatch_helper/mis.yaml repeats --use-tis and sets tis_mode, an argument of
+    its TIS function: accepted, the function reads args.tis_mode, our option keeps the adapter."""
+    from slime_compat.args import slime_args
+
+    extra = tmp_path / "mis.yaml"
+    extra.write_text('use_tis: true\ntis_mode: "truncate"\ntis_lower_bound: 0.5\n')
+    config, _ = make_config(
+        "--custom-tis-function-path", HERE + "half_tis", "--use-tis", "--custom-config-path", str(extra)
+    )
+    assert config.tis_mode == "slime.custom_tis"
+    args = slime_args(config)
+    assert (args.tis_mode, args.tis_lower_bound, args.use_tis) == ("truncate", 0.5, True)

@@ -137,3 +137,49 @@ def test_a_slime_plugin_file_runs_unchanged_through_ray_the_router_and_the_engin
     # trainer scores the same tokens with the same weights, so the gap is float noise.
     assert all(r["train/train_rollout_logprob_abs_diff"] < 1e-3 for r in records)
     assert all(r["train/pg_loss"] == 0.0 for r in records)  # the user's advantages were the ones trained on
+
+
+TEXT_GENERATE = textwrap.dedent('''
+    """Posts the prompt as text, as slime's search-r1 and retool generate functions do."""
+    from slime.rollout.sglang_rollout import GenerateState
+    from slime.utils.http_utils import post
+    from slime.utils.types import Sample
+
+
+    async def generate(args, sample: Sample, sampling_params) -> Sample:
+        state = GenerateState(args)
+        url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}/generate"
+        prompt_ids = state.tokenizer(sample.prompt, add_special_tokens=False)["input_ids"]
+        output = await post(url, {"text": sample.prompt, "sampling_params": sampling_params, "return_logprob": True})
+        pairs = output["meta_info"]["output_token_logprobs"]
+        sample.tokens = prompt_ids + [token for _, token, *_ in pairs]
+        sample.response = output["text"]
+        sample.response_length = len(pairs)
+        sample.rollout_log_probs = [logprob for logprob, *_ in pairs]
+        sample.status = Sample.Status.COMPLETED
+        return sample
+''')
+
+
+def test_a_slime_generate_function_posting_text_trains_through_the_router_and_the_engine(
+    ray_cluster, tiny_model_dir, tmp_path, monkeypatch
+):
+    """The CPU engine tokenises a text prompt as SGLang does: the tokens slime's function pairs
+    with its own tokenisation of the prompt are the ones the engine scored (train and rollout
+    log-probs agree)."""
+    (tmp_path / "text_generate.py").write_text(TEXT_GENERATE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "text_generate", raising=False)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{a}+{a}=", "label": str(2 * a)}) + "\n" for a in range(8)))
+    argv = [
+        "--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--rollout-engine", "cpu",
+        "--router", "sglang", "--custom-generate-function-path", "text_generate.generate", "--rm-type", "math",
+        "--rollout-batch-size", "2", "--n-samples-per-prompt", "2", "--rollout-max-response-len", "6",
+        "--num-rollout", "1", "--output-dir", str(tmp_path / "run"),
+    ]  # fmt: skip
+    assert run_command(argv, Plugins()) == 0
+    records = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["rollout_id"] >= 0]
+    assert [r["rollout/samples"] for r in records] == [4]
+    assert records[0]["train/train_rollout_logprob_abs_diff"] < 1e-3

@@ -10,11 +10,7 @@ such a sample again once the engines are back (``slime_core.rollout.generate.gen
 Both errors, and the answer's codec (``parse_generate``), are slime-core's
 (``slime_core.engine``), shared by every rollout backend.
 
-The transport is an aiohttp session: a rollout sends one ``/generate`` per sample, and
-httpx's client spent about 3 ms of CPU on each (0.8 s per 256-sample rollout on 2 cores, more
-than the CPU engine's forwards); aiohttp spends a tenth of that. A session belongs to the
-event loop that made it, so the client makes its session on first use, and a new one when
-it is used from another loop (a later ``asyncio.run``).
+The transport is an aiohttp session per event loop (``slime_core.rollout.http_session``).
 """
 
 from __future__ import annotations
@@ -27,11 +23,8 @@ import aiohttp
 
 from slime_core.engine import EngineError, EngineUnavailable, GenerateResult, SamplingParams, parse_generate
 from slime_core.rank.weight_bucket import WeightBucket
+from slime_core.rollout.http_session import LoopSession
 
-#: Connections one client keeps open at most (one per request in flight); more requests wait
-#: for a free one. Bounded so that a rollout of thousands of samples stays under the usual
-#: limit of 1,024 open files per process.
-MAX_CONNECTIONS = 512
 JSON_CONTENT = {"Content-Type": "application/json"}
 OCTET_STREAM = {"Content-Type": "application/octet-stream"}
 
@@ -43,24 +36,13 @@ class EngineClient:
 
     def __init__(self, url: str, timeout: float | None = None, api_key: str | None = None):
         self.url = url.rstrip("/")
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
-        self._session: aiohttp.ClientSession | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None  # the session's
+        self._sessions = LoopSession(timeout, api_key)
 
     def _http(self) -> aiohttp.ClientSession:
-        """The session of the running event loop (see the module docstring)."""
-        loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._loop is not loop:
-            connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS, limit_per_host=MAX_CONNECTIONS)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, headers=self._headers)
-            self._loop = loop
-        return self._session
+        return self._sessions.get()
 
     async def close(self) -> None:
-        if self._session is not None and self._loop is asyncio.get_running_loop():
-            await self._session.close()
-        self._session = self._loop = None
+        await self._sessions.close()
 
     async def generate(
         self, input_ids: list[int], sampling: SamplingParams, return_logprob: bool = True, rid: str | None = None

@@ -33,9 +33,7 @@ import aiohttp
 
 from slime_core.engine import EngineError, EngineUnavailable, GenerateResult, SamplingParams, parallel_sample_seed
 from slime_core.rank.weight_bucket import WeightBucket
-
-#: Connections one client keeps open at most (one per request in flight).
-MAX_CONNECTIONS = 512
+from slime_core.rollout.http_session import LoopSession
 
 
 class VLLMClient:
@@ -44,23 +42,13 @@ class VLLMClient:
 
     def __init__(self, url: str, timeout: float | None = None, api_key: str | None = None):
         self.url = url.rstrip("/")
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
-        self._session: aiohttp.ClientSession | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None  # the session's: one per event loop
+        self._sessions = LoopSession(timeout, api_key)
 
     def _http(self) -> aiohttp.ClientSession:
-        loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._loop is not loop:
-            connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS, limit_per_host=MAX_CONNECTIONS)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, headers=self._headers)
-            self._loop = loop
-        return self._session
+        return self._sessions.get()
 
     async def close(self) -> None:
-        if self._session is not None and self._loop is asyncio.get_running_loop():
-            await self._session.close()
-        self._session = self._loop = None
+        await self._sessions.close()
 
     # ---- generation ---------------------------------------------------------------------
     async def generate(

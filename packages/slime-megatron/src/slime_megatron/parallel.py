@@ -41,7 +41,7 @@ def initialize_model_parallel(config) -> None:
     with the virtual pipeline size of --num-layers-per-virtual-pipeline-stage."""
     from megatron.core import parallel_state
 
-    from slime_megatron.plugin import VIRTUAL_KEY, num_hidden_layers, virtual_pipeline_size
+    from slime_megatron.checks import VIRTUAL_KEY, num_hidden_layers, virtual_pipeline_size
 
     virtual = virtual_pipeline_size(config, num_hidden_layers(config)) if getattr(config, VIRTUAL_KEY, None) else None
     timeout = getattr(config, "distributed_timeout_minutes", None)  # Megatron's groups: the same bound

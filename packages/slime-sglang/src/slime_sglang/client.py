@@ -23,26 +23,16 @@ import aiohttp
 
 from slime_core.engine import EngineError, EngineUnavailable, GenerateResult, SamplingParams, parse_generate
 from slime_core.rank.weight_bucket import WeightBucket
-from slime_core.rollout.http_session import LoopSession
+from slime_core.rollout.http_session import HttpClient
 
 JSON_CONTENT = {"Content-Type": "application/json"}
 OCTET_STREAM = {"Content-Type": "application/octet-stream"}
 
 
-class EngineClient:
+class EngineClient(HttpClient):
     """One HTTP client for one base URL (an engine or a router); ``timeout``: seconds a call
     may take (None: no limit, as a long generation needs); ``api_key``: sent as
     ``Authorization: Bearer`` with every call (the run's token, ``slime_core.cluster.network``)."""
-
-    def __init__(self, url: str, timeout: float | None = None, api_key: str | None = None):
-        self.url = url.rstrip("/")
-        self._sessions = LoopSession(timeout, api_key)
-
-    def _http(self) -> aiohttp.ClientSession:
-        return self._sessions.get()
-
-    async def close(self) -> None:
-        await self._sessions.close()
 
     async def generate(
         self, input_ids: list[int], sampling: SamplingParams, return_logprob: bool = True, rid: str | None = None

@@ -33,22 +33,12 @@ import aiohttp
 
 from slime_core.engine import EngineError, EngineUnavailable, GenerateResult, SamplingParams, parallel_sample_seed
 from slime_core.rank.weight_bucket import WeightBucket
-from slime_core.rollout.http_session import LoopSession
+from slime_core.rollout.http_session import HttpClient
 
 
-class VLLMClient:
+class VLLMClient(HttpClient):
     """One HTTP client for one vLLM server; ``timeout``: seconds a call may take (None: no
     limit); ``api_key``: sent as ``Authorization: Bearer`` (the run's token)."""
-
-    def __init__(self, url: str, timeout: float | None = None, api_key: str | None = None):
-        self.url = url.rstrip("/")
-        self._sessions = LoopSession(timeout, api_key)
-
-    def _http(self) -> aiohttp.ClientSession:
-        return self._sessions.get()
-
-    async def close(self) -> None:
-        await self._sessions.close()
 
     # ---- generation ---------------------------------------------------------------------
     async def generate(

@@ -4,7 +4,7 @@ A rollout sends one request per sample, and httpx's client spent about 3 ms of C
 (0.8 s per 256-sample rollout on 2 cores, more than the CPU engine's forwards); aiohttp spends
 a tenth of that. An aiohttp session belongs to the event loop that made it, so the session is
 made on first use, and again when it is used from another loop (a later ``asyncio.run``).
-Shared by every rollout backend's client (slime-sglang's, slime-vllm's).
+Shared by every rollout backend's client (slime-sglang's, slime-vllm's), which extend `HttpClient`.
 """
 
 from __future__ import annotations
@@ -43,3 +43,17 @@ class LoopSession:
         if self._session is not None and self._loop is asyncio.get_running_loop():
             await self._session.close()
         self._session = self._loop = None
+
+
+class HttpClient:
+    """The base of an engine's HTTP client: one base URL, and the session of the running loop."""
+
+    def __init__(self, url: str, timeout: float | None = None, api_key: str | None = None):
+        self.url = url.rstrip("/")
+        self._sessions = LoopSession(timeout, api_key)
+
+    def _http(self) -> aiohttp.ClientSession:
+        return self._sessions.get()
+
+    async def close(self) -> None:
+        await self._sessions.close()

@@ -29,8 +29,8 @@ def transformer_config(hf_config, config, mtp_layers: int = 0):
     with multi-latent attention."""
     from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 
+    from slime_megatron.checks import virtual_pipeline_size
     from slime_megatron.models.family import model_family
-    from slime_megatron.plugin import virtual_pipeline_size
 
     kwargs = {
         **_decoder(hf_config),

@@ -6,6 +6,7 @@ rank's step, which must not normalise post-processed rewards again."""
 import importlib
 
 import pytest
+import torch
 
 from slime_core.config import ConfigError
 
@@ -173,6 +174,12 @@ def test_the_train_data_dict_maps_onto_the_batch_with_slime_s_rollout_ids_and_ou
     batch = batch_from_train_data(_dict(samples, rollout_ids=[7, 7, 8, 9]), samples, config, "fn")
     assert batch.group_ids == [0, 0, 1, 1] and batch.raw_rewards == batch.rewards == [0.0, 1.0, 0.0, 1.0]
     assert batch.rollout_ids == [(0, "rollout", 7), (0, "rollout", 7), (1, "rollout", 8), (1, "rollout", 9)]
+    assert batch.teacher_log_probs is None
+    teacher = [torch.tensor([-0.5, -0.25])] * 4  # on-policy distillation's, as slime's conversion gives them
+    assert (
+        batch_from_train_data(_dict(samples, teacher_log_probs=teacher), samples, config, "fn").teacher_log_probs
+        == [[-0.5, -0.25]] * 4
+    )
     reordered = samples[::-1]  # entries no longer the samples in order: they must say their group
     with pytest.raises(ValueError, match="add 'group_indices': one per entry, the Sample.group_index"):
         batch_from_train_data(_dict(reordered), samples, config, "fn")
@@ -195,8 +202,8 @@ def test_a_train_data_dict_with_a_missing_unknown_or_unsupported_key_is_refused_
         batch_from_train_data(data, samples, config, "fn")
     with pytest.raises(ValueError, match="unknown train-data key 'advantage'"):
         batch_from_train_data(_dict(samples, advantage=[0] * 4), samples, config, "fn")
-    with pytest.raises(ValueError, match="'teacher_log_probs'.*--opd-teacher-load"):
-        batch_from_train_data(_dict(samples, teacher_log_probs=[[0.0]] * 4), samples, config, "fn")
+    with pytest.raises(ValueError, match="'metadata'.*slime's Megatron loss functions"):
+        batch_from_train_data(_dict(samples, metadata=[{}] * 4), samples, config, "fn")
     with pytest.raises(ValueError, match="'rewards' has 3 entries and 'tokens' 4"):
         batch_from_train_data({**_dict(samples), "rewards": [0.0] * 3}, samples, config, "fn")
 

@@ -174,6 +174,35 @@ def test_one_step_per_rollout_takes_old_log_probs_from_the_training_forward():
     assert metrics["train_rollout_logprob_abs_diff"] == pytest.approx(float(per_sample.mean()))
 
 
+def test_teacher_log_probs_carried_by_the_samples_give_the_teacher_model_s_advantages():
+    """On-policy distillation: the samples' teacher log-probs (slime's --rm-url teacher) and a
+    teacher model's (--opd-teacher-load) giving the same values train the same advantages."""
+    config, batch = _Config(), _batch()
+    config.opd_kl_coef, config.num_steps_per_rollout = 0.5, 1
+    teacher = [[-0.3 * (t + 1) for t in range(n)] for n in batch.response_lengths]
+
+    def model_log_probs(model):
+        return [torch.tensor(t) for t in teacher] if model == "teacher" else _log_probs(batch)(model)
+
+    def no_teacher_model(model):
+        assert model != "teacher", "the teacher model was asked although the samples carry its log-probs"
+        return _log_probs(batch)(model)
+
+    port = _free_port()
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        step = RankStep(config)
+        native = step.tensors(batch, model_log_probs, reference=False, teacher=True)
+        without = step.tensors(batch, _log_probs(batch), reference=False, teacher=False)
+        batch.teacher_log_probs = teacher
+        carried = step.tensors(batch, no_teacher_model, reference=False, teacher=False)
+    finally:
+        dist.destroy_process_group()
+    assert not carried.old_from_forward  # the KL term needs π_old before the forward
+    torch.testing.assert_close(carried.advantages, native.advantages, rtol=0, atol=0)
+    assert not torch.allclose(carried.advantages, without.advantages)
+
+
 def test_samples_of_one_rollout_share_a_denominator_within_each_optimizer_step():
     lengths, rids = [1, 2, 3, 3, 2, 1], ["a", "a", "b", "b", "b", None]
     samples = [

@@ -25,6 +25,42 @@ def test_from_samples_keeps_trainable_samples_and_reduces_dict_rewards():
     assert batch.rollout_log_probs == [[-0.5] * 2, [-0.5] * 3]
 
 
+def test_teacher_log_probs_the_samples_carry_go_to_training_on_every_sample_or_none():
+    from slime_core.faults.run_error import RunError
+    from slime_core.rollout_batch import check_teacher_log_probs
+
+    samples = [_sample(0, 0, [3, 4]), _sample(0, 1, [5]), _sample(1, 0, [6], status=SampleStatus.FAILED)]
+    assert RolloutBatch.from_samples(samples).teacher_log_probs is None
+    samples[0].teacher_log_probs = [-1.0, -2.0]
+    with pytest.raises(
+        ValueError,
+        match=r"1 of the rollout's 2 samples carry teacher_log_probs \(on-policy distillation\) and sample 0/1 does",
+    ):
+        RolloutBatch.from_samples(samples)
+    samples[1].teacher_log_probs = [-3.0]  # the failed sample is not trained on: it needs none
+    batch = RolloutBatch.from_samples(samples)
+    assert batch.teacher_log_probs == [[-1.0, -2.0], [-3.0]]
+    assert batch.select([1]).teacher_log_probs == [[-3.0]]
+
+    class Config(dict):
+        """The options the check reads (``config.get`` and attributes)."""
+
+        def __getattr__(self, name):
+            return self[name]
+
+        def get(self, name, default=None):
+            return super().get(name, default)
+
+    check_teacher_log_probs(batch, Config(opd_kl_coef=1.0))
+    with pytest.raises(RunError, match="--opd-kl-coef is 0, so they would not be trained on"):
+        check_teacher_log_probs(batch, Config(opd_kl_coef=0.0))
+    with pytest.raises(RunError, match="--opd-teacher-load teacher-dir names a teacher for the train ranks too"):
+        check_teacher_log_probs(batch, Config(opd_kl_coef=1.0, opd_teacher_load="teacher-dir"))
+    samples[0].teacher_log_probs = [-1.0]
+    with pytest.raises(ValueError, match="teacher_log_probs has 1 entries for 2 response tokens"):
+        RolloutBatch.from_samples(samples)
+
+
 def test_split_keeps_groups_whole_and_balances_tokens():
     batch = RolloutBatch()
     sizes = {0: 40, 1: 10, 2: 25, 3: 25, 4: 5, 5: 15}  # tokens per sample of each group

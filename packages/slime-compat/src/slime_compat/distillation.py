@@ -1,4 +1,4 @@
-"""slime's on-policy distillation (OPD) launch, on this slime's native teacher.
+"""slime's on-policy distillation (OPD) launch: the teacher engine at ``--rm-url``, or the native teacher.
 
 slime's launch (``examples/on_policy_distillation/run-qwen3-8B-opd.sh``) starts a teacher
 SGLang server and names ``--custom-rm-path slime.rollout.on_policy_distillation.reward_func``
@@ -7,17 +7,19 @@ SGLang server and names ``--custom-rm-path slime.rollout.on_policy_distillation.
 (it keeps the response's as ``sample.teacher_log_probs`` and returns 0.0 rewards) and
 ``--use-opd --opd-kl-coef C`` (the KL penalty toward the teacher in the advantages).
 
-Here those two functions select the native teacher: the train ranks compute the teacher's
-log-probs themselves from ``--opd-teacher-load TEACHER_DIR`` (the checkpoint the ``--rm-url``
-server serves, which is then not asked), with the same KL penalty, and every sample's reward
-is 0.0 as slime's post-process makes it. A launch that names them without
-``--opd-teacher-load`` is refused at config time, saying to add it.
+Two routes give the same numbers for the same teacher weights:
 
-A copy of slime's functions under another module path runs as written: its reward asks the
-server at ``--rm-url`` (a ``slime engine serve TEACHER_DIR`` CPU engine answers it as SGLang
-does), and the teacher log-probs its post-process sets are trained on only through
-``--opd-teacher-load``: without it the run stops, naming the function
-(`check_teacher_log_probs`), rather than train without the teacher.
+- **the teacher engine (slime's)**: with ``--rm-url`` and no ``--opd-teacher-load`` the two
+  functions run as slime's do (`slime.rollout.on_policy_distillation`, or a user's copy): the
+  teacher answers at ``--rm-url`` (an SGLang server, or ``slime engine serve TEACHER_DIR``), and
+  the ``teacher_log_probs`` the post-process sets travel with the samples to the train ranks,
+  which subtract ``--opd-kl-coef`` × the reverse KL from the advantages
+  (`slime_core.rank.step.RankStep.tensors`);
+- **the native teacher**: with ``--opd-teacher-load TEACHER_DIR`` slime's own two functions
+  select it: the train ranks compute the teacher's log-probs themselves (the server at
+  ``--rm-url`` is not asked) and every reward is 0.0, as slime's post-process makes it.
+
+Without either, the launch is refused at config time, naming both.
 """
 
 from __future__ import annotations
@@ -32,35 +34,28 @@ REWARD = f"{MODULE}.reward_func"
 POST_PROCESS = f"{MODULE}.post_process_rewards"
 #: the native reward slime's OPD reward selects: 0.0, what slime's post-process returns
 ZERO_REWARD = "slime.opd_zero_reward"
-ADD_TEACHER = (
-    "add --opd-teacher-load TEACHER_DIR (the Hugging Face checkpoint your --rm-url teacher server serves) and "
-    "--opd-kl-coef C: the train ranks compute the teacher's log-probs from it"
-)
+#: slime's OPD function -> what it selects with the native teacher (None: no post-process)
+NATIVE: dict[str, str | None] = {REWARD: ZERO_REWARD, POST_PROCESS: None}
+
+
+def uses_native_teacher(config: Config, path: str) -> bool:
+    """Whether slime's own OPD function ``path`` selects the native teacher (``--opd-teacher-load``)."""
+    return path in NATIVE and bool(config.get("opd_teacher_load"))
 
 
 def opd_problems(config: Config, flag: str, path: str) -> list[str]:
-    """Why slime's own OPD function ``path`` (given with ``flag``) cannot select the native teacher."""
-    if config.get("opd_teacher_load") or (path == POST_PROCESS and config.get("custom_rm_path") == REWARD):
+    """Why slime's own OPD function ``path`` (given with ``flag``) has no teacher to ask."""
+    if path not in NATIVE or config.get("opd_teacher_load") or config.get("rm_url"):
+        return []
+    if path == POST_PROCESS and config.get("custom_rm_path") == REWARD:
         return []  # the post-process's problem is the reward's, reported once
     return [
-        f"{flag} {path}: slime's on-policy distillation asks a teacher SGLang server (--rm-url) for the "
-        f"teacher's log-probs; here the run computes them itself: {ADD_TEACHER}"
+        f"{flag} {path}: slime's on-policy distillation asks a teacher for the log-probs of each sample, and this "
+        "launch names none: give --rm-url http://HOST:PORT/generate (a running SGLang server, or `slime engine "
+        "serve TEACHER_DIR`), or --opd-teacher-load TEACHER_DIR to have the train ranks compute them"
     ]
 
 
 def zero_reward(sample, config: Config) -> float:
     """The reward of slime's on-policy distillation: 0.0 (its learning signal is the teacher KL)."""
     return 0.0
-
-
-def check_teacher_log_probs(samples, config: Config, source: str) -> None:
-    """A `RunError` when ``source`` (a user's function) set ``sample.teacher_log_probs`` in a
-    run without a teacher of its own: they would not be trained on."""
-    from slime_core.faults.run_error import RunError
-
-    if config.get("opd_teacher_load") or not any(getattr(s, "teacher_log_probs", None) is not None for s in samples):
-        return
-    raise RunError(
-        f"{source} set sample.teacher_log_probs (slime's on-policy distillation), which this slime does not train "
-        f"on from samples: {ADD_TEACHER} (the same teacher as your reward's server gives the same log-probs)"
-    )

@@ -206,7 +206,7 @@ _DEEPGEMM = "slime.backends.megatron_utils.alignment.deepgemm_forward"
 SFT_ROLLOUT = "slime.rollout.sft_rollout.generate_rollout"
 #: slime's fully asynchronous rollout: our default rollout in --train-mode async (`select_rollout_function`)
 FULLY_ASYNC = "slime.rollout.fully_async_rollout.generate_rollout_fully_async"
-NATIVE_EQUIVALENTS: dict[tuple[str, str], str | None] = {
+NATIVE_EQUIVALENTS: dict[tuple[str, str], str] = {
     ("rollout_function_path", _ROLLOUT): "default",
     ("eval_function_path", _ROLLOUT): "default",
     # slime's SFT rollout (chat messages, the multi-turn loss mask) calls no engine
@@ -216,9 +216,6 @@ NATIVE_EQUIVALENTS: dict[tuple[str, str], str | None] = {
     ("data_source_path", "slime.rollout.data_source.RolloutDataSourceWithBuffer"): "prompt",
     ("dynamic_sampling_filter_path", f"{_FILTERS}.check_reward_nonzero_std"): "nonzero_std",
     ("dynamic_sampling_filter_path", f"{_FILTERS}.check_reward_nonzero_std_with_fallback"): "nonzero_std_unless_scarce",
-    # slime's on-policy distillation selects the native teacher (slime_compat.distillation)
-    ("custom_rm_path", distillation.REWARD): distillation.ZERO_REWARD,
-    ("custom_reward_post_process_path", distillation.POST_PROCESS): None,
 }
 
 #: slime's own functions that our loop provides another way: (flag key, path) -> what to use instead.
@@ -274,12 +271,12 @@ def apply_hooks(config: Config) -> list[str]:
                 f"{hook.flag} {path}: slime-compat does not run slime's own function here; "
                 f"{NATIVE_INSTEAD[hook.key, path]}"
             )
-        elif path in (distillation.REWARD, distillation.POST_PROCESS) and (
-            problems := distillation.opd_problems(config, hook.flag, path)
-        ):
+        elif problems := distillation.opd_problems(config, hook.flag, path):
             errors += problems
         elif hook.check and (problems := hook.check(config, hook)):
             errors += problems
+        elif distillation.uses_native_teacher(config, path):  # slime's OPD functions with --opd-teacher-load
+            setattr(config, hook.selects[0], distillation.NATIVE[path])
         elif (hook.key, path) in NATIVE_EQUIVALENTS:
             setattr(config, hook.selects[0], NATIVE_EQUIVALENTS[hook.key, path])
         elif hook.selects:

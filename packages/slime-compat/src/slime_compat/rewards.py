@@ -20,13 +20,33 @@ if TYPE_CHECKING:
 
 
 async def custom_rm(target, config: Config):
-    """Our reward-function contract (``fn(sample_or_group, config)``) calling slime's."""
+    """Our reward-function contract (``fn(sample_or_group, config)``) calling slime's; what it
+    raises is re-raised naming the function (and the server at ``--rm-url`` it could not reach)."""
     args = slime_args(config)
     if isinstance(target, list):
-        return await call(load_function(config.custom_rm_path), args, promote_all(target))
-    sample = promote(target)
-    path = sample.custom_rm_path or sample.metadata.get("custom_rm_path") or config.custom_rm_path
-    return await call(load_function(path), args, sample)
+        path, given = config.custom_rm_path, promote_all(target)
+    else:
+        given = promote(target)
+        path = given.custom_rm_path or given.metadata.get("custom_rm_path") or config.custom_rm_path
+    try:
+        return await call(load_function(path), args, given)
+    except Exception as exc:
+        what = f"--custom-rm-path {path} raised {type(exc).__name__}: {exc}"
+        raise RewardFunctionError(what + _server(exc, config)) from exc
+
+
+class RewardFunctionError(RuntimeError):
+    """A slime reward function failed; the message names it."""
+
+
+def _server(exc: Exception, config: Config) -> str:
+    """For a failed HTTP request of a run with ``--rm-url``: which server it was meant for."""
+    import aiohttp
+
+    url = config.get("rm_url")
+    if not url or not isinstance(exc, aiohttp.ClientError):
+        return ""
+    return f" (the server at --rm-url {url}: is it running and answering there?)"
 
 
 @functools.lru_cache(maxsize=1)

@@ -42,7 +42,6 @@ class Sample(CoreSample):
     apply_chat_template_kwargs: dict = field(default_factory=dict)
     rollout_routed_experts: Any = None  # MoE routing replay (not used by our train backends)
     remove_sample: bool = False  # slime: drop from training (we zero the loss mask instead)
-    teacher_log_probs: list[float] | None = None  # on-policy distillation: the teacher's log-probs
     generate_function_path: str | None = None  # per-sample --custom-generate-function-path
     custom_rm_path: str | None = None  # per-sample --custom-rm-path
     train_metadata: dict | None = None

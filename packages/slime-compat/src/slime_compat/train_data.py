@@ -33,7 +33,6 @@ REQUIRED = {
 DERIVED = {"truncated", "sample_indices", "rollout_mask_sums", "total_lengths", "round_number", "source_names"}
 #: keys slime's trainer reads that ours has no use for -> why, and what to do instead
 UNSUPPORTED = {
-    "teacher_log_probs": "on-policy distillation is native here: --opd-teacher-load TEACHER_DIR --opd-kl-coef C",
     "rollout_routed_experts": "our train backends do not replay MoE routing",
     "multimodal_train_inputs": "our train backends train on token ids only",
     "metadata": "per-sample train metadata reaches only slime's Megatron loss functions, which run nowhere here",
@@ -45,6 +44,7 @@ OPTIONAL = (
     "rollout_ids",
     "rollout_top_p_token_ids",
     "rollout_top_p_token_offsets",
+    "teacher_log_probs",
     "group_indices",
 )
 
@@ -65,14 +65,10 @@ def train_data_problems(config: Config) -> list[str]:
 
 
 def reward_post_process(samples, config: Config) -> tuple[list, list]:
-    """Our reward post-processor contract calling slime's."""
-    from slime_compat.distillation import check_teacher_log_probs
-
-    path = config.custom_reward_post_process_path
-    samples = promote_all(samples)
-    rewards = load_function(path)(slime_args(config), samples)
-    check_teacher_log_probs(samples, config, f"--custom-reward-post-process-path {path}")
-    return rewards
+    """Our reward post-processor contract calling slime's (the ``teacher_log_probs`` it sets on
+    the samples, slime's on-policy distillation, are trained on: `slime_compat.distillation`)."""
+    fn = load_function(config.custom_reward_post_process_path)
+    return fn(slime_args(config), promote_all(samples))
 
 
 def convert_samples_to_train_data(samples, config: Config) -> RolloutBatch:
@@ -112,6 +108,8 @@ def batch_from_train_data(data, samples, config: Config, source: str) -> Rollout
         what = "its top-p nucleus (--rollout-top-p < 1 trains over them)"
         batch.top_p_token_ids = column.get("rollout_top_p_token_ids", "rollout_top_p_token_ids", what)
         batch.top_p_token_offsets = column.get("rollout_top_p_token_offsets", "rollout_top_p_token_offsets", what)
+    if "teacher_log_probs" in data:  # on-policy distillation: trained on with --opd-kl-coef
+        batch.teacher_log_probs = column.get("teacher_log_probs")
     if "rollout_ids" in data:
         batch.rollout_ids = [(group, "rollout", rid) for group, rid in zip(group_ids, column.get("rollout_ids"))]
     _check_masks(batch, source)

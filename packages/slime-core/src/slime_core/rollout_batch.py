@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
 from slime_core.faults.nonfinite import NonFiniteError
+from slime_core.faults.run_error import RunError
 from slime_core.rollout.reward_hub import scalar_reward
 from slime_core.sample import Sample, SampleStatus
 
@@ -43,6 +44,9 @@ class RolloutBatch:
     # (N,) the rewards as scored when `rewards` are post-processed (--reward-post-process, a converter): the ranks
     # then train on `rewards` as they are, without group normalisation; None: `rewards` are the scored ones.
     raw_rewards: list[float] | None = None
+    # (N,) (response_len,) on-policy distillation's teacher log-probs when the samples carry them
+    # (`Sample.teacher_log_probs`): the ranks train on them with --opd-kl-coef; None: none carried.
+    teacher_log_probs: list[list[float]] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -62,6 +66,7 @@ class RolloutBatch:
         ``rewards``: one per trainable sample, instead of their scored rewards."""
         batch = cls(top_p_token_ids=[] if top_p_replay else None, top_p_token_offsets=[] if top_p_replay else None)
         batch.rollout_ids = [] if rollout_id_key else None
+        batch.teacher_log_probs = carried_teacher_log_probs(trainable(samples))
         for i, sample in enumerate(trainable(samples)):
             sample.check()
             batch.tokens.append(list(sample.tokens))
@@ -102,6 +107,22 @@ def trainable(samples: list[Sample]) -> list[Sample]:
     return [sample for sample in samples if sample.status not in (SampleStatus.FAILED, SampleStatus.ABORTED)]
 
 
+def carried_teacher_log_probs(samples: list[Sample]) -> list[list[float]] | None:
+    """The teacher log-probs ``samples`` carry (on-policy distillation), one list per sample,
+    or None when none does; a ValueError naming the first sample without them when only some do."""
+    carried = [sample.teacher_log_probs is not None for sample in samples]
+    if not any(carried):
+        return None
+    if not all(carried):
+        missing = samples[carried.index(False)]
+        raise ValueError(
+            f"{sum(carried)} of the rollout's {len(samples)} samples carry teacher_log_probs (on-policy "
+            f"distillation) and {missing.describe()} does not: the function that sets them (a reward "
+            "post-process asking the teacher) must set them on every sample it returns"
+        )
+    return [[float(lp) for lp in sample.teacher_log_probs] for sample in samples]
+
+
 def train_batch(samples: list[Sample], config: Config, plugins) -> RolloutBatch:
     """The train data of a rollout's samples (in prompt order): ``--train-data-converter``'s
     batch, or `RolloutBatch.from_samples`; with ``--reward-post-process``, the post-processor's
@@ -127,7 +148,27 @@ def train_batch(samples: list[Sample], config: Config, plugins) -> RolloutBatch:
         )
     if processed:
         batch.raw_rewards, batch.rewards = processed
+    check_teacher_log_probs(batch, config)
     return batch
+
+
+def check_teacher_log_probs(batch: RolloutBatch, config: Config) -> None:
+    """Teacher log-probs carried by the samples are on-policy distillation's teacher: a
+    `RunError` when they would not be trained on (``--opd-kl-coef`` 0) or when
+    ``--opd-teacher-load`` names a second teacher."""
+    if batch.teacher_log_probs is None:
+        return
+    if config.get("opd_teacher_load"):
+        raise RunError(
+            f"the samples carry teacher_log_probs (on-policy distillation from a teacher engine) and "
+            f"--opd-teacher-load {config.opd_teacher_load} names a teacher for the train ranks too: keep one, drop "
+            "--opd-teacher-load to train on the samples' (or stop setting sample.teacher_log_probs)"
+        )
+    if not config.get("opd_kl_coef"):
+        raise RunError(
+            "the samples carry teacher_log_probs (on-policy distillation from a teacher engine) but --opd-kl-coef "
+            "is 0, so they would not be trained on: set --opd-kl-coef C (slime's OPD launch uses 1.0)"
+        )
 
 
 def _post_processed(samples: list[Sample], config: Config, plugins) -> tuple[list[float], list[float]] | None:

@@ -51,6 +51,9 @@ class Sample:
     # none, the whole vocabulary. None: no nucleus recorded.
     rollout_top_p_token_ids: list[int] | None = None  # nuclei ids, concatenated
     rollout_top_p_token_offsets: list[int] | None = None  # (response_len + 1,) offsets[0] = 0
+    # On-policy distillation with the teacher's log-probs carried by the sample (slime's --rm-url teacher: a reward
+    # post-process sets them from a teacher engine's answer), trained on with --opd-kl-coef; None: none carried.
+    teacher_log_probs: list[float] | None = None  # (response_len,) log π_teacher of each response token
     status: SampleStatus = SampleStatus.PENDING
     error: str | None = None  # why the sample failed (status FAILED)
     metadata: dict[str, Any] = field(default_factory=dict)  # free-form, from data and plugins
@@ -134,8 +137,8 @@ class Sample:
         problems = []
         if not 0 <= self.response_length <= len(self.tokens):
             problems.append(f"response_length {self.response_length} outside 0..{len(self.tokens)} tokens")
-        for name in ("loss_mask", "rollout_log_probs"):
-            if len(getattr(self, name)) != self.response_length:
+        for name in ("loss_mask", "rollout_log_probs", "teacher_log_probs"):
+            if getattr(self, name) is not None and len(getattr(self, name)) != self.response_length:
                 problems.append(
                     f"{name} has {len(getattr(self, name))} entries for {self.response_length} response tokens"
                 )

@@ -1,8 +1,9 @@
 """slime.rollout.on_policy_distillation: slime's OPD reward and post-process.
 
-Named with ``--custom-rm-path`` / ``--custom-reward-post-process-path`` they select the native
-teacher (``--opd-teacher-load``, see `slime_compat.distillation`); called from your own code
-they do what slime's do:
+Named with ``--custom-rm-path`` / ``--custom-reward-post-process-path`` (slime's OPD launch) or
+called from your own code they do what slime's do, asking the teacher engine at ``--rm-url``;
+with ``--opd-teacher-load`` the launch selects the native teacher instead (see
+`slime_compat.distillation`):
 
 - ``await reward_func(args, sample)``: the teacher server's SGLang answer for the sample's
   tokens (``args.rm_url``: its ``/generate``), with the log-prob of every token

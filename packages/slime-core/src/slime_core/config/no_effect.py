@@ -104,7 +104,11 @@ RULES: dict[str, tuple[Callable, str]] = {
     ),
     "critic_lr": (lambda c: c.advantage_estimator == "ppo", "only PPO (--advantage-estimator ppo) trains a critic"),
     "critic_load": (lambda c: c.advantage_estimator == "ppo", "only PPO (--advantage-estimator ppo) trains a critic"),
-    "opd_kl_coef": (lambda c: c.get("opd_teacher_load"), "on-policy distillation needs a teacher (--opd-teacher-load)"),
+    "opd_kl_coef": (
+        lambda c: c.get("opd_teacher_load") or c.get("reward_post_process") or c.get("train_data_converter"),
+        "on-policy distillation needs a teacher: --opd-teacher-load, or samples that carry teacher_log_probs "
+        "(set by a --reward-post-process or --train-data-converter asking a teacher engine)",
+    ),
     "max_tokens_per_gpu": (
         lambda c: c.use_dynamic_batch_size,
         "micro-batches are packed up to it with --use-dynamic-batch-size",

@@ -185,8 +185,11 @@ class RankStep:
 
     def tensors(self, batch: RolloutBatch, log_probs: LogProbsFn, reference: bool, teacher: bool) -> StepTensors:
         """Old / reference / teacher log-probs (through ``log_probs``) and advantages of the
-        share; ``reference`` / ``teacher``: whether the rank holds that model."""
+        share; ``reference`` / ``teacher``: whether the rank holds that model. Teacher log-probs
+        the samples carry (``batch.teacher_log_probs``) stand for a teacher model's."""
         cfg = self.config
+        carried = batch.teacher_log_probs
+        teacher = teacher or carried is not None
         mask = pad_rows(batch.loss_masks)
         old_from_forward = not self.sft and self.on_policy(teacher)
         old = torch.zeros_like(mask) if self.sft or old_from_forward else pad_rows(log_probs("actor"))
@@ -210,7 +213,8 @@ class RankStep:
         )
         advantages, _ = self.estimator(advantage_inputs)
         if teacher:
-            advantages = opd_advantages(advantages, old, pad_rows(log_probs("teacher")), mask, cfg.opd_kl_coef)
+            teacher_rows = pad_rows(carried if carried is not None else log_probs("teacher"))
+            advantages = opd_advantages(advantages, old, teacher_rows, mask, cfg.opd_kl_coef)
         if cfg.normalize_advantages:
             advantages = whiten(advantages, mask, group=self.group)
         reads_rollout = not self.sft or self.loss_config.needs_rollout_log_probs

@@ -68,6 +68,40 @@ def test_prompt_log_probs_from_logprob_start_len_match_transformers(engine_url, 
     assert later == entries[2:]
 
 
+def test_top_logprobs_are_sglang_s_and_match_transformers(engine_url, tokenizer, reference_model):
+    """top_logprobs_num k: each output token's k most likely tokens, most likely first, under the
+    request's temperature (as its output_token_logprobs), and with logprob_start_len each prompt
+    token's (no temperature, null for the first), as [logprob, id, text] entries."""
+    ids = tokenizer.encode("The quick brown fox")
+    body = {
+        "input_ids": ids,
+        "sampling_params": {"temperature": 0.7, "max_new_tokens": 3, "sampling_seed": 1},
+        "return_logprob": True,
+        "logprob_start_len": 0,
+        "top_logprobs_num": 4,
+        "return_text_in_logprobs": True,
+    }
+    meta = post(engine_url, body).json()["meta_info"]
+    output_ids = [token for _, token, _ in meta["output_token_logprobs"]]
+    with torch.no_grad():
+        logits = reference_model(torch.tensor([ids + output_ids])).logits[0, :-1]
+    expected_output = torch.log_softmax(logits[len(ids) - 1 :] / 0.7, -1).topk(4, -1)
+    expected_input = torch.log_softmax(logits[: len(ids) - 1], -1).topk(4, -1)
+    output_top, input_top = meta["output_top_logprobs"], meta["input_top_logprobs"]
+    assert len(output_top) == len(output_ids) and len(input_top) == len(ids) and input_top[0] is None
+    for got, (values, top_ids) in ((output_top, expected_output), (input_top[1:], expected_input)):
+        assert [[token for _, token, _ in row] for row in got] == top_ids.tolist()
+        torch.testing.assert_close(torch.tensor([[lp for lp, _, _ in row] for row in got]), values, atol=1e-4, rtol=0)
+        assert all(text == tokenizer.decode([token]) for row in got for _, token, text in row)
+    batch = post(
+        engine_url,
+        {"input_ids": [ids, ids], "sampling_params": GREEDY, "return_logprob": True, "top_logprobs_num": [2, 0]},
+    )
+    first, second = batch.json()
+    assert [len(row) for row in first["meta_info"]["output_top_logprobs"]] == [2] * len(first["output_ids"])
+    assert "output_top_logprobs" not in second["meta_info"] and "input_top_logprobs" not in first["meta_info"]
+
+
 def test_a_streamed_request_ends_with_done(engine_url):
     body = {"text": "The quick brown fox", "sampling_params": GREEDY, "stream": True}
     with httpx.stream("POST", f"{engine_url}/generate", json=body, timeout=60) as response:
@@ -81,7 +115,7 @@ def test_a_streamed_request_ends_with_done(engine_url):
     [
         ({"text": "hi", "lora_path": "adapter"}, "lora_path: the CPU engine serves no LoRA adapters"),
         ({"text": "hi", "custom_logit_processor": "x"}, "custom_logit_processor: the CPU engine runs no"),
-        ({"text": "hi", "top_logprobs_num": 3}, "top_logprobs_num:"),
+        ({"text": "hi", "top_logprobs_num": -1}, "top_logprobs_num must be >= 0"),
         ({"text": "hi", "return_hidden_states": True}, "return_hidden_states: not supported"),
         ({"text": "hi", "input_ids": [5]}, "as text or as input_ids, not both"),
         ({"text": ["a", "b"], "rid": ["x"]}, "rid has 1 entries for a batch of 2"),

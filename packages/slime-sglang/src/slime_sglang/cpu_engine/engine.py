@@ -13,6 +13,7 @@ import torch
 from slime_sglang.cpu_engine.request import BadRequest, GenerateRequest, answer
 from slime_sglang.cpu_engine.scheduler import Scheduler
 from slime_sglang.cpu_engine.stopping import StopChecker, eos_token_ids
+from slime_sglang.cpu_engine.top_logprobs import top_logprobs
 from slime_sglang.cpu_engine.weights import load_model
 
 
@@ -38,6 +39,9 @@ class Engine:
             result["meta_info"]["input_token_logprobs"] = await self.at_safe_point(
                 lambda: self.prompt_logprobs(request)
             )
+        if request.return_logprob and request.top_logprobs_num > 0:
+            top = await self.at_safe_point(lambda: top_logprobs(self.model, self.tokenizer, request))
+            result["meta_info"].update(top)
         return result
 
     def tokenize(self, text: str) -> list[int]:

@@ -35,7 +35,9 @@ GENERATE_REQ_FIELDS = (
     "top_logprobs_num", "use_audio_in_video", "video_config", "video_data", "video_max_dynamic_patch", "watermark",
 )  # fmt: skip
 #: fields given per prompt in a batch (one value for all, or a list of one per prompt)
-PER_PROMPT = ("sampling_params", "rid", "return_logprob", "logprob_start_len", "return_text_in_logprobs")
+PER_PROMPT = (
+    "sampling_params", "rid", "return_logprob", "logprob_start_len", "return_text_in_logprobs", "top_logprobs_num"
+)  # fmt: skip
 #: fields that steer SGLang's logging, scheduling, routing or prefix cache, not the answer of one engine;
 #: sglang-router adds ``model``, which is not a GenerateReqInput field
 IGNORED = (
@@ -54,7 +56,6 @@ REFUSALS = {
     "lora_path": "the CPU engine serves no LoRA adapters",
     "lora_id": "the CPU engine serves no LoRA adapters",
     "custom_logit_processor": "the CPU engine runs no custom logit processors",
-    "top_logprobs_num": "the CPU engine returns the log-prob of each chosen token, not the top-k alternatives",
     "session_params": "the CPU engine keeps no sessions",
 }
 

@@ -4,11 +4,13 @@ The body and the answer follow SGLang's native API (`generate_body` splits what 
 text or batches included, into one such body per prompt):
 
     {"input_ids": [int], "sampling_params": {...}, "return_logprob": bool, "rid": str,
-     "return_text_in_logprobs": bool, "logprob_start_len": int}
+     "return_text_in_logprobs": bool, "logprob_start_len": int, "top_logprobs_num": int}
     -> {"text": str, "output_ids": [int], "meta_info": {"id", "finish_reason", "prompt_tokens",
         "completion_tokens", "weight_version", "output_token_logprobs" (with return_logprob),
         "input_token_logprobs" (with return_logprob and logprob_start_len >= 0: the prompt's
         tokens from that position, the first token's log-prob null),
+        "output_top_logprobs", "input_top_logprobs" (with return_logprob and top_logprobs_num > 0:
+        `top_logprobs`),
         "top_p_token_ids", "top_p_token_offsets" (with custom_params.return_top_p_token_ids)}}
 
 Top-p replay answers as SGLang with slime's top-p patch does: the output tokens' nuclei
@@ -37,6 +39,7 @@ TOP_LEVEL_KEYS = (
     "return_text_in_logprobs",
     "rid",
     "logprob_start_len",
+    "top_logprobs_num",
 )
 #: ``sampling_params`` keys: SGLang's names of `SamplingParams`' fields, and custom_params ...
 SAMPLING_KEYS = tuple(f.name for f in fields(SamplingParams) if f.name != "return_top_p_token_ids") + ("custom_params",)
@@ -58,6 +61,7 @@ class GenerateRequest:
     return_logprob: bool
     return_text_in_logprobs: bool = False  # third item of each output_token_logprobs entry: the token's text
     logprob_start_len: int = -1  # with return_logprob, the prompt's log-probs from this position (-1: none)
+    top_logprobs_num: int = 0  # with return_logprob, the k most likely tokens at each position too (`top_logprobs`)
     generator: torch.Generator | None = None  # set for requests with a sampling_seed
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)  # one per output token
@@ -119,6 +123,11 @@ def parse_generate(body, vocab_size: int, context_length: int) -> GenerateReques
             f"logprob_start_len must be -1 (no prompt log-probs) or a position in the prompt "
             f"[0, {len(input_ids)}), got {logprob_start_len}"
         )
+    top_logprobs_num = _integer(body, "top_logprobs_num", 0)
+    if top_logprobs_num < 0:
+        raise BadRequest(
+            f"top_logprobs_num must be >= 0 (the most likely tokens to return per position), got {top_logprobs_num}"
+        )
     rid = body.get("rid")
     if rid is not None and not isinstance(rid, str):
         raise BadRequest("rid must be a string (or left out for a generated id)")
@@ -129,6 +138,7 @@ def parse_generate(body, vocab_size: int, context_length: int) -> GenerateReques
         return_logprob=_boolean(body, "return_logprob", False),
         return_text_in_logprobs=_boolean(body, "return_text_in_logprobs", False),
         logprob_start_len=logprob_start_len,
+        top_logprobs_num=top_logprobs_num,
         generator=None if params.sampling_seed is None else torch.Generator().manual_seed(params.sampling_seed),
     )
 

@@ -103,11 +103,16 @@ SLIME_FLAGS: tuple[Accepted, ...] = (
     ),
     Accepted("--log-probs-chunk-size", type=int, reason=_LOGPROBS_MEMORY),
     Accepted("--log-probs-max-tokens-per-gpu", type=int, reason=_LOGPROBS_MEMORY),
-    Accepted("--use-opd", reason="on-policy distillation is on when --opd-teacher-load names the teacher"),
+    Accepted(
+        "--use-opd",
+        reason="on-policy distillation is on when --opd-teacher-load names the teacher, or when the samples carry "
+        "teacher_log_probs (slime's OPD post-process sets them from the teacher at --rm-url)",
+    ),
     Accepted(
         "--opd-type",
         type=str,
-        reason="the teacher's log-probs are computed by the train backend from --opd-teacher-load",
+        reason="the teacher follows from the launch: samples carrying teacher_log_probs (slime's 'sglang': the "
+        "teacher at --rm-url) or --opd-teacher-load (the train ranks' teacher, slime's 'megatron')",
     ),
     Accepted("--opd-teacher-ckpt-step", type=int, reason="--opd-teacher-load is a Hugging Face directory"),
     Accepted(

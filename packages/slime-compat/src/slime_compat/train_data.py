@@ -65,10 +65,15 @@ def train_data_problems(config: Config) -> list[str]:
 
 
 def reward_post_process(samples, config: Config) -> tuple[list, list]:
-    """Our reward post-processor contract calling slime's (the ``teacher_log_probs`` it sets on
-    the samples, slime's on-policy distillation, are trained on: `slime_compat.distillation`)."""
-    fn = load_function(config.custom_reward_post_process_path)
-    return fn(slime_args(config), promote_all(samples))
+    """Our reward post-processor contract calling slime's. The ``teacher_log_probs`` it sets on
+    the samples (slime's on-policy distillation: `slime_compat.distillation`) are trained on;
+    slime's tensors become the core field's list of floats, which saved samples hold as JSON."""
+    samples = promote_all(samples)
+    rewards = load_function(config.custom_reward_post_process_path)(slime_args(config), samples)
+    for sample in samples:
+        if sample.teacher_log_probs is not None:
+            sample.teacher_log_probs = [float(lp) for lp in sample.teacher_log_probs]
+    return rewards
 
 
 def convert_samples_to_train_data(samples, config: Config) -> RolloutBatch:

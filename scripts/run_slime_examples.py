@@ -11,7 +11,9 @@ slime's library (its dynamic-sampling filters) is copied the same way. Each exam
 ``slime run`` on CPU (CPU engine, FSDP, a tiny random Qwen3 with a character tokenizer, two
 rollouts) with the flags its launch script gives it, shrunk to the tiny model; search-r1 gets a
 fake retrieval server on the address its code names (127.0.0.1:8000), retool runs its own local
-Python tool. An example trains when its run exits 0 and logged train metrics for every rollout.
+Python tool, on-policy distillation a teacher CPU engine on the tiny model at ``--rm-url`` (as
+slime's launch starts a teacher SGLang server). An example trains when its run exits 0 and logged
+train metrics for every rollout.
 
 Examples that need a third-party service or package slime does not install itself, or a model
 kind the tiny model is not (images), are listed with what they need, not run. NAME picks examples.
@@ -19,12 +21,14 @@ kind the tiny model is not (images), are listed with what they need, not run. NA
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -53,6 +57,16 @@ class Example:
     bare_modules_from: str | None = None  # an examples/ folder whose modules the launch names bare
     copied_library_file: str | None = None  # a file of slime's library a user copies next to their code
     needs: str | None = None  # why it is not run here
+
+
+def opd_launch(module: str, *teacher: str) -> tuple[str, ...]:
+    """slime's OPD launch (examples/on_policy_distillation/run-qwen3-8B-opd.sh), its functions from
+    ``module``, with the ``teacher`` flags."""
+    return (
+        "--custom-rm-path", f"{module}.reward_func",
+        "--custom-reward-post-process-path", f"{module}.post_process_rewards",
+        "--use-opd", "--opd-type", "sglang", "--opd-kl-coef", "1.0", *teacher,
+    )  # fmt: skip
 
 
 EXAMPLES = [
@@ -133,22 +147,21 @@ EXAMPLES = [
     ),
     Example(
         "on_policy_distillation",
-        "`examples/on_policy_distillation`: slime's OPD `reward_func` / `post_process_rewards` (native teacher)",
-        (
-            "--custom-rm-path",
-            "slime.rollout.on_policy_distillation.reward_func",
-            "--custom-reward-post-process-path",
-            "slime.rollout.on_policy_distillation.post_process_rewards",
-            "--rm-url",
-            "http://127.0.0.1:9/generate",
-            "--use-opd",
-            "--opd-type",
-            "sglang",
-            "--opd-kl-coef",
-            "1.0",
-            "--opd-teacher-load",
-            "{model}",
-        ),  # fmt: skip
+        "`examples/on_policy_distillation`: slime's OPD `reward_func` / `post_process_rewards`, as its launch runs "
+        "them (a teacher engine on the same tiny model at `--rm-url`)",
+        opd_launch("slime.rollout.on_policy_distillation", "--rm-url", "{teacher}/generate"),
+    ),
+    Example(
+        "on_policy_distillation copied",
+        "`slime/rollout/on_policy_distillation.py` (copied): its `reward_func` / `post_process_rewards` "
+        "(the teacher engine at `--rm-url`)",
+        opd_launch("on_policy_distillation", "--rm-url", "{teacher}/generate"),
+        copied_library_file="slime/rollout/on_policy_distillation.py",
+    ),
+    Example(
+        "on_policy_distillation native",
+        "`examples/on_policy_distillation` with `--opd-teacher-load` (the native teacher, no server)",
+        opd_launch("slime.rollout.on_policy_distillation", "--opd-teacher-load", "{model}"),
     ),
     Example(
         "sft_rollout",
@@ -183,9 +196,25 @@ EXAMPLES = [
             "deepscaler",
         ),
     ),
-    Example("tau-bench", "`examples/tau-bench`", needs="the tau_bench package and an LLM user simulator"),
-    Example("strands_sglang", "`examples/strands_sglang`", needs="the strands-agents packages"),
-    Example("coding_agent_rl", "`examples/coding_agent_rl`", needs="E2B cloud sandboxes (e2b, E2B_API_KEY)"),
+    Example(
+        "tau-bench",
+        "`examples/tau-bench`",
+        needs="the `tau_bench` package (JD-ETH/tau-bench, branch feature/litellm-retry, with litellm), `sglang` "
+        "(its tool parser imports `sglang.srt.function_call`) and an API key for tau-bench's LLM user simulator "
+        "(GEMINI_API_KEY, gemini-2.5-flash-lite as configured)",
+    ),
+    Example(
+        "strands_sglang",
+        "`examples/strands_sglang`",
+        needs="the `strands-agents` and `strands-sglang` (0.4.2) packages",
+    ),
+    Example(
+        "coding_agent_rl",
+        "`examples/coding_agent_rl`",
+        needs="an E2B-compatible sandbox cluster (the `e2b` SDK, E2B_API_KEY, "
+        "SLIME_AGENT_SANDBOX_IMAGE_METADATA_KEY) reachable both ways, and the Node 22 and Claude Code CLI tarballs "
+        "it uploads into each sandbox (SLIME_AGENT_NODE_TARBALL, SLIME_AGENT_CC_TARBALL)",
+    ),
     Example("geo3k_vlm_multi_turn", "`examples/geo3k_vlm_multi_turn`", needs="a vision-language model (images)"),
 ]
 
@@ -222,14 +251,14 @@ def lay_out(checkout: Path, scratch: Path, example: Example) -> list[str]:
     return path
 
 
-def run_example(example: Example, checkout: Path, scratch: Path, model: Path) -> str:
-    """``trains``, or why not (the run's last error line)."""
+def run_example(example: Example, checkout: Path, scratch: Path, model: Path, teacher: str) -> str:
+    """``trains``, or why not (the run's last error line); ``teacher``: the teacher engine's URL."""
     pythonpath = lay_out(checkout, scratch, example)
     work = scratch / example.name.replace(" ", "_")
     work.mkdir()
     data = work / "prompts.jsonl"
     data.write_text("".join(json.dumps(record) + "\n" for record in example.data))
-    flags = [flag.replace("{model}", str(model)) for flag in example.flags]
+    flags = [flag.replace("{model}", str(model)).replace("{teacher}", teacher) for flag in example.flags]
     argv = [
         str(Path(sys.executable).parent / "slime"),
         "run",
@@ -249,6 +278,19 @@ def run_example(example: Example, checkout: Path, scratch: Path, model: Path) ->
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         return "no: " + (lines[-1][:300] if lines else f"exit {done.returncode}")
     return "trains" if _trained_rollouts(work / "run" / "metrics.jsonl") == ROLLOUTS else "no: no train metrics"
+
+
+@contextlib.contextmanager
+def teacher_engine(model: Path, chosen: list[Example]) -> Iterator[str]:
+    """The on-policy distillation teacher, as slime's OPD launch starts one: a CPU engine
+    serving ``model`` (its URL), when a chosen example asks for it."""
+    if not any("{teacher}" in flag for example in chosen for flag in example.flags):
+        yield ""
+        return
+    from slime_sglang.cpu_engine.launch import cpu_engine
+
+    with cpu_engine(model) as url:
+        yield url
 
 
 def _trained_rollouts(metrics: Path) -> int:
@@ -275,11 +317,12 @@ def main(checkout: Path, names: list[str]) -> None:
         subprocess.run(
             [str(Path(sys.executable).parent / "slime"), "tiny-model", str(model), "--max-positions", "4096"]
         )
-        for example in chosen:
-            result = f"not run: needs {example.needs}" if example.needs else None
-            result = result or run_example(example, checkout, Path(scratch), model)
-            print(f"{example.name}: {result}", flush=True)
-            rows.append(f"| {example.runs} | {result} |")
+        with teacher_engine(model, chosen) as teacher:
+            for example in chosen:
+                result = f"not run: needs {example.needs}" if example.needs else None
+                result = result or run_example(example, checkout, Path(scratch), model, teacher)
+                print(f"{example.name}: {result}", flush=True)
+                rows.append(f"| {example.runs} | {result} |")
     server.shutdown()
     print(f"\nslime commit {commit.strip() or '(not a git checkout)'}\n\n| example | on CPU here |\n|---|---|")
     print("\n".join(rows))

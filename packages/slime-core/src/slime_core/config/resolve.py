@@ -11,12 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from slime_core.config.config import Config
+from slime_core.data.eval_datasets import eval_prompt_data_from_config
 
 
 def resolve(config: Config) -> None:
     """Fill in the derived core options of ``config`` in place (before it is frozen)."""
     _batch_sizes(config)
     _prompt_len(config)
+    eval_prompt_data_from_config(config)
     _replay_trains_only(config)
     _fresh_load(config)
     _rollouts_from_epochs(config)

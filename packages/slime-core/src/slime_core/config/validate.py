@@ -8,6 +8,8 @@ from pathlib import Path
 from slime_core.config.accepted_flags import architecture_problems
 from slime_core.config.config import Config
 from slime_core.config.options import OptionSet, key_to_flag
+from slime_core.data.eval_datasets import eval_config_problems
+from slime_core.data.prompt_dataset import chat_template_kwargs_problems
 from slime_core.data.slicing import split_path_slice
 
 
@@ -19,7 +21,8 @@ def validate(config: Config, options: OptionSet) -> list[str]:
         if option.required and config.get(option.key) is None
     ]
     errors += _check_batch(config)
-    errors += _check_data_paths(config)
+    errors += eval_config_problems(config) or _check_data_paths(config)
+    errors += chat_template_kwargs_problems(config)
     errors += _check_batching(config)
     errors += _check_debug(config)
     errors += _check_fault_tolerance(config)
@@ -77,6 +80,9 @@ def _check_debug(config: Config) -> list[str]:
             "saved rollouts with --load-debug-rollout-data PATH_{rollout_id} (written by a run with "
             "--save-debug-rollout-data), or use a rollout function that needs none (--rollout-function sft)"
         )
+    share = config.get("load_debug_rollout_data_subsample")
+    if share is not None and not 0 < share <= 1:
+        errors.append(f"--load-debug-rollout-data-subsample is the share of samples to replay, in (0, 1]; got {share}")
     if config.get("debug_train_only") and config.get("debug_rollout_only"):
         errors.append("--debug-rollout-only and --debug-train-only (or --load-debug-rollout-data) exclude each other")
     return errors

@@ -140,6 +140,13 @@ RULES: dict[str, tuple[Callable, str]] = {
         lambda c: c.apply_chat_template or c.get("eval_config"),
         "the prompts are rendered with the chat template only with --apply-chat-template",
     ),
+    **{
+        key: (
+            lambda c: c.rollout_function == "rollout_buffer",
+            "only the rollout buffer (--rollout-buffer-url) reads it",
+        )
+        for key in ("fetch_trajectory_retry_times", "rollout_task_type")
+    },
     "load_debug_rollout_data_subsample": (
         lambda c: c.get("load_debug_rollout_data"),
         "it subsamples the rollouts replayed from --load-debug-rollout-data",

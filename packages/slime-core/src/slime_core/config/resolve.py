@@ -19,6 +19,7 @@ def resolve(config: Config) -> None:
     _batch_sizes(config)
     _prompt_len(config)
     eval_prompt_data_from_config(config)
+    _rollout_buffer(config)
     _replay_trains_only(config)
     _fresh_load(config)
     _rollouts_from_epochs(config)
@@ -47,6 +48,14 @@ def _prompt_len(config: Config) -> None:
     if context is not None and context >= 2 and config.get("rollout_max_prompt_len") is None:
         config.rollout_max_prompt_len = context - 1
         config.sources["rollout_max_prompt_len"] = f"--rollout-max-context-len {context} minus 1"
+
+
+def _rollout_buffer(config: Config) -> None:
+    """``--rollout-buffer-url`` trains on the buffer's trajectories (the ``rollout_buffer``
+    rollout function), unless another rollout function was chosen (which may read the URL)."""
+    if config.get("rollout_buffer_url") and config.sources.get("rollout_function", "default") == "default":
+        config.rollout_function = "rollout_buffer"
+        config.sources["rollout_function"] = f"--rollout-buffer-url {config.rollout_buffer_url}"
 
 
 def _replay_trains_only(config: Config) -> None:

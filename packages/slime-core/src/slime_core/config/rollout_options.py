@@ -181,6 +181,26 @@ def rollout_options(o: OptionSet) -> None:
         group=g,
     )
     o.add("--rollout-function", default="default", help="registered rollout function", group=g)
+    o.add(
+        "--rollout-buffer-url",
+        default=None,
+        help="train on the trajectories of an external rollout buffer at this URL (slime's slime_plugins/"
+        "rollout_buffer HTTP API); selects --rollout-function rollout_buffer",
+        group=g,
+    )
+    o.add(
+        "--rollout-task-type",
+        default="math",
+        help="the task the rollout buffer's generators run (its task_type; rewards here come from --rm-type)",
+        group=g,
+    )
+    o.add(
+        "--fetch-trajectory-retry-times",
+        type=int,
+        default=-1,
+        help="failed requests to the rollout buffer retried per rollout (-1: without end)",
+        group=g,
+    )
     o.add("--generate-function", default="default", help="registered per-sample generate function", group=g)
     o.add(
         "--eval-function",

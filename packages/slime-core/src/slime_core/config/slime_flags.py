@@ -48,19 +48,20 @@ SLIME_FLAGS: tuple[Accepted, ...] = (
         "--start-rollout-id", type=int, reason="the first rollout id comes from the checkpoint in --load (0 without)"
     ),
     Accepted("--min-batch-collection-ratio", type=float, reason=_NOT_YET),
-    Accepted("--rollout-task-type", type=str, reason="the reward function is chosen by --rm-type"),
     Accepted(
         "--loss-mask-type",
         type=str,
         reason="the loss mask comes from the chat template's rendering of each turn, for every model family",
     ),
     Accepted("--multimodal-keys", type=str, reason=f"multimodal prompts are {_NOT_YET}"),
-    Accepted("--fetch-trajectory-retry-times", type=int, reason="samples are retried by --generate-max-retries"),
-    Accepted("--rollout-buffer-url", type=str, reason=f"an external rollout buffer service is {_NOT_YET}"),
     Accepted(
         "--rollout-data-transport", type=str, reason="rollout data reaches the train ranks through Ray's object store"
     ),
-    Accepted("--use-rollout-entropy", reason=f"entropy from the engine's log-probs is {_NOT_YET}"),
+    Accepted(
+        "--use-rollout-entropy",
+        reason=f"the entropy of the trainer's log-prob pass (slime's rollout/entropy, for custom loss masks) is "
+        f"{_NOT_YET}",
+    ),
     Accepted(
         "--rollout-health-check-first-wait",
         type=float,
@@ -71,7 +72,9 @@ SLIME_FLAGS: tuple[Accepted, ...] = (
     Accepted(
         "--load-forge-rollout-data",
         type=str,
-        reason=f"{_NOT_YET}: replay saved rollouts with --load-debug-rollout-data",
+        reason="slime's forged dumps are torch.save pickles of its own Sample.to_dict() records (no documented "
+        "format: slime/rollout/forge_load.py reads whatever its Sample class holds); replay rollouts this slime "
+        "saved (--save-debug-rollout-data, JSON) with --load-debug-rollout-data",
     ),
     Accepted(
         "--save-debug-train-data",

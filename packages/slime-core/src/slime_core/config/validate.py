@@ -23,6 +23,7 @@ def validate(config: Config, options: OptionSet) -> list[str]:
     errors += _check_batch(config)
     errors += eval_config_problems(config) or _check_data_paths(config)
     errors += chat_template_kwargs_problems(config)
+    errors += _check_rollout_buffer(config)
     errors += _check_batching(config)
     errors += _check_debug(config)
     errors += _check_fault_tolerance(config)
@@ -40,6 +41,20 @@ def _check_top_p(config: Config) -> list[str]:
         f"{key_to_flag(key)} must be in (0, 1] (1: no nucleus), got {config.get(key)}"
         for key in ("rollout_top_p", "eval_top_p")
         if config.get(key) is not None and not 0 < config.get(key) <= 1
+    ]
+
+
+def _check_rollout_buffer(config: Config) -> list[str]:
+    """The rollout buffer's trajectories carry no engine log-probs to train on."""
+    if config.get("rollout_function") != "rollout_buffer":
+        return []
+    if not config.get("rollout_buffer_url"):
+        return ["--rollout-function rollout_buffer needs --rollout-buffer-url: the address of the rollout buffer"]
+    return [
+        f"{key_to_flag(key)} trains on the engine's log-probs, which the rollout buffer's trajectories do not carry; "
+        "drop it with --rollout-buffer-url"
+        for key in ("use_tis", "use_rollout_logprobs")
+        if config.get(key)
     ]
 
 

@@ -4,8 +4,8 @@ Each dataset (``--eval-prompt-data`` or ``--eval-config``, `slime_core.data.eval
 gets its ``n_samples_per_eval_prompt`` responses per prompt (``--n-samples-per-eval-prompt``),
 sampled with its own settings (falling back to the ``--eval-*`` options, then the rollout's); with
 ``--eval-max-context-len`` each response stops where prompt and response fill that many tokens.
-It reports its mean reward (of ``--eval-reward-key``, else ``--reward-key``, for dict rewards),
-mean response length, and pass@k for k = 1 and k = n (the unbiased estimator
+It reports its mean reward (of ``--eval-reward-key``, else ``--reward-key``, for dict rewards)
+and pass@k for k = 1 and k = n (the unbiased estimator
 1 - C(n-c, k) / C(n, k) per prompt, with c correct responses of n; a response counts as correct
 when its reward is positive); with ``--log-reward-category``, each category's share of samples.
 """
@@ -39,9 +39,8 @@ def pass_at_k(n: int, correct: int, k: int) -> float:
 
 
 async def evaluate(config: Config, parts: RolloutParts, datasets: dict[str, PromptDataset]) -> EvalResult:
-    """``eval/<name>/reward_mean``, ``eval/<name>/pass@1``, ``eval/<name>/pass@<n>`` and
-    ``eval/<name>/response_length_mean``, with each dataset's scored groups (for
-    ``slime_log_eval`` plugins)."""
+    """``eval/<name>/reward_mean``, ``eval/<name>/pass@1`` and ``eval/<name>/pass@<n>`` (and the
+    reward categories' shares), with each dataset's scored groups (for ``slime_log_eval`` plugins)."""
     result = EvalResult({})
     specs = {spec.name: spec for spec in eval_datasets(config)}
     reward_key = config.get("eval_reward_key") or config.reward_key
@@ -97,9 +96,7 @@ def _copy(template: Sample, group_index: int, index: int) -> Sample:
 
 def _dataset_metrics(name: str, groups: list[list[Sample]], reward_key: str | None) -> dict[str, float]:
     rewards, pass1, pass_n = [], [], []
-    lengths: list[int] = []
     for group in groups:
-        lengths.extend(s.response_length for s in group)
         scored = [scalar_reward(s, reward_key) for s in group if s.status != SampleStatus.FAILED]
         correct = sum(r > 0 for r in scored)
         rewards.extend(scored)
@@ -111,5 +108,4 @@ def _dataset_metrics(name: str, groups: list[list[Sample]], reward_key: str | No
         f"eval/{name}/reward_mean": mean(rewards),
         f"eval/{name}/pass@1": mean(pass1),
         f"eval/{name}/pass@{n}": mean(pass_n),
-        f"eval/{name}/response_length_mean": mean(lengths),
     }

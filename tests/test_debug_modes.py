@@ -26,7 +26,7 @@ def test_replaying_saved_rollouts_gives_the_same_training(slime_run, tmp_path, t
         "--num-rollout", "1", "--load-debug-rollout-data", saved, "--load-debug-rollout-data-subsample", "0.25"
     )
     assert original[0]["rollout/samples"] == 64 and quarter[0]["rollout/samples"] == 16
-    assert quarter[0]["train/loss"] != replayed[0]["train/loss"]
+    assert quarter[0]["perf/tokens"] < replayed[0]["perf/tokens"]  # trained on fewer tokens
 
 
 def test_rollout_only_generates_and_scores_without_training(slime_run, tmp_path):

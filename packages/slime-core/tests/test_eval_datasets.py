@@ -102,7 +102,7 @@ def test_each_dataset_takes_its_entry_then_the_defaults_then_the_eval_flags_then
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("eval: [1, 2", "{path}: not valid YAML"),
+        ("eval: [1, 2", "{path}:1: not valid YAML (expected ',' or ']'"),
         ("eval:\n  datasets: []\n", "{path}: no datasets under eval.datasets"),
         ("eval:\n  datasets:\n    - name: a\n", "{path} eval.datasets[0]: `path` is missing"),
         (

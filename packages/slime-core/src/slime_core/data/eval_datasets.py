@@ -114,7 +114,9 @@ def read_eval_config(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     except OSError as exc:
         raise EvalConfigError(f"--eval-config {path}: cannot read it ({exc.strerror}); check the path") from None
     except yaml.YAMLError as exc:
-        raise EvalConfigError(f"--eval-config {path}: not valid YAML ({str(exc).splitlines()[0]}...)") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else path
+        raise EvalConfigError(f"--eval-config {where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
     section = root.get("eval", root) if isinstance(root, dict) else None
     if not isinstance(section, dict):
         raise EvalConfigError(f"--eval-config {path}: expected a mapping with `eval: {{datasets: [...]}}` at the root")
@@ -131,7 +133,7 @@ def read_eval_config(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 def _entries(datasets: Any, path: str) -> list[dict[str, Any]]:
     """The dataset entries, from a list of mappings or a mapping from name to entry."""
     if isinstance(datasets, dict):
-        datasets = [{"name": name, **(entry or {})} for name, entry in datasets.items()]
+        datasets = [{"name": name, **entry} if isinstance(entry, dict) else entry for name, entry in datasets.items()]
     if not isinstance(datasets, list) or not datasets:
         raise EvalConfigError(f"--eval-config {path}: no datasets under eval.datasets; list {{name, path}} entries")
     for index, entry in enumerate(datasets):

@@ -21,6 +21,12 @@ def test_replaying_saved_rollouts_gives_the_same_training(slime_run, tmp_path, t
     assert "placement: 1 bundles (1 training ranks)\n" in (tmp_path / "replayed" / "slime.log").read_text()  # no engine
     record = json.loads((tmp_path / "dbg" / "rollout_1.json").read_text())
     assert record["rollout_id"] == 1 and len(record["groups"]) == 8 and len(record["groups"][0]) == 8
+    # --load-debug-rollout-data-subsample: a quarter of the 64 samples, the first 8 and the last 8, are trained on
+    quarter = slime_run(
+        "--num-rollout", "1", "--load-debug-rollout-data", saved, "--load-debug-rollout-data-subsample", "0.25"
+    )
+    assert original[0]["rollout/samples"] == 64 and quarter[0]["rollout/samples"] == 16
+    assert quarter[0]["perf/tokens"] < replayed[0]["perf/tokens"]  # trained on fewer tokens
 
 
 def test_rollout_only_generates_and_scores_without_training(slime_run, tmp_path):

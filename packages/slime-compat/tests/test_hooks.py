@@ -243,3 +243,11 @@ def test_data_source_class_is_built_from_args_and_serves_slime_samples(make_conf
     assert [[s.prompt for s in g] for g in groups] == [["q0", "q0"], ["q1", "q1"]]
     source.add_samples(groups[:1])
     assert source.source.returned == groups[:1]
+
+
+def test_args_hold_the_chat_template_kwargs_parsed_as_slime_s_do(make_config):
+    from slime_compat.args import slime_args
+
+    config, _ = make_config("--apply-chat-template", "--apply-chat-template-kwargs", '{"enable_thinking": false}')
+    assert slime_args(config).apply_chat_template_kwargs == {"enable_thinking": False}
+    assert slime_args(make_config()[0]).apply_chat_template_kwargs == {}  # so `**args.apply_...` works

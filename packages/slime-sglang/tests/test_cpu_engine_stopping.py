@@ -44,3 +44,19 @@ def test_the_text_ends_before_the_matched_stop_string():
     assert CHECKER.text(request) == "answer: 42"
     assert CHECKER.text(finished("answer: 42\nend", stop=("\nend",), no_stop_trim=True)) == "answer: 42\nend"
     assert finished("answer: 42\nen", stop=("\nend",)).finish_reason is None
+
+
+def test_min_new_tokens_holds_back_eos_and_stop_tokens_until_reached():
+    """SGLang's min_new_tokens: below it nothing stops the output, and EOS and the stop token ids
+    are never drawn (their logits are -inf); at it, they stop as usual."""
+    import torch
+
+    stop = TOKENIZER.convert_tokens_to_ids("!")
+    assert finished("ab", eos=True, min_new_tokens=4).finish_reason is None
+    assert finished("abc!", stop_token_ids=frozenset({stop}), min_new_tokens=4).finish_reason["matched"] == stop
+    short, done = finished("ab", min_new_tokens=4), finished("abcd", min_new_tokens=4)
+    logits = torch.zeros(2, len(TOKENIZER))
+    held = CHECKER.hold_back(logits, [short, done])
+    assert held[0, EOS] == float("-inf") and torch.isfinite(held[1]).all() and torch.isfinite(logits).all()
+    stopped = CHECKER.hold_back(logits[:1], [finished("ab", min_new_tokens=4, stop_token_ids=frozenset({stop}))])
+    assert stopped[0, stop] == float("-inf") and torch.isfinite(stopped[0]).sum() == len(TOKENIZER) - 2

@@ -54,6 +54,14 @@ class SlimeArgs:
                 send_token_to(url, network.token)
 
 
+def _set_parsed_values(args: SlimeArgs) -> None:
+    """The values slime's args hold parsed where our options hold text: ``--apply-chat-template-kwargs``
+    is a dict there (slime parses its JSON), so ``**args.apply_chat_template_kwargs`` works."""
+    from slime_core.data.prompt_dataset import chat_template_kwargs
+
+    args.__dict__["apply_chat_template_kwargs"] = chat_template_kwargs(args.__dict__["_config"])
+
+
 def _set_custom_config(args: SlimeArgs) -> None:
     """The settings of ``--custom-config-path``, on the args of any process of the run (the
     driver's rollout functions and the train ranks' hooks alike), as slime sets them."""
@@ -77,6 +85,7 @@ def slime_args(config: Config | SlimeArgs, engine=None) -> SlimeArgs:
     args = _BY_CONFIG.get(id(config))
     if args is None or args.__dict__["_config"] is not config:
         args = _BY_CONFIG[id(config)] = SlimeArgs(config)
+        _set_parsed_values(args)
         _set_custom_config(args)
     args.set_router(getattr(engine, "url", None))
     return args

@@ -34,6 +34,7 @@ def slime_register_data_sources(register):
 def slime_register_rollout_functions(register):
     register("default", "slime_core.rollout.default:default_rollout")
     register("sft", "slime_core.rollout.sft:sft_rollout")
+    register("rollout_buffer", "slime_core.rollout.rollout_buffer:rollout_buffer_rollout")
 
 
 @hookimpl

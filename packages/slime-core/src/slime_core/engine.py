@@ -47,6 +47,7 @@ class SamplingParams:
     stop_token_ids: list[int] | None = None
     sampling_seed: int | None = None
     custom_params: dict[str, Any] | None = None  # SGLang's custom_params, e.g. {TOP_P_REPLAY_PARAM: True}
+    min_new_tokens: int | None = None  # no EOS or stop token is drawn before this many new tokens
 
     def to_json(self) -> dict[str, Any]:
         return {key: value for key, value in self.__dict__.items() if value is not None}

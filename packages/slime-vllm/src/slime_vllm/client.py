@@ -131,6 +131,8 @@ def generate_body(input_ids: list[int], sampling: SamplingParams, n: int) -> dic
         params["stop_token_ids"] = sampling.stop_token_ids
     if sampling.sampling_seed is not None:
         params["seed"] = sampling.sampling_seed
+    if sampling.min_new_tokens:
+        params["min_tokens"] = sampling.min_new_tokens
     if sampling.custom_params:
         raise EngineError(
             f"the vllm rollout backend takes no custom sampling parameters ({sorted(sampling.custom_params)}); "

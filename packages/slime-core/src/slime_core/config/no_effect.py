@@ -121,6 +121,40 @@ RULES: dict[str, tuple[Callable, str]] = {
         lambda c: c.loss_type != "sft_loss",
         "supervised training (--loss-type sft_loss) has no ratio to clip",
     ),
+    **{
+        key: (
+            lambda c: c.get("eval_prompt_data") or c.get("eval_config"),
+            "there is nothing to evaluate (give --eval-prompt-data or --eval-config)",
+        )
+        for key in (
+            "eval_input_key",
+            "eval_label_key",
+            "eval_tool_key",
+            "eval_reward_key",
+            "eval_max_prompt_len",
+            "eval_max_context_len",
+            "eval_min_new_tokens",
+        )
+    },
+    "skip_eval_before_train": (
+        lambda c: (c.get("eval_prompt_data") or c.get("eval_config")) and c.get("eval_interval"),
+        "only runs that evaluate (--eval-interval with --eval-prompt-data or --eval-config) evaluate before training",
+    ),
+    "apply_chat_template_kwargs": (
+        lambda c: c.apply_chat_template or c.get("eval_config"),
+        "the prompts are rendered with the chat template only with --apply-chat-template",
+    ),
+    **{
+        key: (
+            lambda c: c.rollout_function == "rollout_buffer",
+            "only the rollout buffer (--rollout-buffer-url) reads it",
+        )
+        for key in ("fetch_trajectory_retry_times", "rollout_task_type")
+    },
+    "load_debug_rollout_data_subsample": (
+        lambda c: c.get("load_debug_rollout_data"),
+        "it subsamples the rollouts replayed from --load-debug-rollout-data",
+    ),
     "max_engine_restarts": (lambda c: c.use_fault_tolerance, "engines are replaced with --use-fault-tolerance"),
     "generate_max_retries": (lambda c: c.use_fault_tolerance, "samples are generated again with --use-fault-tolerance"),
 }

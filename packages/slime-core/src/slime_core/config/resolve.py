@@ -11,12 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from slime_core.config.config import Config
+from slime_core.data.eval_datasets import eval_prompt_data_from_config
 
 
 def resolve(config: Config) -> None:
     """Fill in the derived core options of ``config`` in place (before it is frozen)."""
     _batch_sizes(config)
     _prompt_len(config)
+    eval_prompt_data_from_config(config)
+    _rollout_buffer(config)
     _replay_trains_only(config)
     _fresh_load(config)
     _rollouts_from_epochs(config)
@@ -45,6 +48,14 @@ def _prompt_len(config: Config) -> None:
     if context is not None and context >= 2 and config.get("rollout_max_prompt_len") is None:
         config.rollout_max_prompt_len = context - 1
         config.sources["rollout_max_prompt_len"] = f"--rollout-max-context-len {context} minus 1"
+
+
+def _rollout_buffer(config: Config) -> None:
+    """``--rollout-buffer-url`` trains on the buffer's trajectories (the ``rollout_buffer``
+    rollout function), unless another rollout function was chosen (which may read the URL)."""
+    if config.get("rollout_buffer_url") and config.sources.get("rollout_function", "default") == "default":
+        config.rollout_function = "rollout_buffer"
+        config.sources["rollout_function"] = f"--rollout-buffer-url {config.rollout_buffer_url}"
 
 
 def _replay_trains_only(config: Config) -> None:

@@ -21,6 +21,12 @@ def data_options(o: OptionSet) -> None:
         help="render prompts with the tokenizer's chat template",
         group=g,
     )
+    o.add(
+        "--apply-chat-template-kwargs",
+        default="{}",
+        help="JSON object of extra arguments to the chat template (slime's), e.g. '{\"enable_thinking\": false}'",
+        group=g,
+    )
     o.add("--rollout-max-prompt-len", type=int, default=None, help="drop prompts longer than this many tokens", group=g)
     o.add(
         "--rollout-max-context-len",
@@ -37,6 +43,35 @@ def data_options(o: OptionSet) -> None:
         "--buffer-filter", default="fifo", help="registered buffer filter: which partial groups go out first", group=g
     )
     o.add("--eval-prompt-data", nargs="+", default=None, help="NAME PATH pairs of evaluation prompts", group=g)
+    o.add(
+        "--eval-config",
+        default=None,
+        help="slime's YAML of evaluation datasets (eval: {defaults: {...}, datasets: [{name, path, ...}]}), each "
+        "with its own keys, sampling and rm_type; replaces --eval-prompt-data",
+        group=g,
+    )
+    for what in ("input", "label", "tool"):
+        o.add(
+            f"--eval-{what}-key",
+            default=None,
+            help=f"evaluation: record key of the {what} (default: --{what}-key)",
+            group=g,
+        )
+    o.add(
+        "--eval-max-prompt-len",
+        type=int,
+        default=None,
+        help="evaluation: drop prompts longer than this many tokens (default: --eval-max-context-len minus 1, else "
+        "--rollout-max-prompt-len)",
+        group=g,
+    )
+    o.add(
+        "--eval-max-context-len",
+        type=int,
+        default=None,
+        help="evaluation: prompt plus response tokens a sample may hold (each response stops there)",
+        group=g,
+    )
 
 
 def rollout_options(o: OptionSet) -> None:
@@ -119,6 +154,20 @@ def rollout_options(o: OptionSet) -> None:
     )
     o.add("--eval-top-k", type=int, default=None, help="evaluation: top-k (default: the rollout's)", group=g)
     o.add(
+        "--eval-min-new-tokens",
+        type=int,
+        default=None,
+        help="evaluation: the engine ends no response (EOS or stop token) before this many tokens",
+        group=g,
+    )
+    o.add(
+        "--skip-eval-before-train",
+        type=bool,
+        default=False,
+        help="no evaluation before the first rollout (by default --eval-interval evaluates there too)",
+        group=g,
+    )
+    o.add(
         "--rollout-backend",
         default="sglang",
         help="registered rollout backend: starts and controls the engines (slime-sglang: sglang)",
@@ -132,6 +181,26 @@ def rollout_options(o: OptionSet) -> None:
         group=g,
     )
     o.add("--rollout-function", default="default", help="registered rollout function", group=g)
+    o.add(
+        "--rollout-buffer-url",
+        default=None,
+        help="train on the trajectories of an external rollout buffer at this URL (slime's slime_plugins/"
+        "rollout_buffer HTTP API); selects --rollout-function rollout_buffer",
+        group=g,
+    )
+    o.add(
+        "--rollout-task-type",
+        default="math",
+        help="the task the rollout buffer's generators run (its task_type; rewards here come from --rm-type)",
+        group=g,
+    )
+    o.add(
+        "--fetch-trajectory-retry-times",
+        type=int,
+        default=-1,
+        help="failed requests to the rollout buffer retried per rollout (-1: without end)",
+        group=g,
+    )
     o.add("--generate-function", default="default", help="registered per-sample generate function", group=g)
     o.add(
         "--eval-function",
@@ -174,6 +243,14 @@ def reward_options(o: OptionSet) -> None:
         "--rm-type", default=None, help="registered reward function (per-sample metadata['rm_type'] overrides)", group=g
     )
     o.add("--reward-key", default=None, help="key of a dict reward to train on", group=g)
+    o.add("--eval-reward-key", default=None, help="evaluation: key of a dict reward (default: --reward-key)", group=g)
+    o.add(
+        "--log-reward-category",
+        default=None,
+        help="key of a dict reward holding a category (e.g. why it failed): each category's share of the samples "
+        "is logged as rollout/error_cat/<category> (and eval/<name>/error_cat/<category>)",
+        group=g,
+    )
     o.add("--group-rm", type=bool, default=False, help="the reward function scores a whole group at once", group=g)
     o.add("--rm-timeout", type=float, default=30.0, help="seconds one reward call may take", group=g)
     o.add("--rm-max-concurrency", type=int, default=64, help="reward calls in flight at once", group=g)

@@ -205,6 +205,13 @@ def debug_options(o: OptionSet) -> None:
         "--debug-train-only)",
         group=g,
     )
+    o.add(
+        "--load-debug-rollout-data-subsample",
+        type=float,
+        default=None,
+        help="replay only this share of each saved rollout's samples (slime's: the first and last halves of it)",
+        group=g,
+    )
 
 
 def observability_options(o: OptionSet) -> None:

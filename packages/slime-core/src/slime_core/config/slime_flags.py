@@ -17,8 +17,6 @@ _CI = "slime's own CI checks; not part of this slime"
 _MEMORY = f"memory profiling is {_NOT_YET}"
 _DEEPGEMM = "a DeepGEMM forward path of slime's Megatron backend; the backends choose their own kernels"
 _DELTA = f"delta weight sync (--update-weight-mode delta) is {_NOT_YET}; every update sends the full weights"
-_EVAL_KEYS = f"per-evaluation record keys are {_NOT_YET}: evaluation prompts use --input-key/--label-key/--tool-key"
-_EVAL_LEN = f"{_NOT_YET}: evaluation uses --rollout-max-prompt-len and --eval-max-response-len"
 _OFFLOAD = (
     "colocated runs (--colocate) take turns on the devices as the loop decides; there is no separate offload switch"
 )
@@ -50,20 +48,20 @@ SLIME_FLAGS: tuple[Accepted, ...] = (
         "--start-rollout-id", type=int, reason="the first rollout id comes from the checkpoint in --load (0 without)"
     ),
     Accepted("--min-batch-collection-ratio", type=float, reason=_NOT_YET),
-    Accepted("--rollout-task-type", type=str, reason="the reward function is chosen by --rm-type"),
     Accepted(
         "--loss-mask-type",
         type=str,
         reason="the loss mask comes from the chat template's rendering of each turn, for every model family",
     ),
-    Accepted("--apply-chat-template-kwargs", type=str, reason=f"extra chat-template arguments are {_NOT_YET}"),
     Accepted("--multimodal-keys", type=str, reason=f"multimodal prompts are {_NOT_YET}"),
-    Accepted("--fetch-trajectory-retry-times", type=int, reason="samples are retried by --generate-max-retries"),
-    Accepted("--rollout-buffer-url", type=str, reason=f"an external rollout buffer service is {_NOT_YET}"),
     Accepted(
         "--rollout-data-transport", type=str, reason="rollout data reaches the train ranks through Ray's object store"
     ),
-    Accepted("--use-rollout-entropy", reason=f"entropy from the engine's log-probs is {_NOT_YET}"),
+    Accepted(
+        "--use-rollout-entropy",
+        reason=f"the entropy of the trainer's log-prob pass (slime's rollout/entropy, for custom loss masks) is "
+        f"{_NOT_YET}",
+    ),
     Accepted(
         "--rollout-health-check-first-wait",
         type=float,
@@ -74,28 +72,16 @@ SLIME_FLAGS: tuple[Accepted, ...] = (
     Accepted(
         "--load-forge-rollout-data",
         type=str,
-        reason=f"{_NOT_YET}: replay saved rollouts with --load-debug-rollout-data",
+        reason="slime's forged dumps are torch.save pickles of its own Sample.to_dict() records (no documented "
+        "format: slime/rollout/forge_load.py reads whatever its Sample class holds); replay rollouts this slime "
+        "saved (--save-debug-rollout-data, JSON) with --load-debug-rollout-data",
     ),
-    Accepted("--load-debug-rollout-data-subsample", type=float, reason=f"{_NOT_YET}: every saved sample is replayed"),
     Accepted(
         "--save-debug-train-data",
         type=str,
         reason="save the rollouts with --save-debug-rollout-data or --dump-rollouts",
     ),
     Accepted("--dump-details", type=str, reason="write every rollout's samples with --dump-rollouts"),
-    # evaluation
-    Accepted(
-        "--eval-config",
-        type=str,
-        reason=f"YAML evaluation configs are {_NOT_YET}: give --eval-prompt-data NAME PATH pairs",
-    ),
-    Accepted("--skip-eval-before-train", reason=f"{_NOT_YET}: evaluation runs before the first rollout"),
-    *(
-        Accepted(flag, type=str, reason=_EVAL_KEYS)
-        for flag in ("--eval-input-key", "--eval-label-key", "--eval-tool-key", "--eval-reward-key")
-    ),
-    *(Accepted(flag, type=int, reason=_EVAL_LEN) for flag in ("--eval-max-prompt-len", "--eval-max-context-len")),
-    Accepted("--eval-min-new-tokens", type=int, reason=f"a minimum response length is {_NOT_YET}"),
     # algorithm and training
     Accepted(
         "--disable-compute-advantages-and-returns",
@@ -181,7 +167,6 @@ SLIME_FLAGS: tuple[Accepted, ...] = (
     Accepted("--log-multi-turn", reason="multi-turn samples are logged like the others"),
     Accepted("--log-passrate", reason="pass rates are reported for evaluation (pass@k)"),
     Accepted("--log-correct-samples", reason="--dump-rollouts writes every sample with its reward"),
-    Accepted("--log-reward-category", type=str, reason=f"{_NOT_YET}: rewards are reported overall"),
     Accepted("--memory-recorder", type=str, reason=_MEMORY),
     Accepted("--memory-snapshot-dir", type=str, reason=_MEMORY),
     Accepted("--memory-snapshot-num-steps", type=int, reason=_MEMORY),

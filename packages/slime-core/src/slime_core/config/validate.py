@@ -8,6 +8,8 @@ from pathlib import Path
 from slime_core.config.accepted_flags import architecture_problems
 from slime_core.config.config import Config
 from slime_core.config.options import OptionSet, key_to_flag
+from slime_core.data.eval_datasets import eval_config_problems
+from slime_core.data.prompt_dataset import chat_template_kwargs_problems
 from slime_core.data.slicing import split_path_slice
 
 
@@ -19,7 +21,9 @@ def validate(config: Config, options: OptionSet) -> list[str]:
         if option.required and config.get(option.key) is None
     ]
     errors += _check_batch(config)
-    errors += _check_data_paths(config)
+    errors += eval_config_problems(config) or _check_data_paths(config)
+    errors += chat_template_kwargs_problems(config)
+    errors += _check_rollout_buffer(config)
     errors += _check_batching(config)
     errors += _check_debug(config)
     errors += _check_fault_tolerance(config)
@@ -37,6 +41,20 @@ def _check_top_p(config: Config) -> list[str]:
         f"{key_to_flag(key)} must be in (0, 1] (1: no nucleus), got {config.get(key)}"
         for key in ("rollout_top_p", "eval_top_p")
         if config.get(key) is not None and not 0 < config.get(key) <= 1
+    ]
+
+
+def _check_rollout_buffer(config: Config) -> list[str]:
+    """The rollout buffer's trajectories carry no engine log-probs to train on."""
+    if config.get("rollout_function") != "rollout_buffer":
+        return []
+    if not config.get("rollout_buffer_url"):
+        return ["--rollout-function rollout_buffer needs --rollout-buffer-url: the address of the rollout buffer"]
+    return [
+        f"{key_to_flag(key)} trains on the engine's log-probs, which the rollout buffer's trajectories do not carry; "
+        "drop it with --rollout-buffer-url"
+        for key in ("use_tis", "use_rollout_logprobs")
+        if config.get(key)
     ]
 
 
@@ -77,6 +95,9 @@ def _check_debug(config: Config) -> list[str]:
             "saved rollouts with --load-debug-rollout-data PATH_{rollout_id} (written by a run with "
             "--save-debug-rollout-data), or use a rollout function that needs none (--rollout-function sft)"
         )
+    share = config.get("load_debug_rollout_data_subsample")
+    if share is not None and not 0 < share <= 1:
+        errors.append(f"--load-debug-rollout-data-subsample is the share of samples to replay, in (0, 1]; got {share}")
     if config.get("debug_train_only") and config.get("debug_rollout_only"):
         errors.append("--debug-rollout-only and --debug-train-only (or --load-debug-rollout-data) exclude each other")
     return errors

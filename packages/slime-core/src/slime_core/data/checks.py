@@ -5,10 +5,11 @@ engines are up) or, worse, mid-training (an engine refusing an over-long prompt)
 Two stages, both in ``slime run`` and ``slime run --dry-run``:
 
 - `record_problems`, with the other config checks: every record of ``--prompt-data`` and of
-  each ``--eval-prompt-data`` file is read (bytes that are not UTF-8, invalid JSON, a missing
-  prompt or label key, a label the reward function does not grade: `slime_core.data.labels`),
-  and a file or slice without a record is refused. It imports nothing heavy: the quickstart's
-  2,500 records take ~0.02 CPU-s (a config mistake: 0.18 CPU-s instead of 0.16).
+  each evaluation dataset (``--eval-prompt-data``, ``--eval-config``) is read, with the
+  dataset's own keys (bytes that are not UTF-8, invalid JSON, a missing prompt or label key,
+  a label the reward function does not grade: `slime_core.data.labels`), and a file
+  or slice without a record is refused. It imports nothing heavy: the quickstart's 2,500
+  records take ~0.02 CPU-s (a config mistake: 0.18 CPU-s instead of 0.16).
 - `prompt_length_problems`, once everything else passed (it imports transformers and
   tokenizes): each prompt measured as the engine will see it (after the chat template with
   ``--apply-chat-template``, with the tokenizer of ``--hf-checkpoint``). With
@@ -22,9 +23,11 @@ Two stages, both in ``slime run`` and ``slime run --dry-run``:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from slime_core.data.eval_datasets import EvalConfigError, eval_datasets
 from slime_core.data.labels import label_checker
 from slime_core.data.prompt_budget import PromptBudget, prompt_budget
 from slime_core.data.prompt_dataset import PromptDataset, PromptFormat, check_record
@@ -35,19 +38,34 @@ if TYPE_CHECKING:
     from slime_core.config import Config
 
 
-def data_specs(config: Config) -> list[tuple[str, str, bool]]:
-    """``(flag, spec, evaluation)`` for every prompt file the run reads (``spec`` may hold a slice)."""
-    specs = [("--prompt-data", config.prompt_data, False)] if config.get("prompt_data") else []
-    pairs = config.get("eval_prompt_data") or []
-    specs += [(f"--eval-prompt-data {name}", spec, True) for name, spec in zip(pairs[::2], pairs[1::2])]
-    return specs
+@dataclass(frozen=True)
+class DataSpec:
+    """One prompt file the run reads."""
+
+    flag: str  # where it was given ("--prompt-data", "--eval-config FILE dataset 'NAME'")
+    spec: str  # its path (``PATH@[a:b]`` for a slice)
+    format: PromptFormat  # its record keys, chat template and prompt length limit
+    evaluation: bool
+    rm_type: str | None = None  # an evaluation dataset's own reward
+
+
+def data_specs(config: Config) -> list[DataSpec]:
+    """Every prompt file the run reads: ``--prompt-data`` and each evaluation dataset."""
+    specs = [DataSpec("--prompt-data", config.prompt_data, PromptFormat.from_config(config), False)]
+    try:
+        datasets = eval_datasets(config)
+    except EvalConfigError:
+        datasets = []  # reported by the config check
+    specs += [DataSpec(d.where, d.path, d.format, True, d.metadata.get("rm_type")) for d in datasets]
+    return specs if config.get("prompt_data") else specs[1:]
 
 
 def record_problems(config: Config, plugins) -> list[str]:
     """The first bad record of each prompt file, and each file or slice without a record."""
-    fmt, check_label = PromptFormat.from_config(config), label_checker(config, plugins)
     problems = []
-    for flag, spec, _ in data_specs(config):
+    for data in data_specs(config):
+        flag, spec, fmt = data.flag, data.spec, data.format
+        check_label = label_checker(config, plugins, fmt, data.rm_type)
         path, part = split_path_slice(spec)
         if not Path(path).is_file():
             continue  # reported by the config check
@@ -85,10 +103,10 @@ def prompt_length_problems(config: Config, plugins) -> tuple[list[str], list[str
     budget, files left without prompts) and one line per file on its prompts' lengths (for the
     dry run's report). Loads nothing when the run needs no tokenized prompt: no chat template,
     no ``--rollout-max-prompt-len`` and no engine."""
-    fmt = PromptFormat.from_config(config)
-    budgets = [(spec, prompt_budget(config, evaluation, plugins)) for _, spec, evaluation in data_specs(config)]
+    budgets = [(data, prompt_budget(config, data.evaluation, plugins)) for data in data_specs(config)]
     no_room = budget_problems({budget for _, budget in budgets})
-    if no_room or not (fmt.apply_chat_template or fmt.max_prompt_len or any(budget for _, budget in budgets)):
+    tokenized = any(data.format.apply_chat_template or data.format.max_prompt_len or budget for data, budget in budgets)
+    if no_room or not tokenized:
         return no_room, []
     from slime_core.tokenizer import load_tokenizer
 
@@ -100,9 +118,9 @@ def prompt_length_problems(config: Config, plugins) -> tuple[list[str], list[str
             return [], [f"prompt lengths not checked: {missing}"]
         return [f"{missing}; give a Hugging Face model directory with its tokenizer files"], []
     problems, notes = [], []
-    for spec, budget in budgets:
+    for data, budget in budgets:
         try:
-            dataset = PromptDataset.checked(spec, fmt, tokenizer)
+            dataset = PromptDataset.checked(data.spec, data.format, tokenizer)
         except DataError as exc:
             problems.append(str(exc))
             continue
@@ -123,7 +141,7 @@ def over_budget(dataset: PromptDataset, budget: PromptBudget | None) -> list[str
     return [
         f"{over[0].metadata['source']}: the prompt has {len(over[0].tokens)} tokens{rendered}, more than the "
         f"engine takes with a whole response: {budget.why}{more}; shorten it, or drop such prompts when the "
-        f"data is loaded with --rollout-max-prompt-len {budget.tokens}"
+        f"data is loaded with {dataset.format.max_prompt_len_flag} {budget.tokens}"
     ]
 
 
@@ -136,6 +154,6 @@ def describe_lengths(dataset: PromptDataset, budget: PromptBudget | None) -> str
     if dataset.dropped_too_long:
         line += (
             f"; {dataset.dropped_too_long} dropped as longer than {dataset.format.max_prompt_len} tokens "
-            "(--rollout-max-prompt-len)"
+            f"({dataset.format.max_prompt_len_flag})"
         )
     return line

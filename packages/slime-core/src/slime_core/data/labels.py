@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from slime_core.components import run_generates
+from slime_core.data.prompt_dataset import PromptFormat
 from slime_core.data.records import DataError
 
 if TYPE_CHECKING:
@@ -24,17 +25,19 @@ if TYPE_CHECKING:
 LabelCheck = Callable[[str, dict[str, Any]], None]
 
 
-def label_checker(config: Config, plugins) -> LabelCheck:
-    """The check of one record's label against its reward function's declaration."""
+def label_checker(config: Config, plugins, fmt: PromptFormat | None = None, rm_type: str | None = None) -> LabelCheck:
+    """The check of one record's label against its reward function's declaration; ``fmt``: the
+    file's record keys (default: the rollout's), ``rm_type``: its reward (an evaluation dataset's)."""
     if not run_generates(config, plugins):
         return lambda where, record: None
     registry = plugins.registry("reward_functions")
-    label_key, metadata_key = config.label_key or None, config.metadata_key or None
+    fmt = fmt or PromptFormat.from_config(config)
+    label_key, metadata_key = fmt.label_key, fmt.metadata_key
 
     def check(where: str, record: dict[str, Any]) -> None:
         metadata = record.get(metadata_key) if metadata_key else None
         metadata = metadata if isinstance(metadata, dict) else {}
-        name = metadata.get("rm_type") or config.rm_type
+        name = rm_type or metadata.get("rm_type") or config.rm_type
         if not name or name not in registry:
             return  # no reward, or an unknown one (reported by the component check)
         declared = registry.label_check(name)

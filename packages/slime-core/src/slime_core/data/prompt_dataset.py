@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ class PromptFormat:
     apply_chat_template: bool = False
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     max_prompt_len: int | None = None  # in tokens; longer prompts are dropped and counted
+    max_prompt_len_flag: str = "--rollout-max-prompt-len"  # the option that set it, for messages
 
     @classmethod
     def from_config(cls, config: Config) -> PromptFormat:
@@ -37,8 +39,32 @@ class PromptFormat:
             metadata_key=config.metadata_key or None,
             tool_key=config.tool_key or None,
             apply_chat_template=config.apply_chat_template,
+            chat_template_kwargs=chat_template_kwargs(config),
             max_prompt_len=config.rollout_max_prompt_len,
         )
+
+
+def chat_template_kwargs(config: Config) -> dict[str, Any]:
+    """``--apply-chat-template-kwargs`` as a dict: slime passes it to every ``apply_chat_template``
+    call (e.g. ``{"enable_thinking": false}`` for Qwen3's template)."""
+    if chat_template_kwargs_problems(config):
+        return {}  # reported by the config check
+    raw = config.get("apply_chat_template_kwargs") or "{}"
+    return dict(json.loads(raw)) if isinstance(raw, str) else dict(raw)
+
+
+def chat_template_kwargs_problems(config: Config) -> list[str]:
+    """``--apply-chat-template-kwargs`` that is not a JSON object."""
+    raw = config.get("apply_chat_template_kwargs") or "{}"
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError as exc:
+        return [f"--apply-chat-template-kwargs is not JSON ({exc.msg} at column {exc.colno}): {raw!r}"]
+    if not isinstance(value, dict):
+        return [
+            f"--apply-chat-template-kwargs must be a JSON object, e.g. '{{\"enable_thinking\": false}}'; got {raw!r}"
+        ]
+    return []
 
 
 def check_record(where: str, record: dict[str, Any], fmt: PromptFormat) -> None:
@@ -102,16 +128,17 @@ class PromptDataset:
         if self.dropped_too_long:
             first = next(s for s in samples if self._too_long(s)).metadata["source"]
             logger.warning(
-                "%s: dropped %d of %d prompts longer than %d tokens (--rollout-max-prompt-len), the first at %s",
+                "%s: dropped %d of %d prompts longer than %d tokens (%s), the first at %s",
                 path,
                 self.dropped_too_long,
                 len(samples),
                 fmt.max_prompt_len,
+                fmt.max_prompt_len_flag,
                 first,
             )
         if not self.samples:
             why = (
-                f"all {len(samples)} are longer than {fmt.max_prompt_len} tokens (--rollout-max-prompt-len); raise it"
+                f"all {len(samples)} are longer than {fmt.max_prompt_len} tokens ({fmt.max_prompt_len_flag}); raise it"
                 if samples
                 else "the file (or its slice) holds no record"
             )

@@ -210,7 +210,8 @@ class Run:
         seconds = result.metrics.get(ROLLOUT_SECONDS, 0.0)
         if self.plugins.log_rollout(rollout_id, self.config, groups, result.metrics, seconds):
             return {}
-        return {**result.metrics, **rollout_metrics(groups, self.config.reward_key, batch)}
+        category = self.config.get("log_reward_category")
+        return {**result.metrics, **rollout_metrics(groups, self.config.reward_key, batch, category)}
 
     @contextmanager
     def step_hooks(self, rollout_id: int, step: int):
@@ -256,8 +257,10 @@ class Run:
         self.run_dir.log(self.progress.line(rollout_id, metrics))
 
     def evaluate_before_training(self) -> None:
-        """The starting point of the eval curves, logged as rollout ``start - 1``."""
-        if self.parts.rollouts.eval_datasets and self.config.eval_interval and self.start == 0:
+        """The starting point of the eval curves, logged as rollout ``start - 1`` (not with
+        ``--skip-eval-before-train``)."""
+        skip = self.config.get("skip_eval_before_train")
+        if self.parts.rollouts.eval_datasets and self.config.eval_interval and self.start == 0 and not skip:
             metrics = self.evaluate(-1)
             self.run_dir.log_metrics(-1, metrics)
             self.run_dir.log(

@@ -300,7 +300,7 @@ def _rollouts(
     if config.load_debug_rollout_data:
         from slime_core.rollout.debug_data import ReplayedRollouts
 
-        return ReplayedRollouts(config.load_debug_rollout_data)
+        return ReplayedRollouts(config.load_debug_rollout_data, config.get("load_debug_rollout_data_subsample"))
     from slime_core.rollout.manager import RolloutManager
 
     rollout_fn = plugins.registry("rollout_functions").get(config.rollout_function)

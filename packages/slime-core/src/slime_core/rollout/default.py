@@ -62,6 +62,7 @@ def sampling_params(config: Config, evaluation: bool = False) -> SamplingParams:
         stop=config.get("rollout_stop"),
         stop_token_ids=config.get("rollout_stop_token_ids"),
         custom_params={TOP_P_REPLAY_PARAM: True} if top_p_replay else None,
+        min_new_tokens=config.get("eval_min_new_tokens") if evaluation else None,
     )
 
 

@@ -92,8 +92,9 @@ class RolloutManager:
         return result
 
     def evaluate(self) -> EvalResult:
-        """The ``eval/<name>/...`` metrics of every ``--eval-prompt-data`` dataset (none if no
-        dataset), with each dataset's groups when the eval function returns them."""
+        """The ``eval/<name>/...`` metrics of every evaluation dataset (``--eval-prompt-data`` or
+        ``--eval-config``; none if no dataset), with each dataset's groups when the eval function
+        returns them."""
         if not self.eval_datasets:
             return EvalResult({})
         result = self.run(self.eval_fn(self.config, self.parts, self.eval_datasets))
@@ -124,8 +125,15 @@ def _data_source(config: Config, plugins, tokenizer):
 
 
 def _eval_datasets(config: Config, tokenizer) -> dict:
-    from slime_core.data.prompt_dataset import PromptDataset, PromptFormat
+    """Each evaluation dataset's prompts (`slime_core.data.eval_datasets`), by name, with the
+    dataset's reward and metadata overrides in every prompt's metadata."""
+    from slime_core.data.eval_datasets import eval_datasets
+    from slime_core.data.prompt_dataset import PromptDataset
 
-    pairs = config.eval_prompt_data or []
-    fmt = PromptFormat.from_config(config)
-    return {name: PromptDataset.load(path, fmt, tokenizer) for name, path in zip(pairs[::2], pairs[1::2])}
+    loaded = {}
+    for spec in eval_datasets(config):
+        dataset = PromptDataset.load(spec.path, spec.format, tokenizer)
+        for sample in dataset.samples:
+            sample.metadata.update(spec.metadata)
+        loaded[spec.name] = dataset
+    return loaded

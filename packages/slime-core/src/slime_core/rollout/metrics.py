@@ -10,10 +10,14 @@ from slime_core.sample import Sample
 
 
 def rollout_metrics(
-    groups: list[list[Sample]], reward_key: str | None, batch: RolloutBatch | None = None
+    groups: list[list[Sample]],
+    reward_key: str | None,
+    batch: RolloutBatch | None = None,
+    category_key: str | None = None,
 ) -> dict[str, float]:
     """Reward mean / std, the share of groups whose rewards are all equal (no GRPO signal),
-    response lengths and the share of samples cut at the length limit. With a ``batch``
+    response lengths, the share of samples cut at the length limit and, with ``category_key``
+    (``--log-reward-category``), each reward category's share (`category_shares`). With a ``batch``
     whose rewards were post-processed (``raw_rewards`` set), the reward statistics are those
     of its raw rewards, and ``rollout/post_processed_reward_mean`` is the mean trained on."""
     samples = [sample for group in groups for sample in group]
@@ -33,7 +37,18 @@ def rollout_metrics(
         "rollout/response_length_mean": statistics.fmean(lengths),
         "rollout/response_length_max": float(max(lengths)),
         "rollout/truncated_fraction": sum(s.status == "truncated" for s in samples) / len(samples),
+        **(category_shares(samples, category_key, "rollout/error_cat/") if category_key else {}),
     }
+
+
+def category_shares(samples: list[Sample], key: str, prefix: str) -> dict[str, float]:
+    """``{prefix}<category>``: the share of ``samples`` whose dict reward holds that category under
+    ``key`` (``--log-reward-category``, as slime logs it); a reward without it counts as ``None``."""
+    counts: dict[str, int] = {}
+    for sample in samples:
+        category = str(sample.reward.get(key)) if isinstance(sample.reward, dict) else "None"
+        counts[category] = counts.get(category, 0) + 1
+    return {f"{prefix}{category}": count / len(samples) for category, count in counts.items()} if samples else {}
 
 
 def reward_metrics(rewards: list[float], group_ids: list[int]) -> dict[str, float]:

@@ -165,6 +165,9 @@ def parse_sampling_params(raw, vocab_size: int) -> SamplingParams:
         raise BadRequest(f"top_k must be -1 (off) or at least 1, got {top_k}")
     if max_new_tokens < 0:
         raise BadRequest(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    min_new_tokens = _integer(raw, "min_new_tokens", defaults.min_new_tokens)
+    if min_new_tokens < 0:
+        raise BadRequest(f"min_new_tokens must be >= 0, got {min_new_tokens}")
     seed = raw.get("sampling_seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise BadRequest(f"sampling_seed must be an integer or null, got {seed!r}")
@@ -173,6 +176,7 @@ def parse_sampling_params(raw, vocab_size: int) -> SamplingParams:
         top_p=top_p,
         top_k=top_k,
         max_new_tokens=max_new_tokens,
+        min_new_tokens=min_new_tokens,
         stop=_stop_strings(raw.get("stop")),
         stop_token_ids=frozenset(_token_ids(raw.get("stop_token_ids") or [], "stop_token_ids", vocab_size)),
         sampling_seed=seed,

@@ -28,6 +28,7 @@ class SamplingParams:
     top_p: float = 1.0  # nucleus: smallest set of tokens whose probability reaches top_p
     top_k: int = -1  # -1 = off
     max_new_tokens: int = 128
+    min_new_tokens: int = 0  # no stop token, EOS or stop string ends the output before this many
     stop: tuple[str, ...] = ()  # strings that end the output (cut from the text)
     stop_token_ids: frozenset[int] = frozenset()  # token ids that end the output
     sampling_seed: int | None = None  # a seeded request draws from its own generator

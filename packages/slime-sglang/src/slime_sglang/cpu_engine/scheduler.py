@@ -171,6 +171,7 @@ class Scheduler:
         return [self._waiting.popleft() for _ in range(room)]
 
     def _append_tokens(self, requests: list[GenerateRequest], logits: torch.Tensor) -> None:
+        logits = self.stop_checker.hold_back(logits, requests)
         tokens, log_probs, nuclei = sample_tokens(logits, [r.params for r in requests], [r.generator for r in requests])
         for request, token, log_prob, nucleus in zip(requests, tokens.tolist(), log_probs.tolist(), nuclei):
             request.output_ids.append(token)

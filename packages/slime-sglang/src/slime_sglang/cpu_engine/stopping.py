@@ -1,13 +1,17 @@
 """When a request is done, and the text it answers with.
 
 Checked after every new token in SGLang's order: ``max_new_tokens`` reached (finish reason
-``length``), then a stop token id or the model's EOS (``stop``, matched = the token id), then
-a stop string (``stop``, matched = the string). ``output_ids`` keep every generated token;
+``length``), then, once ``min_new_tokens`` are out, a stop token id or the model's EOS (``stop``,
+matched = the token id), then a stop string (``stop``, matched = the string). Below
+``min_new_tokens``, stop token ids and EOS are not drawn at all (`hold_back`, SGLang's
+min-new-tokens penalizer). ``output_ids`` keep every generated token;
 the text leaves out the matched stop token or string (from the string on), unless the
 request set ``no_stop_trim``.
 """
 
 from __future__ import annotations
+
+import torch
 
 from slime_sglang.cpu_engine.request import GenerateRequest
 
@@ -24,6 +28,8 @@ class StopChecker:
         params, output = request.params, request.output_ids
         if len(output) >= params.max_new_tokens:
             return {"type": "length", "length": params.max_new_tokens}
+        if len(output) < params.min_new_tokens:
+            return None
         token = output[-1]
         if token in params.stop_token_ids or (token in self.eos_token_ids and not params.ignore_eos):
             return {"type": "stop", "matched": token}
@@ -35,6 +41,18 @@ class StopChecker:
                 if stop in tail:
                     return {"type": "stop", "matched": stop}
         return None
+
+    def hold_back(self, logits: torch.Tensor, requests: list[GenerateRequest]) -> torch.Tensor:
+        """``logits`` (B, V) with the stop token ids and EOS of each request still short of its
+        ``min_new_tokens`` set to -inf (a copy; the same tensor when no request is short)."""
+        short = [(row, r) for row, r in enumerate(requests) if len(r.output_ids) < r.params.min_new_tokens]
+        if not short:
+            return logits
+        logits = logits.clone()
+        for row, request in short:
+            ends = request.params.stop_token_ids | (frozenset() if request.params.ignore_eos else self.eos_token_ids)
+            logits[row, [token for token in ends if token < logits.shape[-1]]] = float("-inf")
+        return logits
 
     def text(self, request: GenerateRequest) -> str:
         """The decoded output, without the matched stop token or string unless no_stop_trim."""

@@ -235,6 +235,36 @@ def test_a_rerun_and_a_resume_give_bit_identical_metrics(slime_run, tmp_path, ba
         assert again[engine_side] < 1e-6 and original[engine_side] < 1e-6  # float noise both times
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("encoding", ["xor", "overwrite"])
+def test_delta_weight_sync_gives_the_engines_the_trainers_weights(slime_run, tmp_path, encoding):
+    """``--update-weight-mode delta``: the first update is a full version, the second only the
+    changed bytes, applied into the engine host's local copy (which the engine then loads): the
+    engine's log-probs equal the trainer's after each (``--check-weight-update-equal``)."""
+    local = tmp_path / "engine-host-copy"
+    records = slime_run(
+        "--num-rollout",
+        "2",
+        "--update-weight-mode",
+        "delta",
+        "--update-weight-delta-encoding",
+        encoding,
+        "--update-weight-local-checkpoint-dir",
+        str(local),
+        "--check-weight-update-equal",
+    )
+    assert all(r["weight_update/max_logprob_diff"] < 1e-3 for r in records)
+    first, second = records
+    assert first["weight_update/bytes"] >= first["weight_update/full_bytes"]  # version 1 is full
+    if encoding == "xor":  # overwrite costs 5 bytes per changed byte, and a step changes most float32 bytes
+        assert second["weight_update/bytes"] < second["weight_update/full_bytes"]  # version 2 is the diff
+    assert json.loads((local / "pulled_version.json").read_text())["version"] == "000002"
+    published = tmp_path / "run" / "weights"
+    index = json.loads((published / "weight_v000002" / "model.safetensors.index.json").read_text())
+    assert index["metadata"]["delta_encoding"] == encoding and index["metadata"]["compression_format"] == "zstd"
+    assert [p.name for p in published.iterdir()] == ["weight_v000002"]  # version 1 deleted once pulled
+
+
 STOPPER = """
 import json, os, signal, threading
 from slime_core import hookimpl

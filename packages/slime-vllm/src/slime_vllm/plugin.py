@@ -53,6 +53,11 @@ def slime_validate_config(config: Config, plugins):
             "/inference/v1/generate; run the vllm rollout backend with --router none (the rollout spreads "
             "requests over the engines itself)"
         )
+    if config.get("update_weight_mode") == "delta":
+        errors.append(
+            "--update-weight-mode delta needs engines that apply deltas to a local checkpoint (/pull_weights), "
+            "which vLLM has not; use --update-weight-mode full, or the sglang rollout backend"
+        )
     if config.get("rollout_top_p", 1.0) < 1.0:
         errors.append("--rollout-top-p < 1 needs each token's nucleus back (top-p replay), which vLLM does not return")
     try:

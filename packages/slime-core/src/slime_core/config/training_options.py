@@ -217,6 +217,7 @@ def weights_options(o: OptionSet) -> None:
         "Face directory both sides can read)",
         group=g,
     )
+    _delta_options(o, g)
     o.add(
         "--update-weight-buffer-size",
         type=int,
@@ -233,4 +234,46 @@ def weights_options(o: OptionSet) -> None:
         default=False,
         help="after each update, check that engine log-probs equal the trainer's on a probe",
         group=g,
+    )
+
+
+def _delta_options(o: OptionSet, g: str) -> None:
+    """THUDM/slime's delta weight sync (`slime_core.loop.delta_sync`), with its names and defaults."""
+    delta = (lambda c: c.update_weight_mode == "delta", "it applies with --update-weight-mode delta")
+    o.add(
+        "--update-weight-mode",
+        default="full",
+        choices=["full", "delta"],
+        help="full: every update sends every weight; delta: only the bytes that changed since the last update "
+        "(zstd-compressed per-tensor diffs, checksummed), which each engine host applies to its local checkpoint "
+        "(--update-weight-local-checkpoint-dir) and loads; needs --update-weight-transport disk",
+        group=g,
+    )
+    o.add(
+        "--update-weight-delta-encoding",
+        default="xor",
+        choices=["xor", "overwrite"],
+        help="xor: new ^ old, smallest, applied exactly once on its base; overwrite: the changed bytes' positions "
+        "and new values, larger, idempotent",
+        group=g,
+        acts_when=delta[0],
+        no_effect=delta[1],
+    )
+    o.add(
+        "--update-weight-delta-checksum",
+        default="xxh3-128",
+        choices=["xxh3-128", "blake3", "adler32"],
+        help="checksum of each tensor's new bytes, checked on every engine host before anything is applied",
+        group=g,
+        acts_when=delta[0],
+        no_effect=delta[1],
+    )
+    o.add(
+        "--update-weight-local-checkpoint-dir",
+        default=None,
+        help="each engine host's local copy of the served checkpoint, which delta updates patch and the engines "
+        "load (required with --update-weight-mode delta)",
+        group=g,
+        acts_when=delta[0],
+        no_effect=delta[1],
     )

@@ -265,6 +265,17 @@ def test_delta_weight_sync_gives_the_engines_the_trainers_weights(slime_run, tmp
     assert [p.name for p in published.iterdir()] == ["weight_v000002"]  # version 1 deleted once pulled
 
 
+@pytest.mark.slow
+def test_true_on_policy_mode_makes_rollout_and_training_log_probs_equal(slime_run):
+    """``--true-on-policy-mode``: the CPU engine decodes 64 samples together but reports each
+    sequence's log-probs from a forward pass of it alone, and the FSDP trainer (two ranks) runs
+    each sample alone: the same numbers, so the gap is 0, not float noise, and so is the first
+    step's KL between the old and the current policy; after a weight update as well."""
+    records = slime_run("--num-rollout", "2", "--true-on-policy-mode", "--actor-num-gpus-per-node", "2")
+    assert [r["train/train_rollout_logprob_abs_diff"] for r in records] == [0.0, 0.0]
+    assert records[0]["train/ppo_kl"] == 0.0
+
+
 STOPPER = """
 import json, os, signal, threading
 from slime_core import hookimpl

@@ -66,7 +66,8 @@ class FSDPTrainRank:
         model = load_model(
             cfg.hf_checkpoint,
             gradient_checkpointing=cfg.gradient_checkpointing,
-            attn_implementation=cfg.attn_implementation,
+            # --true-on-policy-mode: the CPU engine's attention unless given (slime_sglang.plugin checks it)
+            attn_implementation=cfg.attn_implementation or ("sdpa" if cfg.true_on_policy_mode else None),
             compile_layers=cfg.fsdp_torch_compile,
         )
         self.tokenizer = load_tokenizer(cfg.hf_checkpoint, model)
@@ -223,6 +224,8 @@ class FSDPTrainRank:
         response_lengths = [batch.response_lengths[i] for i in indices]
         check_prompts(tokens, response_lengths)
         nuclei = batch.nuclei(indices)
+        if self.config.true_on_policy_mode:  # one sample per micro-batch (`RankStep.plan`)
+            return inputs.alone(tokens[0], response_lengths[0], self.device)
         if self.config.use_dynamic_batch_size:
             return inputs.packed(tokens, response_lengths, self.device, self.attn_implementation, nuclei)
         return inputs.padded(tokens, response_lengths, self.device, pad, nuclei)

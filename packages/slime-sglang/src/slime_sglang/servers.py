@@ -53,4 +53,5 @@ def cpu_engine_command(config: Config, model_path: str, port: int, host: str = L
     slime = str(Path(sys.executable).with_name("slime"))
     own = {"model": model_path, "host": host, "port": port}
     shared = {key: config.sglang.get(key) for key in CPU_ENGINE_SGLANG_OPTIONS}
+    shared["enable_deterministic_inference"] = config.true_on_policy_mode or None  # batch-invariant log-probs
     return [slime, "engine", "serve", *as_flags(own), *as_flags(shared)]

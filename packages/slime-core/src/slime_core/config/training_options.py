@@ -144,6 +144,15 @@ def training_options(o: OptionSet) -> None:
         group=g,
     )
     o.add("--micro-batch-size", type=int, default=1, help="samples per forward/backward", group=g)
+    o.add(
+        "--true-on-policy-mode",
+        type=bool,
+        default=False,
+        help="(miles's name) the engines report batch-invariant log-probs, and the trainer computes the same "
+        "numbers for the same tokens (each sample alone in its forward pass): the rollout/train log-prob gap and "
+        "the first step's ppo_kl are exactly 0; slower (see the README)",
+        group=g,
+    )
     o.add("--lr", type=float, default=1e-6, help="learning rate", group=g)
     o.add("--min-lr", type=float, default=0.0, help="learning rate at the end of the decay", group=g)
     o.add("--lr-warmup-iters", type=int, default=0, help="optimizer steps of linear warmup", group=g)

@@ -28,6 +28,7 @@ def validate(config: Config, options: OptionSet) -> list[str]:
     errors += _check_context_len(config)
     errors += _check_nonfinite(config)
     errors += _check_delta_sync(config)
+    errors += _check_true_on_policy(config)
     errors += architecture_problems(config)
     return errors
 
@@ -53,6 +54,16 @@ def _check_delta_sync(config: Config) -> list[str]:
             "weights move in memory, where diffing them only adds work: drop one of the two"
         )
     return errors
+
+
+def _check_true_on_policy(config: Config) -> list[str]:
+    """``--true-on-policy-mode`` compares log-probs of the whole vocabulary; a nucleus is renormalised apart."""
+    if config.get("true_on_policy_mode") and (config.get("rollout_top_p") or 1.0) < 1.0:
+        return [
+            "--true-on-policy-mode needs log-probs over the whole vocabulary, and --rollout-top-p < 1 renormalises "
+            "them over each token's nucleus: drop one of the two"
+        ]
+    return []
 
 
 def _check_top_p(config: Config) -> list[str]:

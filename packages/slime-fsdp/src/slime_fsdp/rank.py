@@ -29,7 +29,7 @@ from slime_core.rank.step import (
 from slime_core.rank.weight_bucket import WeightBucket
 from slime_core.rollout_batch import RolloutBatch
 from slime_fsdp import checkpoint, inputs, weights
-from slime_fsdp.model import load_model, load_tokenizer, shard
+from slime_fsdp.model import enable_batch_invariant_kernels, load_model, load_tokenizer, shard
 from slime_fsdp.optimizer import build_optimizer
 
 if TYPE_CHECKING:
@@ -63,6 +63,8 @@ class FSDPTrainRank:
     def init(self) -> dict:
         cfg = self.config
         torch.manual_seed(cfg.seed)
+        if cfg.true_on_policy_mode and self.device.type == "cuda":
+            enable_batch_invariant_kernels()
         model = load_model(
             cfg.hf_checkpoint,
             gradient_checkpointing=cfg.gradient_checkpointing,

@@ -389,10 +389,14 @@ def _check_true_on_policy(config: Config) -> list[str]:
 
 def _check_weights_written_hook(config: Config) -> list[str]:
     """Only disk weight updates write files: with another transport the hook would never run."""
-    if (
-        config.sources.get("megatron_weights_written_hook", "default") == "default"
-        or config.update_weight_transport == "disk"
-    ):
+    if config.sources.get("megatron_weights_written_hook", "default") == "default":
+        return []
+    if config.update_weight_mode == "delta":
+        return [
+            "--megatron-weights-written-hook runs after the backend writes a full Hugging Face directory, which "
+            "--update-weight-mode delta never does (the driver writes its versions); drop one of the two"
+        ]
+    if config.update_weight_transport == "disk":
         return []
     return [
         f"--megatron-weights-written-hook runs after a disk weight update, and this run's weights reach the engines "

@@ -233,7 +233,7 @@ class RankStep:
         with empty ones to the largest count of any rank: every forward and backward is a
         collective in some group, so all ranks run the same number."""
         cfg = self.config
-        if cfg.true_on_policy_mode:  # each sample alone: the numbers the engine computed for it alone
+        if cfg.get("true_on_policy_mode"):  # each sample alone: the numbers the engine computed for it alone
             plan = fixed_micro_batches(indices, 1)
         elif cfg.use_dynamic_batch_size:
             plan = token_budget_micro_batches(

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from slime_core.algorithms import batch_invariant
 from slime_core.checkpoint.directory import is_megatron_checkpoint, resume_checkpoint, starts_from_ref_load
 from slime_core.rank.process_group import init_default_group
 from slime_core.rank.step import (
@@ -47,6 +48,8 @@ class FSDPTrainRank:
         self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
         if not cuda:  # ranks share the CPU cores: their share from the placement, else an equal one
             torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // world_size)))
+        if not cuda and config.true_on_policy_mode:  # the engine's thread count for the same numbers
+            torch.set_num_threads(batch_invariant.THREADS)
         # On GPUs, CUDA tensors go over nccl and the small CPU-side reductions (micro-batch
         # counts, loss denominators, metrics) over gloo, so neither has to move devices.
         backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"

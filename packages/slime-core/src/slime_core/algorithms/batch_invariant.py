@@ -4,20 +4,40 @@ from a forward pass of that sequence alone, the same numbers whatever else runs 
 A batched forward pass gives a token slightly different log-probs depending on its
 neighbours (the kernels' blocking and reduction order follow the batch's shape), so an
 engine that decodes requests together and a trainer that packs samples differently disagree
-at the 1e-7 level. Both sides computing each sequence alone, by these two functions, with the
-same weights, dtype and attention kernel, agree bit for bit: the CPU engine for every
+at the 1e-7 level. On CPU the number of threads changes the numbers too (torch splits the work
+of short sequences differently), so both sides compute them on `THREADS` threads. Both sides
+computing each sequence alone, by these functions, with the same weights, dtype, attention
+kernel and threads, agree bit for bit: the CPU engine for every
 finished request (``slime_sglang.cpu_engine.batch_invariant``), the FSDP trainer for every
 sample (one sample per micro-batch).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from slime_core.algorithms.logprobs import log_probs_from_logits
 
 if TYPE_CHECKING:
     import torch
+
+
+THREADS = 1  # torch's CPU threads for batch-invariant numbers, on the engine and on the train ranks
+
+
+@contextmanager
+def fixed_threads() -> Iterator[None]:
+    """Run the block on `THREADS` CPU threads, then go back to the process's count."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def sequence_inputs(tokens: list[int], device) -> dict[str, torch.Tensor | None]:

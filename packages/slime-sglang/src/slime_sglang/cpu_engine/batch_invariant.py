@@ -5,7 +5,7 @@ requests were decoded with a request.
 The engine still decodes requests together (the sampled tokens are drawn as before); once a
 request is done, its output tokens' log-probs are computed again from one forward pass of the
 request's sequence alone (`slime_core.algorithms.batch_invariant`, the same functions the FSDP
-trainer uses in that mode), and those are the ones reported. The cost is that extra forward
+trainer uses in that mode, on as many threads), and those are the ones reported. The cost is that extra forward
 pass per request, on the scheduler thread (generation waits meanwhile).
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from slime_core.algorithms.batch_invariant import sequence_inputs, sequence_log_probs
+from slime_core.algorithms.batch_invariant import fixed_threads, sequence_inputs, sequence_log_probs
 from slime_sglang.cpu_engine.request import GenerateRequest
 
 
@@ -25,7 +25,7 @@ def report_alone(model, request: GenerateRequest, result: dict) -> None:
     if not entries:
         return
     tokens = request.input_ids + request.output_ids[: len(entries)]
-    with torch.no_grad():
+    with torch.no_grad(), fixed_threads():
         inputs = sequence_inputs(tokens, "cpu")
         logits = model(**inputs).logits
         values = sequence_log_probs(logits, inputs["input_ids"], len(entries), request.params.temperature or 1.0)

@@ -131,3 +131,14 @@ def test_context_len_bounds_the_prompt_len_as_in_slime(options, base):
     )
     with pytest.raises(ConfigError, match="at most 511"):
         load_config([*base, "--rollout-max-context-len", "512", "--rollout-max-prompt-len", "512"], options)
+
+
+def test_delta_weight_sync_is_refused_where_slime_refuses_it(options, base):
+    delta = [*base, "--update-weight-mode", "delta"]
+    with pytest.raises(ConfigError) as info:
+        load_config([*delta, "--update-weight-transport", "tensor", "--colocate"], options)
+    for problem in ("needs --update-weight-transport disk, not tensor", "needs --update-weight-local-checkpoint-dir"):
+        assert problem in str(info.value)
+    assert "--colocate" in str(info.value)
+    config = load_config([*delta, "--update-weight-local-checkpoint-dir", "/local/copy"], options)
+    assert (config.update_weight_delta_encoding, config.update_weight_delta_checksum) == ("xor", "xxh3-128")

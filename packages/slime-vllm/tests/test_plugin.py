@@ -46,3 +46,8 @@ def test_vllm_flags_slime_does_not_declare_go_to_vllm_s_server(tmp_path):
     assert argv[argv.index("--max-num-seqs") + 1] == "7" and "--enable-prefix-caching" in argv
     assert "--no-enable-chunked-prefill" in argv and "--enforce-eager" in argv
     assert argv[argv.index("--worker-extension-cls") + 1] == "slime_vllm.worker_extension.SlimeWorkerExtension"
+
+
+def test_delta_weight_updates_are_refused_for_vllm_engines(tmp_path):
+    errors = _errors(tmp_path, update_weight_mode="delta", update_weight_local_checkpoint_dir=str(tmp_path / "copy"))
+    assert "--update-weight-mode delta needs engines that apply deltas" in errors

@@ -82,6 +82,11 @@ def megatron_problems(config: Config, hook) -> list[str]:
 def post_write_problems(config: Config, hook) -> list[str]:
     """`megatron_problems`, and: only disk weight updates write files for the function to publish."""
     problems = megatron_problems(config, hook)
+    if config.get("update_weight_mode") == "delta":
+        return problems + [
+            f"{hook.flag}: here slime calls it after the Megatron backend writes a full Hugging Face directory, "
+            "which --update-weight-mode delta never does (its versions are written by the driver); drop one of the two"
+        ]
     if problems or config.get("update_weight_transport") == "disk":
         return problems
     transport = config.get("update_weight_transport") or "the default transport (tensor or broadcast)"

@@ -101,6 +101,13 @@ class Engines(Protocol):
     async def update_weights_from_disk(self, path: str, version: str) -> None:
         """Transport ``disk``: load the weights of the Hugging Face directory ``path``."""
 
+    async def pull_weights(self, source_dir: str, local_dir: str, version: int) -> None:
+        """``--update-weight-mode delta``: bring each engine host's local checkpoint ``local_dir``
+        to published ``version`` (`slime_core.weight_delta`: full versions copied, deltas since
+        the host's version applied, each tensor checked against its checksum); raise naming
+        what failed, with nothing applied. The loop then loads ``local_dir`` from disk. Engines
+        that cannot are refused at config time (`RolloutBackend`'s option checks)."""
+
     async def close_weight_updates(self) -> None:
         """Release what weight updates hold open (a broadcast group); safe when nothing is."""
 

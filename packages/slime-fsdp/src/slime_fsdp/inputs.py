@@ -42,6 +42,7 @@ class MicroBatch:
     nuclei: tuple[list[list[int]], list[list[int]]] | None = None  # per sample: top-p nucleus ids, offsets
     sample_offsets: torch.Tensor | None = None  # packed, boundaries from position ids: (S + 1,) int32 starts, then T
     longest: int = 0  # with sample_offsets: the longest sample
+    alone: bool = False  # one sample by `slime_core.algorithms.batch_invariant` (--true-on-policy-mode)
 
     def model_inputs(self) -> dict[str, torch.Tensor | int | None]:
         """The model's keyword arguments; with ``sample_offsets``, transformers' flash-attention
@@ -81,6 +82,15 @@ def packed(
         _to(torch.tensor(offsets, dtype=torch.int32), device),
         max(lengths),
     )
+
+
+def alone(tokens: list[int], response_length: int, device) -> MicroBatch:
+    """One sample as the engines compute it in ``--true-on-policy-mode`` (`slime_core.algorithms.batch_invariant`)."""
+    from slime_core.algorithms.batch_invariant import sequence_inputs
+
+    model_inputs = sequence_inputs(tokens, device)
+    spans = [(0, 0, len(tokens), response_length)]
+    return MicroBatch(model_inputs["input_ids"], model_inputs["position_ids"], None, spans, alone=True)
 
 
 def _to(tensor: torch.Tensor, device) -> torch.Tensor:
@@ -151,6 +161,10 @@ def sample_logits(logits: torch.Tensor, batch: MicroBatch) -> SampleLogits:
 def response_log_probs(logits: torch.Tensor, batch: MicroBatch, temperature: float) -> list[torch.Tensor]:
     """Per sample, log π(y_t) of each response token: (response_len,) float32 tensors; with
     top-p replay, π renormalised over the token's nucleus."""
+    if batch.alone:
+        from slime_core.algorithms.batch_invariant import sequence_log_probs
+
+        return [sequence_log_probs(logits, batch.input_ids, batch.spans[0][3], temperature)]
     if batch.nuclei is None and triton_applies(logits):
         return _log_probs_of_every_position(logits, batch, temperature)
     scores, targets, counts = response_scores(logits, batch)

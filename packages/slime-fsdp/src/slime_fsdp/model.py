@@ -48,6 +48,21 @@ def compile_decoder_layers(model) -> None:
         layer.forward = torch.compile(layer.forward, dynamic=True)
 
 
+def enable_batch_invariant_kernels() -> None:
+    """``--true-on-policy-mode`` on GPUs: SGLang's batch-invariant kernels (matmul, log-softmax,
+    mean) in place of torch's, the ones SGLang's ``--enable-deterministic-inference`` serves with,
+    so a sample's numbers do not depend on its micro-batch's shape. Needs the ``sglang`` package
+    on the train ranks (``slime-sglang[server]``)."""
+    try:
+        from sglang.srt.batch_invariant_ops import enable_batch_invariant_mode
+    except ImportError as exc:
+        raise RuntimeError(
+            "--true-on-policy-mode on GPUs needs SGLang's batch-invariant kernels on the train ranks "
+            f"({exc}); pip install 'slime-sglang[server]' where the ranks run, or drop the mode"
+        ) from exc
+    enable_batch_invariant_mode()
+
+
 def freeze_indexers(model) -> None:
     """Freeze the indexers of DeepSeek sparse attention (GLM-5).
 

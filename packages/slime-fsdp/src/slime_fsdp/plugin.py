@@ -63,6 +63,11 @@ def slime_validate_config(config: Config):
 
     critic = critic_kl_problem(config)
     problems = architecture_problems(config) + ([critic] if critic else [])
+    if config.get("true_on_policy_mode") and config.get("fsdp_torch_compile"):
+        problems.append(
+            "--true-on-policy-mode needs the trainer's layers to run as the engine runs them, and "
+            "--fsdp-torch-compile fuses them into other kernels: drop one of the two"
+        )
     if not is_megatron_checkpoint(config.get("ref_load")):
         return problems
     from slime_fsdp.megatron_weights import missing_converter

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from slime_core.algorithms import batch_invariant
 from slime_core.checkpoint.directory import is_megatron_checkpoint, resume_checkpoint, starts_from_ref_load
 from slime_core.rank.process_group import init_default_group
 from slime_core.rank.step import (
@@ -29,7 +30,7 @@ from slime_core.rank.step import (
 from slime_core.rank.weight_bucket import WeightBucket
 from slime_core.rollout_batch import RolloutBatch
 from slime_fsdp import checkpoint, inputs, weights
-from slime_fsdp.model import load_model, load_tokenizer, shard
+from slime_fsdp.model import enable_batch_invariant_kernels, load_model, load_tokenizer, shard
 from slime_fsdp.optimizer import build_optimizer
 
 if TYPE_CHECKING:
@@ -47,6 +48,8 @@ class FSDPTrainRank:
         self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
         if not cuda:  # ranks share the CPU cores: their share from the placement, else an equal one
             torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // world_size)))
+        if not cuda and config.true_on_policy_mode:  # the engine's thread count for the same numbers
+            torch.set_num_threads(batch_invariant.THREADS)
         # On GPUs, CUDA tensors go over nccl and the small CPU-side reductions (micro-batch
         # counts, loss denominators, metrics) over gloo, so neither has to move devices.
         backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
@@ -63,10 +66,13 @@ class FSDPTrainRank:
     def init(self) -> dict:
         cfg = self.config
         torch.manual_seed(cfg.seed)
+        if cfg.true_on_policy_mode and self.device.type == "cuda":
+            enable_batch_invariant_kernels()
         model = load_model(
             cfg.hf_checkpoint,
             gradient_checkpointing=cfg.gradient_checkpointing,
-            attn_implementation=cfg.attn_implementation,
+            # --true-on-policy-mode: the CPU engine's attention unless given (slime_sglang.plugin checks it)
+            attn_implementation=cfg.attn_implementation or ("sdpa" if cfg.true_on_policy_mode else None),
             compile_layers=cfg.fsdp_torch_compile,
         )
         self.tokenizer = load_tokenizer(cfg.hf_checkpoint, model)
@@ -223,6 +229,8 @@ class FSDPTrainRank:
         response_lengths = [batch.response_lengths[i] for i in indices]
         check_prompts(tokens, response_lengths)
         nuclei = batch.nuclei(indices)
+        if self.config.true_on_policy_mode:  # one sample per micro-batch (`RankStep.plan`)
+            return inputs.alone(tokens[0], response_lengths[0], self.device)
         if self.config.use_dynamic_batch_size:
             return inputs.packed(tokens, response_lengths, self.device, self.attn_implementation, nuclei)
         return inputs.padded(tokens, response_lengths, self.device, pad, nuclei)

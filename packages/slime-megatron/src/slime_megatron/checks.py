@@ -67,6 +67,7 @@ def validate(config: Config) -> list[str]:
         + _check_pipeline_stages(config)
         + _check_virtual_stages(config)
         + _check_context_parallel(config)
+        + _check_true_on_policy(config)
     )
     errors = errors or _check_architecture(config)  # imports torch: only once the light checks passed
     if config.get("megatron_config"):
@@ -376,12 +377,26 @@ def _hf_config_value(config: Config, key: str):
     return json.loads(config_json.read_text()).get(key)
 
 
+def _check_true_on_policy(config: Config) -> list[str]:
+    """Megatron's kernels (fused attention, tensor-parallel matmuls) are not the engines' per-sequence ones."""
+    if not config.get("true_on_policy_mode"):
+        return []
+    return [
+        "--true-on-policy-mode needs a trainer that computes each sample's log-probs as the engine does (the FSDP "
+        "backend); Megatron's fused, tensor-parallel kernels cannot: use --train-backend fsdp, or drop the mode"
+    ]
+
+
 def _check_weights_written_hook(config: Config) -> list[str]:
     """Only disk weight updates write files: with another transport the hook would never run."""
-    if (
-        config.sources.get("megatron_weights_written_hook", "default") == "default"
-        or config.update_weight_transport == "disk"
-    ):
+    if config.sources.get("megatron_weights_written_hook", "default") == "default":
+        return []
+    if config.update_weight_mode == "delta":
+        return [
+            "--megatron-weights-written-hook runs after the backend writes a full Hugging Face directory, which "
+            "--update-weight-mode delta never does (the driver writes its versions); drop one of the two"
+        ]
+    if config.update_weight_transport == "disk":
         return []
     return [
         f"--megatron-weights-written-hook runs after a disk weight update, and this run's weights reach the engines "

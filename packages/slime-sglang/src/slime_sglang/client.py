@@ -94,6 +94,11 @@ class EngineClient(HttpClient):
         body = {"model_path": model_path, "weight_version": weight_version}
         _check_success(await self._post("/update_weights_from_disk", body), self.url, "/update_weights_from_disk")
 
+    async def pull_weights(self, source_dir: str, local_dir: str, version: int) -> None:
+        """Bring this engine host's local checkpoint to published ``version`` (delta weight sync)."""
+        body = {"source_dir": source_dir, "local_checkpoint_dir": local_dir, "target_version": version}
+        _check_success(await self._post("/pull_weights", body), self.url, "/pull_weights")
+
     async def init_weights_update_group(
         self, master_address: str, master_port: int, rank_offset: int, world_size: int, group_name: str, backend: str
     ) -> None:

@@ -189,6 +189,11 @@ class EngineGroup:
             )
         await self._broadcaster.broadcast(WeightBucket.of(bucket), version)
 
+    async def pull_weights(self, source_dir: str, local_dir: str, version: int) -> None:
+        """Every engine brings its host's local checkpoint to published ``version``
+        (``/pull_weights``: the CPU engine's, or THUDM/slime's patched SGLang's)."""
+        await self._each(lambda client, _: client.pull_weights(source_dir, local_dir, version))
+
     async def close_weight_updates(self) -> None:
         """Leave the broadcast group, if one was formed."""
         broadcaster, self._broadcaster = self._broadcaster, None

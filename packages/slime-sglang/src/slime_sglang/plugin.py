@@ -65,6 +65,7 @@ def slime_validate_config(config: Config, plugins):
             "only as serialised CUDA IPC / shared-memory handles, which slime does not send; use broadcast "
             "(disaggregated GPUs) or disk"
         )
+    errors += _true_on_policy_problems(config)
     for address in config.get("rollout_external_engine_addrs") or []:
         try:
             engine_url(address)
@@ -75,6 +76,23 @@ def slime_validate_config(config: Config, plugins):
             engine_count(config)
         except ValueError as exc:
             errors.append(str(exc))
+    return errors
+
+
+def _true_on_policy_problems(config: Config) -> list[str]:
+    """``--true-on-policy-mode`` with the CPU engine: the trainer must compute as it does (float32, sdpa)."""
+    if not config.get("true_on_policy_mode") or config.get("rollout_engine") != "cpu":
+        return []
+    errors = []
+    if config.get("bf16"):
+        errors.append(
+            "--true-on-policy-mode: the CPU engine computes in float32, and --bf16 trains in bfloat16; drop --bf16"
+        )
+    if config.get("attn_implementation") not in (None, "sdpa"):
+        errors.append(
+            f"--true-on-policy-mode: the CPU engine's attention is sdpa, and --attn-implementation "
+            f"{config.attn_implementation} is another kernel; leave it out (sdpa is then used)"
+        )
     return errors
 
 

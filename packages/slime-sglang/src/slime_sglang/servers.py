@@ -27,6 +27,8 @@ def sglang_command(config: Config, model_path: str, port: int, host: str = LOOPB
     """``sglang.launch_server`` for one engine, through `slime_sglang.sglang_server` (which
     gives it the run's keys from the environment); ``config.sglang`` holds the pass-through options."""
     own = {"model_path": model_path, "host": host, "port": port, "tp_size": config.rollout_num_gpus_per_engine}
+    if config.true_on_policy_mode:  # SGLang's batch-invariant kernels, numerics aligned to an FSDP trainer's
+        own.update(enable_deterministic_inference=True, rl_on_policy_target="fsdp")
     return [sys.executable, "-m", "slime_sglang.sglang_server", *as_flags(own), *as_flags(config.sglang)]
 
 
@@ -53,4 +55,5 @@ def cpu_engine_command(config: Config, model_path: str, port: int, host: str = L
     slime = str(Path(sys.executable).with_name("slime"))
     own = {"model": model_path, "host": host, "port": port}
     shared = {key: config.sglang.get(key) for key in CPU_ENGINE_SGLANG_OPTIONS}
+    shared["enable_deterministic_inference"] = config.true_on_policy_mode or None  # batch-invariant log-probs
     return [slime, "engine", "serve", *as_flags(own), *as_flags(shared)]

@@ -149,6 +149,10 @@ class VLLMEngines:
             await asyncio.gather(*(client.close() for client in clients))
         return group
 
+    async def pull_weights(self, source_dir: str, local_dir: str, version: int) -> None:
+        """vLLM has no endpoint that applies a delta (`slime_vllm.plugin` refuses --update-weight-mode delta)."""
+        raise RuntimeError("vLLM engines take full weight updates only; drop --update-weight-mode delta")
+
     async def close_weight_updates(self) -> None:
         """Drop this process's end of the broadcast group, if one was formed. Nothing is asked of
         the engines, one of which may be dead (fault tolerance closes the group for that reason):

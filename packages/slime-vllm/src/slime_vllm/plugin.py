@@ -53,6 +53,17 @@ def slime_validate_config(config: Config, plugins):
             "/inference/v1/generate; run the vllm rollout backend with --router none (the rollout spreads "
             "requests over the engines itself)"
         )
+    if config.get("true_on_policy_mode"):
+        errors.append(
+            "--true-on-policy-mode needs engines whose log-probs are batch-invariant and computed as the trainer "
+            "computes them (the CPU engine, or SGLang's deterministic inference); vLLM's are not: use the sglang "
+            "rollout backend, or drop the mode"
+        )
+    if config.get("update_weight_mode") == "delta":
+        errors.append(
+            "--update-weight-mode delta needs engines that apply deltas to a local checkpoint (/pull_weights), "
+            "which vLLM has not; use --update-weight-mode full, or the sglang rollout backend"
+        )
     if config.get("rollout_top_p", 1.0) < 1.0:
         errors.append("--rollout-top-p < 1 needs each token's nucleus back (top-p replay), which vLLM does not return")
     try:

@@ -114,8 +114,13 @@ RULES: dict[str, tuple[Callable, str]] = {
         "micro-batches are packed up to it with --use-dynamic-batch-size",
     ),
     "micro_batch_size": (
-        lambda c: not c.use_dynamic_batch_size,
-        "--use-dynamic-batch-size packs micro-batches by --max-tokens-per-gpu instead",
+        lambda c: not c.use_dynamic_batch_size and not c.get("true_on_policy_mode"),
+        "--use-dynamic-batch-size packs micro-batches by --max-tokens-per-gpu instead, and --true-on-policy-mode "
+        "runs each sample alone",
+    ),
+    "use_dynamic_batch_size": (
+        lambda c: not c.get("true_on_policy_mode"),
+        "--true-on-policy-mode runs each sample alone in its forward pass",
     ),
     "eps_clip_c": (
         lambda c: c.loss_type != "sft_loss",

@@ -16,7 +16,6 @@ _TB = "TensorBoard files go to <output-dir>/tensorboard"
 _CI = "slime's own CI checks; not part of this slime"
 _MEMORY = f"memory profiling is {_NOT_YET}"
 _DEEPGEMM = "a DeepGEMM forward path of slime's Megatron backend; the backends choose their own kernels"
-_DELTA = f"delta weight sync (--update-weight-mode delta) is {_NOT_YET}; every update sends the full weights"
 _OFFLOAD = (
     "colocated runs (--colocate) take turns on the devices as the loop decides; there is no separate offload switch"
 )
@@ -141,10 +140,6 @@ SLIME_FLAGS: tuple[Accepted, ...] = (
         for flag in ("--offload", "--offload-train", "--offload-rollout", "--release-train")
     ),
     Accepted("--prefill-num-servers", type=int, reason=_PD),
-    Accepted("--update-weight-mode", type=str, reason=_DELTA),
-    Accepted("--update-weight-delta-encoding", type=str, reason=_DELTA),
-    Accepted("--update-weight-delta-checksum", type=str, reason=_DELTA),
-    Accepted("--update-weight-local-checkpoint-dir", type=str, reason=_DELTA),
     Accepted(
         "--update-weight-disk-dir", type=str, reason="--update-weight-transport disk writes under <output-dir>/weights"
     ),

@@ -144,6 +144,15 @@ def training_options(o: OptionSet) -> None:
         group=g,
     )
     o.add("--micro-batch-size", type=int, default=1, help="samples per forward/backward", group=g)
+    o.add(
+        "--true-on-policy-mode",
+        type=bool,
+        default=False,
+        help="(miles's name) the engines report batch-invariant log-probs, and the trainer computes the same "
+        "numbers for the same tokens (each sample alone in its forward pass): the rollout/train log-prob gap and "
+        "the first step's ppo_kl are exactly 0; slower (see the README)",
+        group=g,
+    )
     o.add("--lr", type=float, default=1e-6, help="learning rate", group=g)
     o.add("--min-lr", type=float, default=0.0, help="learning rate at the end of the decay", group=g)
     o.add("--lr-warmup-iters", type=int, default=0, help="optimizer steps of linear warmup", group=g)
@@ -217,6 +226,7 @@ def weights_options(o: OptionSet) -> None:
         "Face directory both sides can read)",
         group=g,
     )
+    _delta_options(o, g)
     o.add(
         "--update-weight-buffer-size",
         type=int,
@@ -233,4 +243,46 @@ def weights_options(o: OptionSet) -> None:
         default=False,
         help="after each update, check that engine log-probs equal the trainer's on a probe",
         group=g,
+    )
+
+
+def _delta_options(o: OptionSet, g: str) -> None:
+    """THUDM/slime's delta weight sync (`slime_core.loop.delta_sync`), with its names and defaults."""
+    delta = (lambda c: c.update_weight_mode == "delta", "it applies with --update-weight-mode delta")
+    o.add(
+        "--update-weight-mode",
+        default="full",
+        choices=["full", "delta"],
+        help="full: every update sends every weight; delta: only the bytes that changed since the last update "
+        "(zstd-compressed per-tensor diffs, checksummed), which each engine host applies to its local checkpoint "
+        "(--update-weight-local-checkpoint-dir) and loads; needs --update-weight-transport disk",
+        group=g,
+    )
+    o.add(
+        "--update-weight-delta-encoding",
+        default="xor",
+        choices=["xor", "overwrite"],
+        help="xor: new ^ old, smallest, applied exactly once on its base; overwrite: the changed bytes' positions "
+        "and new values, larger, idempotent",
+        group=g,
+        acts_when=delta[0],
+        no_effect=delta[1],
+    )
+    o.add(
+        "--update-weight-delta-checksum",
+        default="xxh3-128",
+        choices=["xxh3-128", "blake3", "adler32"],
+        help="checksum of each tensor's new bytes, checked on every engine host before anything is applied",
+        group=g,
+        acts_when=delta[0],
+        no_effect=delta[1],
+    )
+    o.add(
+        "--update-weight-local-checkpoint-dir",
+        default=None,
+        help="each engine host's local copy of the served checkpoint, which delta updates patch and the engines "
+        "load (required with --update-weight-mode delta)",
+        group=g,
+        acts_when=delta[0],
+        no_effect=delta[1],
     )

@@ -31,8 +31,43 @@ def validate(config: Config, options: OptionSet) -> list[str]:
     errors += _check_top_p(config)
     errors += _check_context_len(config)
     errors += _check_nonfinite(config)
+    errors += _check_delta_sync(config)
+    errors += _check_true_on_policy(config)
     errors += architecture_problems(config)
     return errors
+
+
+def _check_delta_sync(config: Config) -> list[str]:
+    """``--update-weight-mode delta`` as THUDM/slime allows it: from disk, into a local checkpoint, not colocated."""
+    if config.get("update_weight_mode") != "delta":
+        return []
+    errors = []
+    if config.get("update_weight_transport") not in (None, "disk"):
+        errors.append(
+            f"--update-weight-mode delta publishes files: it needs --update-weight-transport disk, "
+            f"not {config.update_weight_transport}"
+        )
+    if not config.get("update_weight_local_checkpoint_dir"):
+        errors.append(
+            "--update-weight-mode delta needs --update-weight-local-checkpoint-dir: the engine hosts' local "
+            "copy of the checkpoint that the deltas patch (a local disk on each host)"
+        )
+    if config.get("colocate"):
+        errors.append(
+            "--update-weight-mode delta is for engines apart from the trainer; colocated (--colocate) the "
+            "weights move in memory, where diffing them only adds work: drop one of the two"
+        )
+    return errors
+
+
+def _check_true_on_policy(config: Config) -> list[str]:
+    """``--true-on-policy-mode`` compares log-probs of the whole vocabulary; a nucleus is renormalised apart."""
+    if config.get("true_on_policy_mode") and (config.get("rollout_top_p") or 1.0) < 1.0:
+        return [
+            "--true-on-policy-mode needs log-probs over the whole vocabulary, and --rollout-top-p < 1 renormalises "
+            "them over each token's nucleus: drop one of the two"
+        ]
+    return []
 
 
 def _check_top_p(config: Config) -> list[str]:

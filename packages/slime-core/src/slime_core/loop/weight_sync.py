@@ -9,7 +9,10 @@ three transports (``--update-weight-transport``), each a method of the rollout b
 - ``broadcast``: a collective from the driver (rank 0) to every engine, nccl on GPUs and
   gloo on CPU (disaggregated GPUs); the engines keep the group until the run ends;
 - ``disk``: the trainer writes a Hugging Face directory into the run directory and every
-  engine loads it; works wherever both sides see the folder.
+  engine loads it; works wherever both sides see the folder. With ``--update-weight-mode
+  delta`` it writes only what changed since the last sync (`slime_core.loop.delta_sync`); each
+  engine pulls that into its host's local checkpoint (``--update-weight-local-checkpoint-dir``),
+  verified per tensor, and loads the checkpoint.
 
 Engines are paused and their caches flushed around an update, so no request mixes two
 versions inside one forward pass; generation resumes where it stopped. ``lock`` is held
@@ -39,6 +42,8 @@ def default_transport(config: Config, supported: tuple[str, ...], gpu: bool) -> 
     engines do not take that one."""
     if config.update_weight_transport:
         return config.update_weight_transport
+    if config.update_weight_mode == "delta":  # publishes files
+        return "disk"
     preferred = "tensor" if config.colocate or not gpu else "broadcast"
     if preferred in supported:
         return preferred
@@ -60,6 +65,13 @@ class WeightSync:
         self.bucket_bytes = config.update_weight_buffer_size
         self.weights_dir = weights_dir
         self.lock = threading.RLock()
+        self.delta = None
+        if config.update_weight_mode == "delta":
+            from slime_core.loop.delta_sync import DeltaPublisher
+
+            encoding, algorithm = config.update_weight_delta_encoding, config.update_weight_delta_checksum
+            self.delta = DeltaPublisher(weights_dir, encoding, algorithm)
+            self.local_dir = config.update_weight_local_checkpoint_dir
 
     def push(self, version: int) -> dict[str, float]:
         """Pause, update every engine to ``version``, flush, resume; the update's metrics."""
@@ -72,6 +84,8 @@ class WeightSync:
         first: it has a member that is gone, and the next `push` forms a new one."""
         with self.lock:
             self._leave_weight_group()
+            if self.delta is not None:
+                self.delta.reset()  # the new engine's host may hold no local copy: publish a full version
             one = self.engines.only(index)
             try:
                 return self._push(one, version)
@@ -88,11 +102,14 @@ class WeightSync:
         finally:
             engines.resume_generation()
         seconds = time.perf_counter() - start
-        return {
+        metrics = {
             "weight_update/seconds": seconds,
             "weight_update/bytes": float(sent),
             "weight_update/gbps": sent / max(seconds, 1e-9) / 1e9,
         }
+        if self.delta is not None:  # what a full sync would have moved
+            metrics["weight_update/full_bytes"] = float(self.delta.full_bytes)
+        return metrics
 
     def _by_tensor(self, engines: EngineControl, version: str) -> int:
         return self._each_bucket(lambda bucket: engines.update_weights_from_tensor(bucket, version))
@@ -109,6 +126,8 @@ class WeightSync:
         return sent
 
     def _by_disk(self, engines: EngineControl, version: str) -> int:
+        if self.delta is not None:
+            return self._by_delta(engines, version)
         path = self.weights_dir / f"v{int(version):07d}"
         if not path.is_dir():  # a replaced engine gets the directory its peers loaded
             self.trainer.save_hf(str(path))
@@ -117,6 +136,17 @@ class WeightSync:
         for older in self.weights_dir.glob("v*"):
             if older != path:
                 shutil.rmtree(older, ignore_errors=True)
+        return sent
+
+    def _by_delta(self, engines: EngineControl, version: str) -> int:
+        """Publish the next version (full, then deltas), have every engine pull it into its
+        host's local checkpoint and load that; the bytes published."""
+        assert self.delta is not None
+        published = self.delta.publish(self.trainer.export_weights(self.bucket_bytes))
+        engines.pull_weights(str(self.weights_dir), self.local_dir, published)
+        engines.update_weights_from_disk(self.local_dir, version)
+        sent = self.delta.written_bytes(published)
+        self.delta.prune(published)
         return sent
 
     def close(self) -> None:

@@ -233,11 +233,13 @@ class RankStep:
 
     def plan(self, indices: list[int], batch: RolloutBatch) -> list[list[int]]:
         """Micro-batches of ``indices`` (``--use-dynamic-batch-size``: by token budget, else
-        ``--micro-batch-size`` samples), padded with empty ones to the largest count of any
-        rank: every forward and backward is a collective in some group, so all ranks run
-        the same number."""
+        ``--micro-batch-size`` samples; one sample each in ``--true-on-policy-mode``), padded
+        with empty ones to the largest count of any rank: every forward and backward is a
+        collective in some group, so all ranks run the same number."""
         cfg = self.config
-        if cfg.use_dynamic_batch_size:
+        if cfg.get("true_on_policy_mode"):  # each sample alone: the numbers the engine computed for it alone
+            plan = fixed_micro_batches(indices, 1)
+        elif cfg.use_dynamic_batch_size:
             plan = token_budget_micro_batches(
                 indices, [len(t) for t in batch.tokens], cfg.max_tokens_per_gpu * self.ranks_per_row, self.padded_rows
             )

@@ -64,6 +64,9 @@ class EngineControl:
     def update_weights_from_disk(self, path: str, version: str) -> None:
         self._loop.run(self.engines.update_weights_from_disk(path, version))
 
+    def pull_weights(self, source_dir: str, local_dir: str, version: int) -> None:
+        self._loop.run(self.engines.pull_weights(source_dir, local_dir, version))
+
     def close_weight_updates(self) -> None:
         self._loop.run(self.engines.close_weight_updates())
 

@@ -259,6 +259,9 @@ class FakeEngines:
         theta = json.loads((Path(path) / "theta.json").read_text())["theta"]
         await self._each("update_weights_from_disk", lambda e: e.__dict__.update(theta=theta, version=version))
 
+    async def pull_weights(self, source_dir: str, local_dir: str, version: int) -> None:
+        raise AssertionError("the fake engines do not take delta weight updates")
+
     async def close_weight_updates(self) -> None:
         Recorder.calls["engine.close_weight_updates"] += 1
 

@@ -29,12 +29,17 @@ class Engine:
     released_weights: Path | None = None  # where released weights wait for resume
     in_flight: set[str] = field(default_factory=set)  # rids of the requests being generated
     weight_groups: dict = field(default_factory=dict)  # name -> weight_groups.WeightGroup (None while joining)
+    batch_invariant: bool = False  # --enable-deterministic-inference: log-probs of each sequence alone
 
     async def generate(self, request: GenerateRequest) -> dict:
         """Answer one request; if the caller goes away (cancellation), its generation is aborted."""
         if request.rid in self.in_flight:
             raise BadRequest(f"rid {request.rid!r} is already in flight; give each request a unique rid")
         result = await self._generated(request)
+        if self.batch_invariant and request.return_logprob:
+            from slime_sglang.cpu_engine.batch_invariant import report_alone
+
+            await self.at_safe_point(lambda: report_alone(self.model, request, result))
         if request.return_logprob and request.logprob_start_len >= 0:
             result["meta_info"]["input_token_logprobs"] = await self.at_safe_point(
                 lambda: self.prompt_logprobs(request)
@@ -105,8 +110,10 @@ class Engine:
         }
 
 
-def load_engine(model_path: str, max_running_requests: int, context_length: int | None = None) -> Engine:
-    """Load the model in ``model_path`` and start its scheduler thread."""
+def load_engine(
+    model_path: str, max_running_requests: int, context_length: int | None = None, batch_invariant: bool = False
+) -> Engine:
+    """Load the model in ``model_path`` and start its scheduler thread (``batch_invariant``: see `Engine`)."""
     model, tokenizer = load_model(model_path)
     scheduler = Scheduler(model, StopChecker(tokenizer, eos_token_ids(model, tokenizer)), max_running_requests)
     scheduler.start()
@@ -117,6 +124,7 @@ def load_engine(model_path: str, max_running_requests: int, context_length: int 
         scheduler=scheduler,
         context_length=context_length or model.config.max_position_embeddings,
         vocab_size=model.get_input_embeddings().num_embeddings,
+        batch_invariant=batch_invariant,
     )
 
 

@@ -54,6 +54,12 @@ def add_engine_command(subparsers) -> None:
         help="threads of torch's CPU kernels (default: torch's choice, one per core); "
         "use fewer when several engines or a trainer share the cores",
     )
+    serve.add_argument(
+        "--enable-deterministic-inference",
+        action="store_true",
+        help="as SGLang's flag: batch-invariant results; here, each request's output log-probs come from a "
+        "forward pass of its sequence alone, whatever was decoded with it (slime's --true-on-policy-mode)",
+    )
     serve.set_defaults(func=run_serve)
 
 
@@ -124,7 +130,9 @@ def _load(args):
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
     try:
-        return load_engine(args.model, args.max_running_requests, args.context_length)
+        return load_engine(
+            args.model, args.max_running_requests, args.context_length, args.enable_deterministic_inference
+        )
     except (OSError, ValueError) as exc:  # transformers' errors for unreadable or unsupported models
         print(f"slime engine serve: cannot serve {args.model}: {exc}", file=sys.stderr)
         return None

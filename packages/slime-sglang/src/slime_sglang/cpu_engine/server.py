@@ -26,7 +26,7 @@ import logging
 from aiohttp import web
 
 from slime_core.cluster.network import bearer_matches
-from slime_sglang.cpu_engine import control, weight_groups
+from slime_sglang.cpu_engine import control, pull_weights, weight_groups
 from slime_sglang.cpu_engine.engine import Engine
 from slime_sglang.cpu_engine.generate_body import split_generate_body
 from slime_sglang.cpu_engine.request import BadRequest, parse_generate, parse_generate_copies, refuse_unknown
@@ -66,6 +66,7 @@ CONTROL_ROUTES = {
         ),
     ),
     "/destroy_weights_update_group": (weight_groups.destroy_weights_update_group, ("group_name",)),
+    "/pull_weights": (pull_weights.pull_weights, ("source_dir", "local_checkpoint_dir", "target_version")),
     "/release_memory_occupation": (control.release_memory_occupation, ("tags",)),
     "/resume_memory_occupation": (control.resume_memory_occupation, ("tags",)),
 }

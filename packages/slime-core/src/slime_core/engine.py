@@ -23,6 +23,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from slime_core.routing_replay import routing_rows
 from slime_core.sample import Sample, SampleStatus
 
 
@@ -48,9 +49,18 @@ class SamplingParams:
     sampling_seed: int | None = None
     custom_params: dict[str, Any] | None = None  # SGLang's custom_params, e.g. {TOP_P_REPLAY_PARAM: True}
     min_new_tokens: int | None = None  # no EOS or stop token is drawn before this many new tokens
+    # not a sampling option but SGLang's top-level request field (`slime_core.routing_replay`): routing replay (R3)
+    return_routed_experts: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {key: value for key, value in self.__dict__.items() if value is not None}
+        """The ``sampling_params`` object of a ``/generate`` body."""
+        return {
+            key: value for key, value in self.__dict__.items() if value is not None and key != "return_routed_experts"
+        }
+
+    def request_fields(self) -> dict[str, Any]:
+        """The top-level ``/generate`` fields these options add beside ``sampling_params``."""
+        return {"return_routed_experts": True} if self.return_routed_experts else {}
 
 
 #: The ``custom_params`` key that asks an engine for each sampled token's nucleus (see the
@@ -79,12 +89,16 @@ class GenerateResult:
     prompt_tokens: int = 0
     top_p_token_ids: list[int] | None = None  # every output token's nucleus, concatenated (top-p replay)
     top_p_token_offsets: list[int] | None = None  # (completion_tokens + 1,) token t's: ids[offsets[t]:offsets[t + 1]]
+    # ((prompt_tokens + completion_tokens - 1) × num_layers × top_k,) every fed token's routed experts,
+    # asked for by ``return_routed_experts`` (routing replay, `slime_core.routing_replay`)
+    routed_experts: list[int] | None = None
 
 
 def parse_generate(body: dict[str, Any]) -> GenerateResult:
     """A ``/generate`` answer (SGLang's JSON: ``output_ids``, ``text``, ``meta_info`` with
-    ``finish_reason``, ``output_token_logprobs``, ``weight_version`` and, for top-p replay,
-    ``top_p_token_ids`` / ``top_p_token_offsets``) as a `GenerateResult`."""
+    ``finish_reason``, ``output_token_logprobs``, ``weight_version``, for top-p replay
+    ``top_p_token_ids`` / ``top_p_token_offsets``, for routing replay ``routed_experts``) as a
+    `GenerateResult`."""
     meta = body.get("meta_info", {})
     finish = meta.get("finish_reason") or {}
     log_probs = [float(entry[0]) for entry in meta.get("output_token_logprobs") or []]
@@ -97,6 +111,7 @@ def parse_generate(body: dict[str, Any]) -> GenerateResult:
         prompt_tokens=int(meta.get("prompt_tokens", 0)),
         top_p_token_ids=decode_int32s(meta.get("top_p_token_ids")),
         top_p_token_offsets=decode_int32s(meta.get("top_p_token_offsets")),
+        routed_experts=decode_int32s(meta.get("routed_experts")),
     )
 
 
@@ -132,6 +147,8 @@ def append_result(sample: Sample, result: GenerateResult, text: str | None = Non
             top_p_token_ids=result.top_p_token_ids,
             top_p_token_offsets=result.top_p_token_offsets,
         )
+    if result.routed_experts is not None:  # the request's tokens were the sample's: a row for each but the last
+        sample.rollout_routed_experts = routing_rows(result.routed_experts, len(sample.tokens) - 1, sample.describe())
     sample.status = finish_status[result.finish_reason]
 
 

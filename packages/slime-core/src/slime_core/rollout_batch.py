@@ -40,6 +40,9 @@ class RolloutBatch:
     # and offsets); the train backends score log-probs over them (`slime_core.algorithms.nucleus_keep_mask`).
     top_p_token_ids: list[list[int]] | None = None  # (N,) (nuclei ids,)
     top_p_token_offsets: list[list[int]] | None = None  # (N,) (response_len + 1,)
+    # Rollout routing replay (--use-rollout-routing-replay), else None: the experts the engine routed each
+    # token to (`Sample.rollout_routed_experts`), which the train backends replay (`slime_core.routing_replay`).
+    routed_experts: list[list[list[int]]] | None = None  # (N,) (len(tokens) - 1,) (num_layers * top_k,)
     rollout_ids: list[tuple] | None = None  # (N,) with --rollout-id-key: one rollout's samples share it (`rollout_id`)
     # (N,) the rewards as scored when `rewards` are post-processed (--reward-post-process, a converter): the ranks
     # then train on `rewards` as they are, without group normalisation; None: `rewards` are the scored ones.
@@ -59,14 +62,17 @@ class RolloutBatch:
         top_p_replay: bool = False,
         rollout_id_key: str | None = None,
         rewards: list[float] | None = None,
+        routing_replay: bool = False,
     ) -> RolloutBatch:
         """The `trainable` samples of a rollout, in order; with ``top_p_replay``
         (``--rollout-top-p`` < 1) their nuclei too, which every trained token needs; with
         ``rollout_id_key`` (``--rollout-id-key``) the rollout each comes from (`rollout_id`);
-        ``rewards``: one per trainable sample, instead of their scored rewards."""
+        ``rewards``: one per trainable sample, instead of their scored rewards; with ``routing_replay``
+        (``--use-rollout-routing-replay``) their routed experts."""
         batch = cls(top_p_token_ids=[] if top_p_replay else None, top_p_token_offsets=[] if top_p_replay else None)
         batch.rollout_ids = [] if rollout_id_key else None
         batch.teacher_log_probs = carried_teacher_log_probs(trainable(samples))
+        batch.routed_experts = [] if routing_replay else None
         for i, sample in enumerate(trainable(samples)):
             sample.check()
             batch.tokens.append(list(sample.tokens))
@@ -81,6 +87,9 @@ class RolloutBatch:
                 check_nuclei(sample)
                 batch.top_p_token_ids.append(list(sample.rollout_top_p_token_ids))
                 batch.top_p_token_offsets.append(list(sample.rollout_top_p_token_offsets))
+            if routing_replay:
+                check_routed_experts(sample)
+                batch.routed_experts.append(sample.rollout_routed_experts)
         return batch
 
     def nuclei(self, indices: list[int]) -> tuple[list[list[int]], list[list[int]]] | None:
@@ -145,6 +154,7 @@ def train_batch(samples: list[Sample], config: Config, plugins) -> RolloutBatch:
             top_p_replay=config.rollout_top_p < 1,
             rollout_id_key=config.rollout_id_key,
             rewards=processed[1] if processed else None,
+            routing_replay=config.get("use_rollout_routing_replay"),
         )
     if processed:
         batch.raw_rewards, batch.rewards = processed
@@ -220,6 +230,20 @@ def check_nuclei(sample: Sample) -> None:
             "tokens, "
             "which --rollout-top-p < 1 trains over: the engine did not return them (SGLang needs slime's top-p patch) "
             "or a router or generate function dropped them; fix that, or use --rollout-top-p 1"
+        )
+
+
+def check_routed_experts(sample: Sample) -> None:
+    """ValueError unless the engine's routing of ``sample`` reaches its last trained token (R3):
+    the token at position p is scored by the forward at p - 1, which needs row p - 1."""
+    trained = [t for t, mask in enumerate(sample.loss_mask) if mask]
+    rows = len(sample.rollout_routed_experts or [])
+    needed = sample.prompt_length + trained[-1] if trained else 0
+    if rows < needed:
+        raise ValueError(
+            f"{sample.describe()} has the routed experts of {rows} tokens, but its trained tokens need {needed}, "
+            "which --use-rollout-routing-replay replays: the engine did not return them (SGLang: "
+            "--sglang-enable-return-routed-experts) or a generate function dropped them; fix that, or drop the flag"
         )
 
 

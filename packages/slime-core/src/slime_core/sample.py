@@ -54,6 +54,9 @@ class Sample:
     # On-policy distillation with the teacher's log-probs carried by the sample (slime's --rm-url teacher: a reward
     # post-process sets them from a teacher engine's answer), trained on with --opd-kl-coef; None: none carried.
     teacher_log_probs: list[float] | None = None  # (response_len,) log π_teacher of each response token
+    # Routing replay (--use-rollout-routing-replay): the experts the engine routed each token to, one row
+    # per token it fed (all but the last), each num_layers × top_k ids (`slime_core.routing_replay`); else None.
+    rollout_routed_experts: list[list[int]] | None = None  # (len(tokens) - 1,) (num_layers * top_k,)
     status: SampleStatus = SampleStatus.PENDING
     error: str | None = None  # why the sample failed (status FAILED)
     metadata: dict[str, Any] = field(default_factory=dict)  # free-form, from data and plugins

@@ -32,6 +32,7 @@ from slime_core.rollout_batch import RolloutBatch
 from slime_fsdp import checkpoint, inputs, weights
 from slime_fsdp.model import enable_batch_invariant_kernels, load_model, load_tokenizer, shard
 from slime_fsdp.optimizer import build_optimizer
+from slime_fsdp.routing_replay import RoutingReplay
 
 if TYPE_CHECKING:
     from slime_core.config.config import Config
@@ -77,6 +78,7 @@ class FSDPTrainRank:
         )
         self.tokenizer = load_tokenizer(cfg.hf_checkpoint, model)
         self.attn_implementation = model.config._attn_implementation
+        self.routing = RoutingReplay(model, cfg.use_rollout_routing_replay) if cfg.use_routing_replay else None
         self.model = shard(model.to(self.device), self.mesh, cfg.bf16, cfg.fsdp_cpu_offload)
         if starts_from_ref_load(cfg):
             self._set_weights(cfg.ref_load)
@@ -130,7 +132,9 @@ class FSDPTrainRank:
     def compute_log_probs(self, batch: RolloutBatch, model: str = "actor") -> list[list[float]]:
         return [lp.tolist() for lp in self._log_probs(batch, model)]
 
-    def _log_probs(self, batch: RolloutBatch, model: str) -> list[torch.Tensor]:
+    def _log_probs(self, batch: RolloutBatch, model: str, replay: bool = False) -> list[torch.Tensor]:
+        """Per sample, the response log-probs under ``model``; ``replay``: the π_old pass of
+        `start_train`, with routing replay (`_routing_of`)."""
         swap = weights.swapped_weights(self.model, self.reference) if model == "ref" else nullcontext()
         if model == "ref" and self.reference is None:
             raise ValueError("reference log-probs need a reference model: set --use-kl-loss or --kl-coef")
@@ -139,12 +143,18 @@ class FSDPTrainRank:
             for indices in self._plan(list(range(len(batch))), batch):
                 micro = self._inputs(batch, indices)
                 net = self.teacher if model == "teacher" else self.model
-                logits = net(**micro.model_inputs()).logits
+                with self._routing_of(micro, indices) if replay and model == "actor" else nullcontext():
+                    logits = net(**micro.model_inputs()).logits
                 for index, lp in zip(
                     indices, inputs.response_log_probs(logits, micro, self.config.rollout_temperature)
                 ):
                     out[index] = lp.float().cpu()
         return out
+
+    def _routing_of(self, micro: inputs.MicroBatch, indices: list[int]):
+        """The routing replay of the actor's π_old pass (`slime_fsdp.routing_replay`); the
+        reference and teacher models route by themselves."""
+        return nullcontext() if self.routing is None else self.routing.log_probs(micro, indices)
 
     def _teacher_on_device(self):
         if self.teacher is None:
@@ -156,13 +166,16 @@ class FSDPTrainRank:
     def start_train(self, rollout_id: int, batch: RolloutBatch) -> int:
         """Advantages for this rank's share; returns the ``--num-steps-per-rollout`` steps to run."""
         self.model.train()
+        if self.routing is not None:
+            self.routing.start(batch)
         data = self.step.tensors(
             batch,
-            lambda model: self._log_probs(batch, model),
+            lambda model: self._log_probs(batch, model, replay=True),
             reference=self.reference is not None,
             teacher=self.teacher is not None,
         )
         self.steps = RolloutSteps.plan(batch, data, self.config.num_steps_per_rollout)
+        self.logprob_routing = self.routing.metrics("logprob") if self.routing is not None else {}
         return len(self.steps.slices)
 
     def train_step(self, step: int) -> dict[str, float]:
@@ -173,7 +186,7 @@ class FSDPTrainRank:
         """The rollout's metrics (its steps averaged); the weights are one version newer."""
         steps, self.steps = self.steps, None
         self.version += 1
-        return steps.metrics(self.step)
+        return {**steps.metrics(self.step), **self.logprob_routing}
 
     def _optimizer_step(self, batch: RolloutBatch, indices: list[int], data: StepTensors) -> dict[str, float]:
         denominators = self.step.denominators(data, indices)
@@ -183,6 +196,8 @@ class FSDPTrainRank:
                 totals[key] = totals.get(key, 0.0) + value
         metrics = sum_over_ranks(totals)
         metrics.update(lr=self.scheduler.get_last_lr()[0])
+        if self.routing is not None:
+            metrics.update(self.routing.metrics("update"))
         metrics["grad_norm"] = self._apply_gradients(metrics)
         return metrics
 
@@ -201,6 +216,10 @@ class FSDPTrainRank:
     def _backward(self, batch, indices, data, denominators) -> dict[str, float]:
         """Forward and backward of one micro-batch; its contribution to the step's metrics."""
         micro = self._inputs(batch, indices)
+        with self.routing.update(micro, indices) if self.routing is not None else nullcontext():
+            return self._forward_backward(micro, indices, data, denominators)
+
+    def _forward_backward(self, micro, indices, data, denominators) -> dict[str, float]:
         logits = self.model(**micro.model_inputs()).logits
         if not indices:  # padding micro-batch: keep this rank in step with the others' collectives
             (logits.sum() * 0.0).backward()

@@ -68,14 +68,19 @@ def slime_validate_config(config: Config):
             "--rollout-top-p < 1 asks the engines for each token's nucleus in sampling_params.custom_params, "
             "which this sglang-router drops; use --router none (the engines in turn) or slime's sgl-router build"
         )
+    if config.get("router") == "sglang" and config.get("use_rollout_routing_replay") and not _forwards_custom_params():
+        errors.append(
+            "--use-rollout-routing-replay asks the engines for each token's routed experts (return_routed_experts), "
+            "which this sglang-router drops; use --router none (the engines in turn) or slime's sgl-router build"
+        )
     return errors
 
 
 def _forwards_custom_params() -> bool:
-    """Whether sglang-router passes ``sampling_params.custom_params`` on to the engines (top-p
-    replay's request). The PyPI build (0.3.2, checked) re-encodes ``/generate`` bodies through
-    its own SamplingParams, which lacks the field; the build slime ships (its version names
-    slime) is the one slime's top-p replay runs with."""
+    """Whether sglang-router passes ``sampling_params.custom_params`` (top-p replay's request) and
+    ``return_routed_experts`` (routing replay's) on to the engines. The PyPI build (0.3.2, checked)
+    re-encodes ``/generate`` bodies through its own request types, which lack both; the build slime
+    ships (its version names slime) is the one slime's top-p and routing replay run with."""
     from sglang_router.version import __version__
 
     return "slime" in __version__

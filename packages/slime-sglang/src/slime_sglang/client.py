@@ -41,6 +41,7 @@ class EngineClient(HttpClient):
             "input_ids": input_ids,
             "sampling_params": sampling.to_json(),
             "return_logprob": return_logprob,
+            **sampling.request_fields(),
         }
         if rid is not None:
             body["rid"] = rid
@@ -53,6 +54,7 @@ class EngineClient(HttpClient):
             "input_ids": input_ids,
             "sampling_params": {**sampling.to_json(), "n": n},
             "return_logprob": return_logprob,
+            **sampling.request_fields(),
         }
         answers = await self._call("POST", "/generate", body)
         if not isinstance(answers, list) or len(answers) != n:

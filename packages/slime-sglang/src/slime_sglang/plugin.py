@@ -40,6 +40,7 @@ def slime_add_options(options):
 @hookimpl
 def slime_validate_config(config: Config, plugins):
     from slime_core.components import run_generates
+    from slime_core.routing_replay import engine_problem
     from slime_sglang.engine_group import engine_count, engine_url
 
     errors = []
@@ -59,6 +60,9 @@ def slime_validate_config(config: Config, plugins):
             "--actor-runtime inprocess runs without Ray, and the sglang rollout backend starts its engines as "
             "Ray actors; use --actor-runtime ray, or give running engines with --rollout-external-engine-addrs"
         )
+    routing = engine_problem(config, plugins.registry("rollout_engines"))
+    if routing:
+        errors.append(routing)
     if config.get("rollout_engine") == "sglang" and config.get("update_weight_transport") == "tensor":
         errors.append(
             "--update-weight-transport tensor: a real SGLang server (--rollout-engine sglang) takes tensors "

@@ -18,17 +18,21 @@ from typing import TYPE_CHECKING
 from slime_core.cluster.command_flags import as_flags
 from slime_core.cluster.network import LOOPBACK
 from slime_core.data.prompt_budget import shortens_responses
+from slime_core.routing_replay import returns_routed_experts
 
 if TYPE_CHECKING:
     from slime_core.config.config import Config
 
 
+@returns_routed_experts
 def sglang_command(config: Config, model_path: str, port: int, host: str = LOOPBACK) -> list[str]:
     """``sglang.launch_server`` for one engine, through `slime_sglang.sglang_server` (which
     gives it the run's keys from the environment); ``config.sglang`` holds the pass-through options."""
     own = {"model_path": model_path, "host": host, "port": port, "tp_size": config.rollout_num_gpus_per_engine}
     if config.true_on_policy_mode:  # SGLang's batch-invariant kernels, numerics aligned to an FSDP trainer's
         own.update(enable_deterministic_inference=True, rl_on_policy_target="fsdp")
+    if config.get("use_rollout_routing_replay"):  # R3: the server captures the routing only when started so
+        own["enable_return_routed_experts"] = True
     return [sys.executable, "-m", "slime_sglang.sglang_server", *as_flags(own), *as_flags(config.sglang)]
 
 
@@ -48,6 +52,7 @@ def seeds_each_copy(command_fn: Callable) -> Callable:
 
 @seeds_each_copy
 @shortens_responses
+@returns_routed_experts
 def cpu_engine_command(config: Config, model_path: str, port: int, host: str = LOOPBACK) -> list[str]:
     """``slime engine serve`` for one CPU engine, with the ``--sglang-*`` options it shares
     with SGLang (`CPU_ENGINE_SGLANG_OPTIONS`); it takes the run's keys from its environment. It

@@ -66,6 +66,11 @@ def slime_validate_config(config: Config, plugins):
         )
     if config.get("rollout_top_p", 1.0) < 1.0:
         errors.append("--rollout-top-p < 1 needs each token's nucleus back (top-p replay), which vLLM does not return")
+    if config.get("use_rollout_routing_replay"):
+        errors.append(
+            "--use-rollout-routing-replay needs each token's routed experts back, which slime's vLLM servers do "
+            "not return; use the sglang rollout backend, or --use-routing-replay (the trainer's own routing)"
+        )
     try:
         engine_count(config)
     except ValueError as exc:

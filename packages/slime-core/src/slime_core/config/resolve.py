@@ -23,6 +23,7 @@ def resolve(config: Config) -> None:
     _replay_trains_only(config)
     _fresh_load(config)
     _rollouts_from_epochs(config)
+    _rollout_routing_replays(config)
 
 
 def _batch_sizes(config: Config) -> None:
@@ -56,6 +57,13 @@ def _rollout_buffer(config: Config) -> None:
     if config.get("rollout_buffer_url") and config.sources.get("rollout_function", "default") == "default":
         config.rollout_function = "rollout_buffer"
         config.sources["rollout_function"] = f"--rollout-buffer-url {config.rollout_buffer_url}"
+
+
+def _rollout_routing_replays(config: Config) -> None:
+    """R3 replays the engine's routing in the updates as R2 replays the trainer's (as in slime)."""
+    if config.get("use_rollout_routing_replay"):
+        config.use_routing_replay = True
+        config.sources["use_routing_replay"] = "--use-rollout-routing-replay"
 
 
 def _replay_trains_only(config: Config) -> None:

@@ -111,8 +111,6 @@ SLIME_FLAGS: tuple[Accepted, ...] = (
     Accepted("--reset-optimizer-states", reason=f"{_NOT_YET}: the optimizer state carries over between rollouts"),
     Accepted("--recompute-loss-function", reason="the loss is computed once per micro-batch"),
     Accepted("--use-stateless-adam", reason="the backends use AdamW"),
-    Accepted("--use-routing-replay", reason=f"MoE routing replay is {_NOT_YET}"),
-    Accepted("--use-rollout-routing-replay", reason=f"MoE routing replay is {_NOT_YET}"),
     Accepted("--allgather-cp", reason="context parallelism is slime-megatron's (--context-parallel-size)"),
     Accepted("--data-pad-size-multiplier", type=int, reason="micro-batches are padded as the backend needs"),
     Accepted("--qwen-gdn-backend", type=str, reason=_DEEPGEMM),

@@ -98,6 +98,25 @@ def algorithm_options(o: OptionSet) -> None:
         "excludes --use-tis (mismatch metrics still use π_old)",
     )
     o.add(
+        "--use-routing-replay",
+        type=bool,
+        default=False,
+        group=g,
+        help="MoE: record the trainer's routing when it computes π_old and replay it in every update of the "
+        "rollout (R2, slime_core.routing_replay)",
+        acts_when=lambda c: c.num_steps_per_rollout > 1 or c.use_rollout_routing_replay,
+        no_effect="with one optimizer step per rollout the update's weights are π_old's, which route the same; "
+        "it acts with --num-steps-per-rollout > 1",
+    )
+    o.add(
+        "--use-rollout-routing-replay",
+        type=bool,
+        default=False,
+        group=g,
+        help="MoE: the engines return each token's routed experts and the trainer routes to them for π_old and "
+        "every update (R3, slime_core.routing_replay); implies --use-routing-replay",
+    )
+    o.add(
         "--use-opsm",
         type=bool,
         default=False,

@@ -46,7 +46,8 @@ if TYPE_CHECKING:
 def sampling_params(config: Config, evaluation: bool = False) -> SamplingParams:
     """The rollout's (or evaluation's) sampling options from the config. With
     ``--rollout-top-p`` < 1 the rollout asks for each token's nucleus, which training replays
-    (``slime_core.engine`` says how); evaluation trains on nothing and does not."""
+    (``slime_core.engine`` says how), and with ``--use-rollout-routing-replay`` each token's routed
+    experts (``slime_core.routing_replay``); evaluation trains on nothing and asks for neither."""
     prefix = "eval_" if evaluation else "rollout_"
 
     def pick(name):
@@ -63,6 +64,7 @@ def sampling_params(config: Config, evaluation: bool = False) -> SamplingParams:
         stop_token_ids=config.get("rollout_stop_token_ids"),
         custom_params={TOP_P_REPLAY_PARAM: True} if top_p_replay else None,
         min_new_tokens=config.get("eval_min_new_tokens") if evaluation else None,
+        return_routed_experts=not evaluation and bool(config.get("use_rollout_routing_replay")),
     )
 
 

@@ -47,9 +47,7 @@ def prefill(model, requests: list[GenerateRequest]) -> tuple[RunningBatch, torch
     whose cache (keys and values, or recurrent state) is then copied to each of them, as
     SGLang's radix cache shares a common prefix: a rollout of 32 prompts × 8 samples prefills
     32 rows, not 256."""
-    rows: dict[tuple[int, ...], int] = {}
-    row_of = torch.tensor([rows.setdefault(tuple(r.input_ids), len(rows)) for r in requests])
-    prompts = [list(prompt) for prompt in rows]
+    prompts, row_of = prompt_rows(requests)
     width = max(len(p) for p in prompts)
     ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
@@ -63,6 +61,14 @@ def prefill(model, requests: list[GenerateRequest]) -> tuple[RunningBatch, torch
         mask=_pad_mask(mask[row_of], 0, capacity),
         length=width,
     ), logits[row_of]
+
+
+def prompt_rows(requests: list[GenerateRequest]) -> tuple[list[list[int]], torch.Tensor]:
+    """The distinct prompts of ``requests`` (the rows of their prefill, left-padded to the longest)
+    and the row of each request."""
+    rows: dict[tuple[int, ...], int] = {}
+    row_of = torch.tensor([rows.setdefault(tuple(r.input_ids), len(rows)) for r in requests])
+    return [list(prompt) for prompt in rows], row_of
 
 
 def decode(model, batch: RunningBatch) -> torch.Tensor:

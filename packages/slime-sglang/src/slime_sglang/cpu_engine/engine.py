@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from slime_sglang.cpu_engine.request import BadRequest, GenerateRequest, answer
+from slime_sglang.cpu_engine.routing import engine_routing, refuse_without_routing
 from slime_sglang.cpu_engine.scheduler import Scheduler
 from slime_sglang.cpu_engine.stopping import StopChecker, eos_token_ids
 from slime_sglang.cpu_engine.top_logprobs import top_logprobs
@@ -35,6 +36,7 @@ class Engine:
         """Answer one request; if the caller goes away (cancellation), its generation is aborted."""
         if request.rid in self.in_flight:
             raise BadRequest(f"rid {request.rid!r} is already in flight; give each request a unique rid")
+        refuse_without_routing(self.scheduler.routing, request)
         result = await self._generated(request)
         if self.batch_invariant and request.return_logprob:
             from slime_sglang.cpu_engine.batch_invariant import report_alone
@@ -115,7 +117,8 @@ def load_engine(
 ) -> Engine:
     """Load the model in ``model_path`` and start its scheduler thread (``batch_invariant``: see `Engine`)."""
     model, tokenizer = load_model(model_path)
-    scheduler = Scheduler(model, StopChecker(tokenizer, eos_token_ids(model, tokenizer)), max_running_requests)
+    stop_checker = StopChecker(tokenizer, eos_token_ids(model, tokenizer))
+    scheduler = Scheduler(model, stop_checker, max_running_requests, routing=engine_routing(model))
     scheduler.start()
     return Engine(
         model_path=model_path,

@@ -36,7 +36,8 @@ GENERATE_REQ_FIELDS = (
 )  # fmt: skip
 #: fields given per prompt in a batch (one value for all, or a list of one per prompt)
 PER_PROMPT = (
-    "sampling_params", "rid", "return_logprob", "logprob_start_len", "return_text_in_logprobs", "top_logprobs_num"
+    "sampling_params", "rid", "return_logprob", "logprob_start_len", "return_text_in_logprobs", "top_logprobs_num",
+    "return_routed_experts",
 )  # fmt: skip
 #: fields that steer SGLang's logging, scheduling, routing or prefix cache, not the answer of one engine;
 #: sglang-router adds ``model``, which is not a GenerateReqInput field

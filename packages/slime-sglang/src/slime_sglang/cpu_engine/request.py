@@ -11,7 +11,8 @@ text or batches included, into one such body per prompt):
         tokens from that position, the first token's log-prob null),
         "output_top_logprobs", "input_top_logprobs" (with return_logprob and top_logprobs_num > 0:
         `top_logprobs`),
-        "top_p_token_ids", "top_p_token_offsets" (with custom_params.return_top_p_token_ids)}}
+        "top_p_token_ids", "top_p_token_offsets" (with custom_params.return_top_p_token_ids),
+        "routed_experts" (with return_routed_experts: `routing`)}}
 
 Top-p replay answers as SGLang with slime's top-p patch does: the output tokens' nuclei
 concatenated, and completion_tokens + 1 offsets into them, each base64 of int32
@@ -40,6 +41,7 @@ TOP_LEVEL_KEYS = (
     "rid",
     "logprob_start_len",
     "top_logprobs_num",
+    "return_routed_experts",
 )
 #: ``sampling_params`` keys: SGLang's names of `SamplingParams`' fields, and custom_params ...
 SAMPLING_KEYS = tuple(f.name for f in fields(SamplingParams) if f.name != "return_top_p_token_ids") + ("custom_params",)
@@ -66,6 +68,8 @@ class GenerateRequest:
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)  # one per output token
     output_nuclei: list[list[int]] = field(default_factory=list)  # one per output token, with top-p replay
+    return_routed_experts: bool = False  # answer each fed token's routed experts (`routing`)
+    routed_experts: list[list[int]] = field(default_factory=list)  # per fed token: num_layers × top_k ids
     finish_reason: dict | None = None  # set when the request is done
     on_done: Callable[[dict | Exception], None] | None = None  # receives the answer (or the failure)
 
@@ -139,6 +143,7 @@ def parse_generate(body, vocab_size: int, context_length: int) -> GenerateReques
         return_text_in_logprobs=_boolean(body, "return_text_in_logprobs", False),
         logprob_start_len=logprob_start_len,
         top_logprobs_num=top_logprobs_num,
+        return_routed_experts=_boolean(body, "return_routed_experts", False),
         generator=None if params.sampling_seed is None else torch.Generator().manual_seed(params.sampling_seed),
     )
 
@@ -208,6 +213,8 @@ def answer(request: GenerateRequest, text: str, weight_version: str, token_texts
             offsets.append(offsets[-1] + len(nucleus))
         meta["top_p_token_ids"] = encode_int32s([token for nucleus in request.output_nuclei for token in nucleus])
         meta["top_p_token_offsets"] = encode_int32s(offsets)
+    if request.return_routed_experts:
+        meta["routed_experts"] = encode_int32s([i for row in request.routed_experts for i in row])
     return {"text": text, "output_ids": list(request.output_ids), "meta_info": meta}
 
 

@@ -27,11 +27,13 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import torch
 
 from slime_sglang.cpu_engine import batch as batching
 from slime_sglang.cpu_engine.request import GenerateRequest, answer
+from slime_sglang.cpu_engine.routing import EngineRouting
 from slime_sglang.cpu_engine.sampling import sample_tokens
 from slime_sglang.cpu_engine.stopping import StopChecker
 
@@ -43,8 +45,16 @@ HANG_FILE_ENV = "SLIME_CPU_ENGINE_HANG_FILE"
 class Scheduler:
     """Owns the model while it generates. Submit requests and calls from any thread."""
 
-    def __init__(self, model, stop_checker: StopChecker, max_running_requests: int, weight_version: str = "default"):
+    def __init__(
+        self,
+        model,
+        stop_checker: StopChecker,
+        max_running_requests: int,
+        weight_version: str = "default",
+        routing: EngineRouting | None = None,
+    ):
         self.model = model
+        self.routing = routing  # a MoE model's routing taps, for requests that ask for their routed experts
         self.stop_checker = stop_checker
         self.max_running_requests = max_running_requests
         self.weight_version = weight_version  # changed only between steps
@@ -154,14 +164,16 @@ class Scheduler:
         admitted = self._admit()
         if admitted:
             try:
-                joining, logits = batching.prefill(self.model, admitted)
+                with self.routing.prefill(admitted) if self.routing else nullcontext():
+                    joining, logits = batching.prefill(self.model, admitted)
                 self._append_tokens(admitted, logits)
             except Exception:
                 self._waiting.extend(admitted)  # neither waiting nor batched now: make the failure reach them
                 raise
             self._batch = joining if self._batch is None else batching.merge(self._batch, joining)
         elif self._batch is not None:
-            logits = batching.decode(self.model, self._batch)
+            with self.routing.decode(self._batch.requests) if self.routing else nullcontext():
+                logits = batching.decode(self.model, self._batch)
             self._append_tokens(self._batch.requests, logits)
         self._retire([r for r in self._requests() if r.finish_reason is not None])
 

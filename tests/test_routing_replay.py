@@ -1,0 +1,81 @@
+"""MoE routing replay through `slime run` (`slime_core.routing_replay`), on a tiny Qwen3-MoE whose
+routers are near ties: the FSDP trainer computes in bf16 and the CPU engine in float32, so the
+trainer would send some tokens to other experts than the engine did, as precision decides real
+runs' near ties.
+
+- R3 (``--use-rollout-routing-replay``): the engine returns every token's routed experts (equal,
+  token by token and layer by layer, to a float32 forward of the model), the trainer replays them,
+  and its log-probs are closer to the engine's than the same run's without R3.
+- R2 (``--use-routing-replay``): two optimizer steps per rollout at a high learning rate move the
+  routers between the π_old pass and the second update, which still routes as π_old did.
+"""
+
+import pytest
+import torch
+
+from slime_core import hookimpl
+from slime_core.moe_routers import RouterTaps
+from slime_core.tools.tiny_models import build_tiny_model
+
+pytestmark = pytest.mark.integration
+
+CAPTURED = []  # the samples of the run's rollouts, kept by `_Capture`
+
+
+class _Capture:
+    """A plugin on the driver that keeps the samples of every rollout."""
+
+    @staticmethod
+    @hookimpl
+    def slime_after_rollout(rollout_id, groups, metrics):
+        CAPTURED.extend(sample for group in groups for sample in group)
+
+
+def near_tied_moe(path):
+    """A tiny Qwen3-MoE (hidden 64, 2 layers, 4 experts, top 2) whose experts' router weights are
+    one shared row plus 2% of their own, so their scores nearly tie."""
+    from transformers import AutoModelForCausalLM
+
+    build_tiny_model(path, "qwen3_moe", hidden_size=64)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            weight = layer.mlp.gate.weight
+            weight.copy_(weight[:1] + 0.02 * weight)
+    model.save_pretrained(path)
+    return path
+
+
+def float32_routing(path, samples) -> list[torch.Tensor]:
+    """Per sample, the experts a float32 forward of the model at ``path`` routes its tokens to
+    ((len(tokens) - 1, num_layers, top_k), each top-k sorted)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    taps, out = RouterTaps(model), []
+    with torch.no_grad():
+        for sample in samples:
+            with taps.recording() as recorded:
+                model(torch.tensor([sample.tokens]))
+            out.append(taps.rows(recorded)[:-1].sort(-1).values)
+    return out
+
+
+def test_routing_replay_r3_matches_the_engine_and_r2_holds_pi_old_routing(slime_run, tmp_path):
+    model = near_tied_moe(tmp_path / "model")
+    flags = ["--hf-checkpoint", str(model), "--num-rollout", "1", "--rollout-batch-size", "2"]
+    flags += ["--n-samples-per-prompt", "4", "--rollout-max-response-len", "6", "--bf16", "--router", "none"]
+    flags += ["--num-steps-per-rollout", "2", "--lr", "0.05"]
+    CAPTURED.clear()
+    r3 = slime_run(*flags, "--use-rollout-routing-replay", hooks=[_Capture], output="r3")[0]
+    r2 = slime_run(*flags, "--use-routing-replay", output="r2")[0]
+
+    engine = [torch.tensor(s.rollout_routed_experts).view(len(s.tokens) - 1, 2, 2).sort(-1).values for s in CAPTURED]
+    assert len(engine) == 8 and all(torch.equal(e, f) for e, f in zip(engine, float32_routing(model, CAPTURED)))
+    # the bf16 trainer would route some tokens elsewhere; R3 routes them as the engine did ...
+    assert r3["train/routing_replay_logprob_mismatch"] > 0.02
+    # ... so its log-probs are closer to the engine's than without R3 (the same samples: same seed)
+    assert r3["train/train_rollout_logprob_abs_diff"] < 0.8 * r2["train/train_rollout_logprob_abs_diff"]
+    # R2: the moved routers would now pick other experts; the update replays π_old's (R3 replays too)
+    assert r2["train/routing_replay_update_mismatch"] > 0.02 and r3["train/routing_replay_update_mismatch"] > 0.02
+    assert "train/routing_replay_logprob_mismatch" not in r2  # R2 records its own routing in the π_old pass

@@ -17,8 +17,6 @@ from slime_core import hookimpl
 from slime_core.moe_routers import RouterTaps
 from slime_core.tools.tiny_models import build_tiny_model
 
-pytestmark = pytest.mark.integration
-
 CAPTURED = []  # the samples of the run's rollouts, kept by `_Capture`
 
 
@@ -61,6 +59,8 @@ def float32_routing(path, samples) -> list[torch.Tensor]:
     return out
 
 
+@pytest.mark.integration
+@pytest.mark.slow
 def test_routing_replay_r3_matches_the_engine_and_r2_holds_pi_old_routing(slime_run, tmp_path):
     model = near_tied_moe(tmp_path / "model")
     flags = ["--hf-checkpoint", str(model), "--num-rollout", "1", "--rollout-batch-size", "2"]
@@ -79,3 +79,23 @@ def test_routing_replay_r3_matches_the_engine_and_r2_holds_pi_old_routing(slime_
     # R2: the moved routers would now pick other experts; the update replays π_old's (R3 replays too)
     assert r2["train/routing_replay_update_mismatch"] > 0.02 and r3["train/routing_replay_update_mismatch"] > 0.02
     assert "train/routing_replay_logprob_mismatch" not in r2  # R2 records its own routing in the π_old pass
+
+
+@pytest.mark.parametrize(
+    ("model", "flags", "reason"),
+    [
+        ("dense", {"use_routing_replay": True}, "--use-routing-replay replays the routing of MoE layers, but"),
+        ("moe", {"use_rollout_routing_replay": True, "router": "sglang"}, "which this sglang-router drops"),
+        ("moe", {"use_rollout_routing_replay": True, "router": "none", "rollout_backend": "vllm"}, "vLLM servers"),
+        ("moe", {"use_routing_replay": True, "train_backend": "megatron"}, "megatron backend does not replay"),
+    ],
+)
+def test_routing_replay_is_refused_where_it_cannot_apply(tmp_path, tiny_model_dir, model, flags, reason):
+    from slime_core.config import ConfigError
+    from slime_core.testing import make_config
+
+    data = tmp_path / "p.jsonl"
+    data.write_text('{"prompt": "1+1=", "label": "2"}\n')
+    path = tiny_model_dir if model == "dense" else build_tiny_model(tmp_path / "moe", "qwen3_moe", hidden_size=64)
+    with pytest.raises(ConfigError, match=reason):
+        make_config(data, path, rollout_batch_size=1, **flags)

@@ -50,6 +50,21 @@ def test_sample_is_a_core_sample_with_slime_fields_and_status():
     assert sample.get_reward_value(Args) == 1.0
 
 
+def test_routed_experts_in_sglang_s_answer_become_the_sample_s_rows():
+    """SGLang answers base64 int32 ids, (tokens fed, num_layers, top_k); a continuation from
+    ``routed_experts_start_len`` replaces the rows from there, as slime's Sample does."""
+    from slime.utils.types import Sample
+    from slime_core.engine import encode_int32s
+
+    sample = Sample(prompt="q", tokens=[5, 6])
+    meta = {"routed_experts": encode_int32s(list(range(12)))}  # 3 tokens fed × 2 layers × top 2
+    sample.append_response_tokens(None, tokens=[7, 8], log_probs=[-0.1, -0.2], meta_info=meta)
+    assert sample.rollout_routed_experts == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    meta = {"routed_experts": encode_int32s([9] * 8), "routed_experts_start_len": 2}
+    sample.append_response_tokens(None, tokens=[1], log_probs=[-0.3], meta_info=meta)
+    assert sample.rollout_routed_experts == [[0, 1, 2, 3], [4, 5, 6, 7], [9] * 4, [9] * 4]
+
+
 def test_to_dict_loads_with_the_core_and_the_extras_come_back_on_promotion():
     from slime.utils.types import Sample
     from slime_compat.sample import promote

@@ -21,7 +21,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from slime_core.engine import version_number
+from slime_core.engine import decode_int32s, version_number
+from slime_core.routing_replay import routing_rows
 from slime_core.sample import Sample as CoreSample
 from slime_core.sample import SampleStatus
 
@@ -40,7 +41,6 @@ class Sample(CoreSample):
     multimodal_train_inputs: dict[str, Any] | None = None
     multimodal_train_input_id: str | None = None
     apply_chat_template_kwargs: dict = field(default_factory=dict)
-    rollout_routed_experts: Any = None  # MoE routing replay (not used by our train backends)
     remove_sample: bool = False  # slime: drop from training (we zero the loss mask instead)
     generate_function_path: str | None = None  # per-sample --custom-generate-function-path
     custom_rm_path: str | None = None  # per-sample --custom-rm-path
@@ -94,11 +94,22 @@ class Sample(CoreSample):
             text=text or "",
             weight_version=None if version is None else version_number(str(version)),
         )
+        self._append_routing(meta_info)
         finish = (meta_info.get("finish_reason") or {}).get("type")
         if update_terminal_info and finish:
             self.status = {"length": SampleStatus.TRUNCATED, "abort": SampleStatus.ABORTED}.get(
                 finish, SampleStatus.COMPLETED
             )
+
+    def _append_routing(self, meta_info: dict) -> None:
+        """The routed experts SGLang answered (``routed_experts``, routing replay): one row per token
+        fed from ``routed_experts_start_len`` on, which replace the rows recorded from there."""
+        flat = decode_int32s(meta_info.get("routed_experts"))
+        if flat is None:
+            return
+        start = int(meta_info.get("routed_experts_start_len") or 0)
+        rows = routing_rows(flat, len(self.tokens) - 1 - start, self.describe())
+        self.rollout_routed_experts = list(self.rollout_routed_experts or [])[:start] + rows
 
     def to_dict(self) -> dict[str, Any]:
         """The core's dict, slime's non-default extras under ``metadata["slime"]``."""

@@ -33,7 +33,6 @@ REQUIRED = {
 DERIVED = {"truncated", "sample_indices", "rollout_mask_sums", "total_lengths", "round_number", "source_names"}
 #: keys slime's trainer reads that ours has no use for -> why, and what to do instead
 UNSUPPORTED = {
-    "rollout_routed_experts": "our train backends do not replay MoE routing",
     "multimodal_train_inputs": "our train backends train on token ids only",
     "metadata": "per-sample train metadata reaches only slime's Megatron loss functions, which run nowhere here",
 }
@@ -45,6 +44,7 @@ OPTIONAL = (
     "rollout_top_p_token_ids",
     "rollout_top_p_token_offsets",
     "teacher_log_probs",
+    "rollout_routed_experts",
     "group_indices",
 )
 
@@ -115,6 +115,10 @@ def batch_from_train_data(data, samples, config: Config, source: str) -> Rollout
         batch.top_p_token_offsets = column.get("rollout_top_p_token_offsets", "rollout_top_p_token_offsets", what)
     if "teacher_log_probs" in data:  # on-policy distillation: trained on with --opd-kl-coef
         batch.teacher_log_probs = column.get("teacher_log_probs")
+    if config.use_rollout_routing_replay:
+        what = "the experts the engine routed each token to (--use-rollout-routing-replay replays them)"
+        routed = column.get("rollout_routed_experts", "rollout_routed_experts", what)
+        batch.routed_experts = [[_flat(row) for row in rows] for rows in routed]
     if "rollout_ids" in data:
         batch.rollout_ids = [(group, "rollout", rid) for group, rid in zip(group_ids, column.get("rollout_ids"))]
     _check_masks(batch, source)
@@ -172,6 +176,11 @@ def _check_masks(batch: RolloutBatch, source: str) -> None:
 def _in_order(samples, tokens: list[list[int]]) -> bool:
     """Whether the entries are the samples themselves, in order (slime's own conversion)."""
     return len(samples) == len(tokens) and all(list(s.tokens) == t for s, t in zip(samples, tokens))
+
+
+def _flat(row) -> list[int]:
+    """One token's routed experts as num_layers × top_k ids (slime's rows are (num_layers, top_k))."""
+    return [int(i) for layer in row for i in layer] if row and isinstance(row[0], list) else [int(i) for i in row]
 
 
 def _as_list(value):

@@ -36,6 +36,11 @@ class RoutingReplay:
     def start(self, batch: RolloutBatch) -> None:
         """A new rollout's share: R3 takes the engine's routing of its samples."""
         self.routes, self.counts = {}, {"logprob": [0, 0], "update": [0, 0]}
+        if self.rollout and batch.routed_experts is None:
+            raise ValueError(
+                "--use-rollout-routing-replay: the train data carries no routed experts; a --train-data-converter "
+                "must fill RolloutBatch.routed_experts (from Sample.rollout_routed_experts)"
+            )
         if self.rollout:
             k = self.taps.top_k
             self.routes = {

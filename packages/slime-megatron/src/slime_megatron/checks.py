@@ -68,6 +68,7 @@ def validate(config: Config) -> list[str]:
         + _check_virtual_stages(config)
         + _check_context_parallel(config)
         + _check_true_on_policy(config)
+        + _check_routing_replay(config)
     )
     errors = errors or _check_architecture(config)  # imports torch: only once the light checks passed
     if config.get("megatron_config"):
@@ -78,6 +79,16 @@ def validate(config: Config) -> list[str]:
         except MegatronConfigError as exc:
             errors += exc.errors
     return errors
+
+
+def _check_routing_replay(config: Config) -> list[str]:
+    """MoE routing replay (`slime_core.routing_replay`) runs on the FSDP backend only: megatron-core's
+    router replay takes each layer's top-k per token in the order of the router's input (sequence
+    first, split by sequence and context parallelism, per pipeline stage), which slime does not build."""
+    if not config.get("use_routing_replay"):
+        return []
+    flag = "--use-rollout-routing-replay" if config.get("use_rollout_routing_replay") else "--use-routing-replay"
+    return [f"{flag}: the megatron backend does not replay MoE routing yet; use --train-backend fsdp, or drop {flag}"]
 
 
 def _check_parallel_sizes(config: Config) -> list[str]:

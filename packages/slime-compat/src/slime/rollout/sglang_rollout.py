@@ -79,7 +79,10 @@ async def generate(args, sample: Sample, sampling_params: dict[str, Any]) -> Sam
         sample.status = Sample.Status.TRUNCATED
         return sample
     url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}/generate"
-    answer = await post(url, {"input_ids": sample.tokens, "sampling_params": params, "return_logprob": True})
+    body = {"input_ids": sample.tokens, "sampling_params": params, "return_logprob": True}
+    if getattr(args, "use_rollout_routing_replay", False):
+        body["return_routed_experts"] = True
+    answer = await post(url, body)
     append_result(sample, parse_generate(answer))
     return sample
 

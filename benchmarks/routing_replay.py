@@ -11,9 +11,10 @@ routers (each expert's router row is a shared row plus 2% of its own), where pre
 more tokens' experts. Each model runs without and with ``--use-rollout-routing-replay``, from the
 same seed, so the first rollout's samples are the same.
 
-Per run the table shows the means over its rollouts of ``train/train_rollout_logprob_abs_diff``
-(mean |log π_train − log π_rollout| over the trained tokens, at the one update of each rollout)
-and, with R3, ``train/routing_replay_logprob_mismatch`` (the share of (token, MoE layer) decisions
+Per run the table shows ``train/train_rollout_logprob_abs_diff`` (mean |log π_train − log π_rollout|
+over the trained tokens, at the one update of a rollout): at the first rollout (the same samples and
+weights in both runs of a model: the effect of R3 alone) and averaged over the rollouts; and, with
+R3, ``train/routing_replay_update_mismatch`` averaged (the share of (token, MoE layer) decisions
 where the bf16 trainer's router would have picked other experts than the engine did).
 """
 
@@ -27,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 SLIME = str(Path(sys.executable).with_name("slime"))
+GAP, CHANGED = "train/train_rollout_logprob_abs_diff", "train/routing_replay_update_mismatch"
 
 
 def near_tied(path: Path) -> None:
@@ -43,7 +45,7 @@ def near_tied(path: Path) -> None:
 
 
 def run(model: Path, data: Path, out: Path, rollouts: int, r3: bool) -> dict:
-    """One ``slime run``; the means of its rollouts' metrics."""
+    """One ``slime run``: the first rollout's gap, and the rollouts' mean gap and changed routing."""
     argv = [SLIME, "run", "--hf-checkpoint", str(model), "--prompt-data", str(data), "--rm-type", "math"]
     argv += ["--rollout-engine", "cpu", "--router", "none", "--bf16", "--num-rollout", str(rollouts)]
     argv += ["--rollout-batch-size", "4", "--n-samples-per-prompt", "4", "--rollout-max-response-len", "16"]
@@ -51,9 +53,13 @@ def run(model: Path, data: Path, out: Path, rollouts: int, r3: bool) -> dict:
     argv += ["--use-rollout-routing-replay"] if r3 else []
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    records = [r for r in records if r.get("rollout_id", -1) >= 0 and "train/train_rollout_logprob_abs_diff" in r]
-    keys = ("train/train_rollout_logprob_abs_diff", "train/routing_replay_logprob_mismatch")
-    return {key: sum(r[key] for r in records) / len(records) for key in keys if key in records[0]}
+    records = [r for r in records if r.get("rollout_id", -1) >= 0 and GAP in r]
+    changed = [r[CHANGED] for r in records if CHANGED in r]
+    return {
+        "first": records[0][GAP],
+        "mean": sum(r[GAP] for r in records) / len(records),
+        "changed": sum(changed) / len(changed) if changed else None,
+    }
 
 
 def main() -> None:
@@ -70,17 +76,20 @@ def main() -> None:
                 json.dumps({"prompt": f"{a}+{b}=", "label": str(a + b)}) + "\n" for a in range(10) for b in range(10)
             )
         )
-        print(f"{'routers':<12} {'R3':<4} {'train/rollout |Δ log p|':>24} {'routing changed by R3':>22}")
+        print(
+            f"{'routers':<10} {'R3':<4} {'gap, rollout 1':>15} {'gap, mean':>10} {'routing changed by R3':>22}",
+            flush=True,
+        )
         for name in ("random", "near-tied"):
             model = build_tiny_model(root / name, "qwen3_moe", hidden_size=64)
             if name == "near-tied":
                 near_tied(model)
             for r3 in (False, True):
-                metrics = run(model, data, root / f"{name}-{r3}", args.rollouts, r3)
-                changed = metrics.get("train/routing_replay_logprob_mismatch")
+                got = run(model, data, root / f"{name}-{r3}", args.rollouts, r3)
+                changed = "" if got["changed"] is None else f"{got['changed']:.1%}"
                 print(
-                    f"{name:<12} {'on' if r3 else 'off':<4} {metrics['train/train_rollout_logprob_abs_diff']:>24.3e} "
-                    f"{'' if changed is None else f'{changed:.1%}':>22}"
+                    f"{name:<10} {'on' if r3 else 'off':<4} {got['first']:>15.3e} {got['mean']:>10.3e} {changed:>22}",
+                    flush=True,
                 )
 
 

@@ -10,10 +10,7 @@ from slime_core.routing_replay import REPLAYED_MODEL_TYPES
 from slime_core.tools.tiny_models import build_tiny_model
 
 
-@pytest.mark.parametrize(
-    "family",
-    [pytest.param(f, marks=pytest.mark.slow) if f == "qwen3_next" else f for f in REPLAYED_MODEL_TYPES],
-)  # Qwen3-Next's linear attention runs transformers' slow reference kernels on CPU
+@pytest.mark.parametrize("family", REPLAYED_MODEL_TYPES)
 def test_replaying_the_recorded_routing_is_exact_and_other_experts_change_the_output(tmp_path, family):
     from transformers import AutoModelForCausalLM
 

@@ -11,7 +11,7 @@ N steps, on CPU, on one of two tasks:
 
     .venv/bin/python benchmarks/trl_vs_slime.py [--task quickstart|counting] [--steps 20] [--quick]
                                                 [--rounds 2] [--seed 1234] [--init HF_DIR] [--workdir DIR]
-                                                [--slime-train-mode sync|async]
+                                                [--slime-train-mode sync|async] [--rollout-backend sglang|vllm]
 
 Needs TRL, for this benchmark only (not in the dev setup or CI); this pin leaves torch and
 transformers as they are and adds no nvidia packages:
@@ -87,6 +87,8 @@ from grpo_benchmark import ROOT, SLIME, Result, Setup, eval_model_dir, eval_rows
 from slime_side import run_slime  # noqa: E402
 from trl_side import run_trl  # noqa: E402
 
+#: slime's flags for ``--rollout-backend vllm``: vLLM's server serves the model in float32, as the CPU engine does.
+VLLM_FLAGS = ("--rollout-backend", "vllm", "--router", "none", "--vllm-dtype", "float32")
 TRL_INSTALL = f'uv pip install -p {sys.executable} "trl==1.16.0"'
 
 
@@ -233,7 +235,16 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, Setup]:
         default="sync",
         help="slime's --train-mode; async generates the next rollout while it trains (one step off-policy)",
     )
+    parser.add_argument(
+        "--rollout-backend",
+        choices=["sglang", "vllm"],
+        default="sglang",
+        help="slime's rollout backend: sglang (the CPU engine) or vllm (vLLM's CPU build from .venv-vllm, "
+        "--router none; counting only: vLLM's CPU attention refuses the quickstart model's heads of 16)",
+    )
     args = parser.parse_args(argv)
+    if args.rollout_backend == "vllm" and args.task != "counting":
+        parser.error("--rollout-backend vllm needs --task counting (vLLM's CPU attention takes no heads of 16)")
     args.workdir = args.workdir or ROOT / "runs" / (
         "bench-trl-vs-slime" + ("-counting" if args.task == "counting" else "")
     )
@@ -242,6 +253,8 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, Setup]:
     else:
         setup = Setup(steps=3, prompts_per_step=8, sft_rollouts=60) if args.quick else Setup()
     setup.steps, setup.seed, setup.slime_train_mode = args.steps or setup.steps, args.seed, args.slime_train_mode
+    if args.rollout_backend == "vllm":
+        setup.slime_config = (*setup.slime_config, *VLLM_FLAGS)
     return args, setup
 
 

@@ -20,6 +20,7 @@ import uuid
 
 from examples.tool_use.calculator import CALL_END, pending_call, tool_result
 from slime_core.engine import SamplingParams, append_result
+from slime_core.rollout.generate import sample_seed
 from slime_core.rollout.parts import GenerateContext
 from slime_core.sample import Sample, SampleStatus
 
@@ -43,7 +44,9 @@ async def generate_with_tools(
         if remaining <= 0:
             sample.status = SampleStatus.TRUNCATED
             return sample
-        turn = dataclasses.replace(sampling, max_new_tokens=remaining, stop=stop)
+        turn = dataclasses.replace(
+            sampling, max_new_tokens=remaining, stop=stop, sampling_seed=_turn_seed(sampling, sample, ctx)
+        )
         rid = f"{sample.group_index}-{sample.index}-{uuid.uuid4().hex[:8]}"
         result = await ctx.engine.generate(sample.tokens, turn, return_logprob=True, rid=rid)
         # The engine's text leaves the stop string out; the response keeps the call as generated.
@@ -55,6 +58,15 @@ async def generate_with_tools(
             sample.status = SampleStatus.TRUNCATED
             return sample
         _append_tool_result(sample, tool_result(expression), ctx.tokenizer)
+
+
+def _turn_seed(sampling: SamplingParams, sample: Sample, ctx: GenerateContext) -> int | None:
+    """The turn's sampling seed: the rollout's if it set one, else the default generate function's
+    per-sample seed (`sample_seed`: from --rollout-seed, the sample and its response length so
+    far), so a rerun with the same seed draws the same turns; none for a caller without a run config."""
+    if sampling.sampling_seed is not None or ctx.config is None:
+        return sampling.sampling_seed
+    return sample_seed(ctx.config, sample)
 
 
 def _append_tool_result(sample: Sample, text: str, tokenizer) -> None:

@@ -1,0 +1,147 @@
+"""Whole `slime run`s on the session's vLLM server (`conftest.vllm_engines`), which they share
+instead of starting their own: these test what a run does with vLLM, not its start-up (the
+runs of ``tests/test_vllm_loop.py`` start theirs, and replace one).
+
+The run reaches the server through rollout backend ``vllm-shared`` (`SharedServer`): vLLM's own
+engines and client (`slime_vllm.engines.VLLMEngines`, `slime_vllm.client.VLLMClient`), started
+once. Engines a run did not start may hold any weights, so the run pushes its trainer's
+weights before the first rollout (``slime_core.loop.parts._engines_may_hold_other_weights``),
+as it does for external engines; the test puts the server's own weights back after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from slime_core import hookimpl
+from slime_core.cli.run import run_command
+from slime_core.loop.run_dir import read_metrics
+from slime_core.plugins import Plugins
+from slime_vllm.client import VLLMClient
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+EXAMPLE = Path(__file__).parents[3] / "examples" / "tool_use"
+#: Bytes per bucket of a tensor update: below one MLP matrix of the hidden-128 model (192 KiB), so
+#: the buckets split every layer (q_proj in one, k_proj in the next, ...): vLLM's layer-wise
+#: reload then gets a layer in parts.
+SMALL_BUCKET = 100_000
+
+
+class SharedServer:
+    """Rollout backend ``vllm-shared``: the session's vLLM server as the run's one engine (a view
+    that the run can neither restart nor stop), and vLLM's client with the server's token."""
+
+    def __init__(self, engines):
+        self.engines = engines
+
+    @hookimpl
+    def slime_register_rollout_backends(self, register):
+        register("vllm-shared", self)
+
+    def engine_bundles(self, config, gpu: bool) -> list[dict[str, float]]:
+        return []  # already running: nothing to place
+
+    def start(self, config, actor_options=None, plugins=None):
+        return self.engines.only(0)
+
+    def client(self, url: str, api_key: str | None = None) -> VLLMClient:
+        return VLLMClient(url, api_key=self.engines._network.token)
+
+
+class Recorder:
+    """Every rollout's samples, as the trainer got them (``slime_after_rollout``)."""
+
+    def __init__(self):
+        self.samples = []
+
+    @hookimpl
+    def slime_after_rollout(self, rollout_id, groups, metrics):
+        self.samples.extend(sample for group in groups for sample in group)
+
+
+@pytest.fixture(scope="module")
+def tool_model(tmp_path_factory):
+    """The hidden-128 tiny Qwen3 (the shared server's architecture) warmed up to call the
+    calculator (`examples.tool_use.warmup`), so that RL samples hold tool calls."""
+    import torch
+
+    from examples.tool_use.warmup import warm_up
+    from slime_core.tools.tiny_models import build_tiny_qwen3
+
+    records = [json.loads(line) for line in (EXAMPLE / "data" / "multiply_train.jsonl").read_text().splitlines()]
+    model_dir = build_tiny_qwen3(tmp_path_factory.mktemp("tool-qwen3-128"), hidden_size=128)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        warm_up(model_dir, records, steps=150)
+    finally:
+        torch.set_num_threads(threads)
+    return model_dir
+
+
+def _tool_run(engines, model_dir, out: Path, *flags) -> tuple[list[dict], list]:
+    """`slime run` of the calculator example on the shared server; its metrics and samples."""
+    recorder = Recorder()
+    plugins = Plugins()
+    extra = {"vllm_shared_server": SharedServer(engines), "vllm_run_recorder": recorder}
+    for name, obj in extra.items():
+        plugins.register_object(name, obj)
+    argv = [
+        str(EXAMPLE / "calculator.yaml"),
+        *("--rollout-backend", "vllm-shared", "--router", "none", "--hf-checkpoint", str(model_dir)),
+        *("--prompt-data", str(EXAMPLE / "data" / "multiply_train.jsonl")),
+        *("--num-rollout", "2", "--rollout-batch-size", "4", "--n-samples-per-prompt", "4"),
+        *("--global-batch-size", "16", "--use-dynamic-batch-size", "--max-tokens-per-gpu", "4096"),
+        *("--check-weight-update-equal", "--output-dir", str(out), *flags),
+    ]
+    try:
+        assert run_command(argv, plugins) == 0
+    finally:
+        for name in extra:
+            plugins.unregister(name)
+    return read_metrics(out / "metrics.jsonl"), recorder.samples
+
+
+def _drawn(samples) -> list[tuple]:
+    """What each sample drew, in a fixed order: its tokens, loss mask, reward and status."""
+    key = [(s.group_index, s.index, s.tokens, s.loss_mask, s.reward, str(s.status)) for s in samples]
+    return sorted(key, key=lambda entry: entry[:2])
+
+
+def test_seeded_reruns_of_a_tool_calling_run_are_identical_across_weight_transports(
+    vllm_engines, vllm_model_dir, tool_model, tmp_path
+):
+    """Two runs with the same seed, one updating vLLM's weights by many small tensor buckets
+    (each holding part of a layer), the other from disk, both checked by
+    ``--check-weight-update-equal``: multi-turn tool calls through the default rollout on vLLM
+    (the model's calls stopped by the ``</calc>`` stop string, the tool's answer in the sample
+    with loss mask 0), and the same tokens, rewards and losses in both runs, rollout after
+    rollout: the second rollout is drawn on weights each transport delivered."""
+    try:
+        by_buckets, samples = _tool_run(
+            vllm_engines,
+            tool_model,
+            tmp_path / "buckets",
+            *("--update-weight-transport", "tensor", "--update-weight-buffer-size", str(SMALL_BUCKET)),
+        )
+        from_disk, samples_again = _tool_run(
+            vllm_engines, tool_model, tmp_path / "disk", "--update-weight-transport", "disk"
+        )
+    finally:
+        asyncio.run(vllm_engines.update_weights_from_disk(str(vllm_model_dir), "default"))
+        asyncio.run(vllm_engines.flush_cache())
+    for records in (by_buckets, from_disk):
+        assert [r["rollout_id"] for r in records] == [0, 1] and records[-1]["weight_version"] == 2
+        assert all(r["weight_update/max_logprob_diff"] < 1e-3 for r in records)
+    with_tools = [s for s in samples if s.metadata.get("tool_calls")]
+    assert len(with_tools) >= len(samples) // 2, [s.response for s in samples]
+    for sample in with_tools:  # the model's call (mask 1), the tool's answer (mask 0), ...
+        assert sample.loss_mask[0] == 1 and 0 in sample.loss_mask and "<result>" in sample.response
+    for key in ("rollout/reward_mean", "rollout/response_length_mean", "train/loss", "train/grad_norm"):
+        assert [r.get(key) for r in by_buckets] == [r.get(key) for r in from_disk], key
+    assert _drawn(samples) == _drawn(samples_again)

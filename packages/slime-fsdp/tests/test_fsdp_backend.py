@@ -218,6 +218,7 @@ def test_a_checkpoint_where_an_earlier_ppo_run_saved_its_critic_over_the_policy_
         destroy_default_group()
 
 
+@pytest.mark.slow
 def test_lora_trains_only_the_adapter_exports_merged_weights_and_resumes_exactly(ray_cluster, fsdp_config, tmp_path):
     """``--lora-rank``: GRPO raises the rewarded token through the adapter alone; the engines'
     weights (Hugging Face names, adapter merged) change only in the targeted layers; the

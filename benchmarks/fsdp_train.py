@@ -3,6 +3,7 @@ and a plain transformers training loop, on a batch with a long tail of response 
 
     .venv/bin/python benchmarks/fsdp_train.py                                  # tiny and 100m, 1 rank, 3 repeats
     .venv/bin/python benchmarks/fsdp_train.py --sizes tiny --repeats 5 --num-ranks 2
+    .venv/bin/python benchmarks/fsdp_train.py --sizes 25m --variants "slime packed" "slime packed lora"  # LoRA
 
 The batch: ``--groups`` prompts × ``--group-size`` samples, prompts of ~10 random tokens,
 response lengths long-tailed (`long_tailed_batch`), rewards 0/1 with both in every group, a
@@ -12,6 +13,7 @@ one more; the table shows the median over repeats:
 
 - ``slime padded``:  ``TrainGroup(FSDPTrainRank)`` with ``--micro-batch-size``;
 - ``slime packed``:  the same with ``--use-dynamic-batch-size --max-tokens-per-gpu``;
+- ``slime packed lora``: the same with LoRA adapters of ``--lora-rank`` (alpha 2r) on every linear layer;
 - ``transformers``:  no slime code: the same padded micro-batches through
   ``AutoModelForCausalLM``; a no-grad pass for the old log-probs (as slime's step does), then
   forward, log_softmax over the vocabulary, PPO-clipped GRPO loss with group-normalised
@@ -46,7 +48,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-VARIANTS = ("slime padded", "slime packed", "transformers")
+VARIANTS = ("slime padded", "slime packed", "slime packed lora", "transformers")
 PROMPT_LENGTH = 10  # ± 2 tokens
 FIRST_TOKEN = 4  # the character tokenizer's first non-special token
 
@@ -59,7 +61,11 @@ class ModelSize:
     groups: int  # prompts in the batch unless --groups says otherwise (100m: 4, to stay near 10 minutes)
 
 
-SIZES = {"tiny": ModelSize(128, 4, 512, groups=8), "100m": ModelSize(768, 14, 256, groups=4)}
+SIZES = {
+    "tiny": ModelSize(128, 4, 512, groups=8),
+    "25m": ModelSize(512, 8, 296, groups=8),  # benchmarks/counting_task.py's model and response budget
+    "100m": ModelSize(768, 14, 256, groups=4),
+}
 
 
 # ---------------------------------------------------------------- the batch (plain lists, no slime code)
@@ -147,9 +153,10 @@ def slime_config(args):
     prompts.write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
     batching = (
         dict(use_dynamic_batch_size=True, max_tokens_per_gpu=args.max_tokens_per_gpu)
-        if args.variant == "slime packed"
+        if args.variant.startswith("slime packed")
         else dict(micro_batch_size=args.micro_batch_size)
     )
+    lora = dict(lora_rank=args.lora_rank, lora_alpha=2 * args.lora_rank) if args.variant.endswith("lora") else {}
     return make_config(
         prompts,
         args.model_dir,
@@ -162,6 +169,7 @@ def slime_config(args):
         calculate_per_token_loss=True,
         rollout_max_response_len=SIZES[args.size].max_response,
         **batching,
+        **lora,
     )
 
 
@@ -262,13 +270,13 @@ def layout(args, batch: dict[str, list], variant: str) -> tuple[int, int]:
     ranks = args.num_ranks if variant.startswith("slime") else 1
     tokens_run = scores = 0
     for share in dp_rank_indices(RolloutBatch(tokens=tokens, group_ids=batch["group_ids"]), ranks):
-        if variant == "slime packed":
+        if variant.startswith("slime packed"):
             plan = token_budget_micro_batches(share, [len(t) for t in tokens], args.max_tokens_per_gpu)
         else:
             plan = fixed_micro_batches(share, args.micro_batch_size)
         for micro in plan:
             rows = [tokens[i] for i in micro], [responses[i] for i in micro]
-            packed = variant == "slime packed"
+            packed = variant.startswith("slime packed")
             ids = (inputs.packed(*rows, "cpu", "sdpa") if packed else inputs.padded(*rows, "cpu", 0)).input_ids
             tokens_run += ids.numel()
             if variant.startswith("slime"):  # slime_packed: one causal sdpa per sample
@@ -363,6 +371,7 @@ def main() -> None:
     parser.add_argument("--micro-batch-size", type=int, default=4, help="padded variants")
     parser.add_argument("--max-tokens-per-gpu", type=int, default=2048, help="packed variant")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--lora-rank", type=int, default=16, help="slime packed lora: the adapters' rank (alpha 2r)")
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)  # one measurement, in this process
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()

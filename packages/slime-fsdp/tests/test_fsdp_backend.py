@@ -98,12 +98,13 @@ def probability_of_seven(group: TrainGroup) -> float:
     return sum(torch.tensor(lp).exp().item() for lp in log_probs) / len(log_probs)
 
 
-def check_hf_export(path, batch, expected):
+def check_hf_export(path, batch, expected, model=None):
+    """``model``: the one loaded from ``path`` (default: a transformers model)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from slime_core.algorithms import log_probs_from_logits
 
-    model = AutoModelForCausalLM.from_pretrained(path)
+    model = model or AutoModelForCausalLM.from_pretrained(path)
     assert len(AutoTokenizer.from_pretrained(path)) == model.config.vocab_size
     assert model.config.use_cache and model.generation_config.use_cache is not False  # generate keeps its KV cache
     for tokens, length, want in zip(batch.tokens, batch.response_lengths, expected):
@@ -215,3 +216,54 @@ def test_a_checkpoint_where_an_earlier_ppo_run_saved_its_critic_over_the_policy_
             policy.init()
     finally:
         destroy_default_group()
+
+
+@pytest.mark.slow
+def test_lora_trains_only_the_adapter_exports_merged_weights_and_resumes_exactly(ray_cluster, fsdp_config, tmp_path):
+    """``--lora-rank``: GRPO raises the rewarded token through the adapter alone; the engines'
+    weights (Hugging Face names, adapter merged) change only in the targeted layers; the
+    checkpoint holds the adapter and its optimizer state, not the base, and resumes bit for bit;
+    ``--save-hf`` writes an adapter directory that peft loads onto the base model."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    lora = dict(lora_rank=4, lora_alpha=8, lora_dropout=0.1, lora_target_modules=["linear_qkv", "linear_fc2"])
+    options = dict(lr=1e-2, use_kl_loss=True, kl_loss_coef=0.01, **lora)
+    saving = start(fsdp_config(save=str(tmp_path / "ckpt"), save_hf=str(tmp_path / "hf"), **options))
+    try:
+        base, before = all_weights(saving), probability_of_seven(saving)
+        saving.train(0, rewarded_batch(seed=0))
+        saving.call("save", 0)
+        saved_batch = rewarded_batch(seed=0)
+        saved = saving.compute_log_probs(saved_batch)
+        for rollout_id in range(1, 4):
+            saving.train(rollout_id, rewarded_batch(seed=rollout_id))
+        expected = all_weights(saving)
+        assert probability_of_seven(saving) > 1.5 * before
+    finally:
+        saving.shutdown()
+    assert base.keys() == expected.keys() and not any("lora" in name or "base_layer" in name for name in base)
+    changed = {name for name in base if not torch.equal(base[name], expected[name])}
+    assert changed == {
+        n for n in base if n.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "down_proj.weight"))
+    }
+    stored = (tmp_path / "ckpt" / "iter_0000000" / ".metadata").read_bytes()
+    assert (
+        b"lora_A" in stored and b"exp_avg" in stored and b"base_layer" not in stored and b"embed_tokens" not in stored
+    )
+
+    adapter = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(fsdp_config().hf_checkpoint), tmp_path / "hf" / "iter_0000000"
+    )
+    check_hf_export(tmp_path / "hf" / "iter_0000000", saved_batch, saved, model=adapter.eval())
+
+    resumed = TrainGroup(FSDPTrainRank, fsdp_config(load=str(tmp_path / "ckpt"), **options), 1)
+    try:
+        assert resumed.init() == {"rollout_id": 1, "weight_version": 1}
+        for rollout_id in range(1, 4):
+            resumed.train(rollout_id, rewarded_batch(seed=rollout_id))
+        got = all_weights(resumed)
+    finally:
+        resumed.shutdown()
+    for name in expected:
+        assert torch.equal(got[name], expected[name]), name

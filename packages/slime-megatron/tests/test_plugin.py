@@ -67,6 +67,15 @@ def test_parallel_sizes_must_divide_the_training_ranks(megatron_run, tiny_moe_mo
     assert config.tensor_model_parallel_size == 2
 
 
+def test_lora_is_refused_at_config_time_with_the_backend_that_has_it(megatron_run):
+    """megatron-core has no adapter layers: ``--lora-rank`` is an error, not a run that trains every weight."""
+    with pytest.raises(ConfigError) as error:
+        megatron_run(lora_rank=8)
+    assert "--lora-rank: the Megatron backend has no LoRA" in str(error.value)
+    assert "--train-backend fsdp" in str(error.value)
+    assert megatron_run(lora_rank=0).lora_rank == 0
+
+
 def test_megatron_config_is_checked_against_transformer_config(megatron_run):
     with pytest.raises(ConfigError) as error:
         megatron_run(megatron_config=["attention_sofmax_in_fp32=true", "moe_router_topk=two", "noequals"])

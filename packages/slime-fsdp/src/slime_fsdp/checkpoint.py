@@ -33,16 +33,19 @@ from slime_core.checkpoint.safety import dcp_failures_raised, guarded_dcp_reads,
 __all__ = ["latest_checkpoint", "load_checkpoint", "save_checkpoint", "save_hf"]
 
 
-def save_checkpoint(save_dir: str, rollout_id: int, model, optimizer, extra: dict) -> str:
-    """Write the checkpoint of ``rollout_id``; every rank calls this. Returns its directory."""
+def save_checkpoint(save_dir: str, rollout_id: int, model, optimizer, extra: dict, adapter_only: bool = False) -> str:
+    """Write the checkpoint of ``rollout_id``; every rank calls this. Returns its directory.
+    ``adapter_only`` (LoRA): the trained parameters only, not the frozen base."""
     final, tmp = staging(save_dir, rollout_id)
     if dist.get_rank() == 0:
         prepare(tmp)
     dist.barrier()
     import torch.distributed.checkpoint as dcp  # here, not at the top: the driver imports this module (~1 s less)
-    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-    model_state, optim_state = get_state_dict(model, optimizer)
+    model_state, optim_state = get_state_dict(
+        model, optimizer, options=StateDictOptions(ignore_frozen_params=adapter_only)
+    )
     failure = None
     try:
         with dcp_failures_raised(f"writing {tmp}"):
@@ -58,19 +61,23 @@ def save_checkpoint(save_dir: str, rollout_id: int, model, optimizer, extra: dic
     return str(final)
 
 
-def load_checkpoint(path: Path, model, optimizer) -> dict:
-    """Restore model and optimizer in place from ``path``; returns this rank's extra state."""
+def load_checkpoint(path: Path, model, optimizer, adapter_only: bool = False) -> dict:
+    """Restore model and optimizer in place from ``path``; returns this rank's extra state.
+    ``adapter_only``: as saved (`save_checkpoint`); the frozen base keeps its loaded weights."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
     guarded_dcp_reads()
-    model_state, optim_state = get_state_dict(model, optimizer)
+    options = StateDictOptions(ignore_frozen_params=adapter_only, strict=not adapter_only)
+    model_state, optim_state = get_state_dict(model, optimizer, options=options)
     state = {"model": model_state, "optimizer": optim_state}
     reader = dcp.FileSystemReader(str(path))
     with dcp_failures_raised(f"loading {path}"):
         _check_role(path, reader.read_metadata().state_dict_metadata, model_state)
         dcp.load(state, storage_reader=reader)
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    set_state_dict(
+        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"], options=options
+    )
     rank_file = path / f"rank_{dist.get_rank()}.pt"
     if not rank_file.is_file():
         raise FileNotFoundError(

@@ -29,7 +29,7 @@ from slime_core.rank.step import (
 )
 from slime_core.rank.weight_bucket import WeightBucket
 from slime_core.rollout_batch import RolloutBatch
-from slime_fsdp import checkpoint, inputs, weights
+from slime_fsdp import checkpoint, inputs, lora, weights
 from slime_fsdp.model import enable_batch_invariant_kernels, load_model, load_tokenizer, shard
 from slime_fsdp.optimizer import build_optimizer
 from slime_fsdp.routing_replay import RoutingReplay
@@ -61,6 +61,7 @@ class FSDPTrainRank:
         self.step = RankStep(config)
         self.version = 0
         self._buckets: list[list[str]] = []
+        self.lora = False  # LoRA adapters on the policy (`slime_fsdp.lora`); set by `init`, never on a critic
 
     # ---------------------------------------------------------------- setup and resume
 
@@ -78,6 +79,9 @@ class FSDPTrainRank:
         )
         self.tokenizer = load_tokenizer(cfg.hf_checkpoint, model)
         self.attn_implementation = model.config._attn_implementation
+        self.lora = lora.enabled(cfg)
+        if self.lora:
+            lora.apply_lora(model, cfg)
         self.routing = RoutingReplay(model, cfg.use_rollout_routing_replay) if cfg.use_routing_replay else None
         self.model = shard(model.to(self.device), self.mesh, cfg.bf16, cfg.fsdp_cpu_offload)
         if starts_from_ref_load(cfg):
@@ -104,13 +108,15 @@ class FSDPTrainRank:
         and sent to the others."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
+        # with LoRA: the base weights under their injected names; the adapter stays as it is
+        names = (lambda state: lora.injected_names(state, self.model)) if self.lora else (lambda state: state)
         if not is_megatron_checkpoint(directory):
-            full = load_model(directory).state_dict()
-            set_model_state_dict(self.model, full, options=StateDictOptions(full_state_dict=True))
+            full = names(load_model(directory).state_dict())
+            set_model_state_dict(self.model, full, options=StateDictOptions(full_state_dict=True, strict=not self.lora))
             return
         from slime_fsdp.megatron_weights import hf_state_dict
 
-        full = hf_state_dict(directory, self.config.hf_checkpoint, self.config) if self.rank == 0 else {}
+        full = names(hf_state_dict(directory, self.config.hf_checkpoint, self.config)) if self.rank == 0 else {}
         set_model_state_dict(
             self.model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
         )
@@ -120,7 +126,7 @@ class FSDPTrainRank:
         path = resume_checkpoint(self.config)
         if path is None:
             return 0
-        extra = checkpoint.load_checkpoint(path, self.model, self.optimizer)
+        extra = checkpoint.load_checkpoint(path, self.model, self.optimizer, adapter_only=self.lora)
         self.scheduler.load_state_dict(extra["scheduler"])
         torch.set_rng_state(extra["rng"])
         self.version = extra["weight_version"]
@@ -139,7 +145,12 @@ class FSDPTrainRank:
         if model == "ref" and self.reference is None:
             raise ValueError("reference log-probs need a reference model: set --use-kl-loss or --kl-coef")
         out: list[torch.Tensor | None] = [None] * len(batch)
-        with torch.no_grad(), swap, self._teacher_on_device() if model == "teacher" else nullcontext():
+        with (
+            torch.no_grad(),
+            swap,
+            _eval_mode(self.model),
+            self._teacher_on_device() if model == "teacher" else nullcontext(),
+        ):
             for indices in self._plan(list(range(len(batch))), batch):
                 micro = self._inputs(batch, indices)
                 net = self.teacher if model == "teacher" else self.model
@@ -260,7 +271,8 @@ class FSDPTrainRank:
         return self.version
 
     def weight_buckets(self, bucket_bytes: int) -> int:
-        self._buckets = weights.plan_buckets(self.model, bucket_bytes)
+        unit = lora.export_unit if self.lora else None
+        self._buckets = weights.plan_buckets(self.model, bucket_bytes, unit)
         return len(self._buckets)
 
     def nonfinite_weights(self) -> list[str]:
@@ -268,8 +280,11 @@ class FSDPTrainRank:
         return nonfinite_parameters(self.model.named_parameters())
 
     def export_bucket(self, index: int) -> WeightBucket | None:
+        """Bucket ``index`` on rank 0 (None elsewhere); with LoRA its adapted weights merged."""
         bucket = weights.gather_bucket(self.model, self._buckets[index], keep=self.rank == 0)
-        return None if bucket is None else WeightBucket.pack(bucket)
+        if bucket is None:
+            return None
+        return WeightBucket.pack(lora.merge_bucket(bucket, lora.scaling(self.config)) if self.lora else bucket)
 
     def save(self, rollout_id: int) -> str:
         """A resumable checkpoint under ``--save``, and with ``--save-hf DIR`` a Hugging Face
@@ -280,13 +295,19 @@ class FSDPTrainRank:
             "weight_version": self.version,
             "rollout_id": rollout_id,
         }
-        path = checkpoint.save_checkpoint(self.config.save, rollout_id, self.model, self.optimizer, extra)
+        path = checkpoint.save_checkpoint(
+            self.config.save, rollout_id, self.model, self.optimizer, extra, adapter_only=self.lora
+        )
         if self.config.save_hf:
             self.save_hf(os.path.join(self.config.save_hf, f"iter_{rollout_id:07d}"))
         return path
 
     def save_hf(self, path: str) -> None:
-        checkpoint.save_hf(path, self.model, self.tokenizer)
+        """A Hugging Face model directory; with LoRA a peft adapter directory (`lora.save_adapter`)."""
+        if self.lora:
+            lora.save_adapter(path, self.model, self.config, self.tokenizer)
+        else:
+            checkpoint.save_hf(path, self.model, self.tokenizer)
 
     def offload(self) -> None:
         """Parameters and optimizer state to CPU memory, and the freed device memory back to
@@ -302,6 +323,17 @@ class FSDPTrainRank:
 
     def memory(self) -> dict[str, float]:
         return memory_gib(self.device)
+
+
+@contextmanager
+def _eval_mode(model):
+    """Log-probs in eval mode (no LoRA dropout: they must equal the engines'), then back to the mode it was in."""
+    training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(training)
 
 
 @contextmanager

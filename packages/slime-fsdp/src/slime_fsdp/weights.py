@@ -3,24 +3,30 @@ kept on CPU and swapped in, and offload / onload for colocated runs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
 
 import torch
 
 
-def plan_buckets(model, bucket_bytes: int) -> list[list[str]]:
+def plan_buckets(model, bucket_bytes: int, unit: Callable[[str], str] | None = None) -> list[list[str]]:
     """Parameter names (Hugging Face names: FSDP2 keeps them) in consecutive buckets of
-    about ``bucket_bytes`` full-size bytes each; a parameter larger than that is alone."""
+    about ``bucket_bytes`` full-size bytes each; a parameter larger than that is alone.
+    Parameters with the same ``unit(name)`` (consecutive ones) share a bucket: LoRA's base
+    weight and adapter, which are exported merged (`slime_fsdp.lora.export_unit`)."""
     reshard(model)
     buckets: list[list[str]] = [[]]
     size = 0
+    previous = None
     for name, param in model.named_parameters():
         nbytes = param.numel() * param.element_size()
-        if buckets[-1] and size + nbytes > bucket_bytes:
+        key = unit(name) if unit else name
+        if buckets[-1] and size + nbytes > bucket_bytes and key != previous:
             buckets.append([])
             size = 0
         buckets[-1].append(name)
         size += nbytes
+        previous = key
     return buckets
 
 

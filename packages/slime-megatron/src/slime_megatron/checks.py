@@ -69,6 +69,7 @@ def validate(config: Config) -> list[str]:
         + _check_context_parallel(config)
         + _check_true_on_policy(config)
         + _check_routing_replay(config)
+        + _check_lora(config)
     )
     errors = errors or _check_architecture(config)  # imports torch: only once the light checks passed
     if config.get("megatron_config"):
@@ -89,6 +90,17 @@ def _check_routing_replay(config: Config) -> list[str]:
         return []
     flag = "--use-rollout-routing-replay" if config.get("use_rollout_routing_replay") else "--use-routing-replay"
     return [f"{flag}: the megatron backend does not replay MoE routing yet; use --train-backend fsdp, or drop {flag}"]
+
+
+def _check_lora(config: Config) -> list[str]:
+    """LoRA: megatron-core has no adapter layers (its LoRA lives in Megatron-Bridge's and NeMo's
+    PEFT, which this backend does not use), so ``--lora-rank`` is refused, not ignored."""
+    if not config.get("lora_rank"):
+        return []
+    return [
+        "--lora-rank: the Megatron backend has no LoRA (megatron-core has no adapter layers; Megatron-Bridge's "
+        "PEFT is not used here); train LoRA with --train-backend fsdp, or drop --lora-rank to train every weight"
+    ]
 
 
 def _check_parallel_sizes(config: Config) -> list[str]:

@@ -80,3 +80,10 @@ def encode_image(ref: Any) -> str:
     png = io.BytesIO()
     load_image(ref).save(png, format="PNG")
     return "data:image/png;base64," + base64.b64encode(png.getvalue()).decode("ascii")
+
+
+def image_data(sample) -> dict[str, list[str]]:
+    """The engine's keyword arguments for ``sample``'s images: ``{"image_data": [data URL, ...]}``
+    (SGLang's field), or none for a text-only prompt."""
+    images = (sample.multimodal_inputs or {}).get("images")
+    return {"image_data": [encode_image(image) for image in images]} if images else {}

@@ -14,6 +14,7 @@ from slime_sglang.cpu_engine.request import BadRequest, GenerateRequest, answer
 from slime_sglang.cpu_engine.scheduler import Scheduler
 from slime_sglang.cpu_engine.stopping import StopChecker, eos_token_ids
 from slime_sglang.cpu_engine.top_logprobs import top_logprobs
+from slime_sglang.cpu_engine.vision import ImageInputs, is_vision_language, prefill_inputs
 from slime_sglang.cpu_engine.weights import load_model
 
 
@@ -30,6 +31,19 @@ class Engine:
     in_flight: set[str] = field(default_factory=set)  # rids of the requests being generated
     weight_groups: dict = field(default_factory=dict)  # name -> weight_groups.WeightGroup (None while joining)
     batch_invariant: bool = False  # --enable-deterministic-inference: log-probs of each sequence alone
+    image_inputs: ImageInputs | None = None  # a vision-language model's image_data reader (None: text only)
+
+    def with_images(self, image_data, copies: list[GenerateRequest]) -> list[GenerateRequest]:
+        """``copies`` (one prompt's requests) holding that prompt's images; `BadRequest` for
+        image_data sent to a text-only model."""
+        if image_data is None and self.image_inputs is None:
+            return copies
+        if self.image_inputs is None:
+            raise BadRequest(f"image_data: {self.model_path} is a text-only model, which takes no images")
+        images = self.image_inputs.parse(image_data, copies[0].input_ids)
+        for copy in copies:
+            copy.images = images
+        return copies
 
     async def generate(self, request: GenerateRequest) -> dict:
         """Answer one request; if the caller goes away (cancellation), its generation is aborted."""
@@ -58,8 +72,11 @@ class Engine:
         token from ``logprob_start_len``, the log-prob of the token after the ones before it (under
         the current weights, no temperature), null for the first token. Run on the scheduler thread."""
         ids = request.input_ids
+        inputs = {}
+        if self.image_inputs is not None:
+            inputs, _ = prefill_inputs(self.model, torch.tensor([ids]), torch.ones(1, len(ids)), [request.images])
         with torch.no_grad():
-            logits = self.model(torch.tensor([ids])).logits[0, :-1].float()
+            logits = self.model(torch.tensor([ids]), **inputs).logits[0, :-1].float()
         chosen = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(ids[1:])[:, None]).squeeze(-1)
         values = [None, *chosen.tolist()]
         texts = (
@@ -115,6 +132,11 @@ def load_engine(
 ) -> Engine:
     """Load the model in ``model_path`` and start its scheduler thread (``batch_invariant``: see `Engine`)."""
     model, tokenizer = load_model(model_path)
+    if batch_invariant and is_vision_language(model.config):
+        raise ValueError(
+            f"--enable-deterministic-inference: {model_path} is a vision-language model, whose images the "
+            "per-sequence recompute does not take; serve it without that option"
+        )
     scheduler = Scheduler(model, StopChecker(tokenizer, eos_token_ids(model, tokenizer)), max_running_requests)
     scheduler.start()
     return Engine(
@@ -122,9 +144,10 @@ def load_engine(
         model=model,
         tokenizer=tokenizer,
         scheduler=scheduler,
-        context_length=context_length or model.config.max_position_embeddings,
+        context_length=context_length or model.config.get_text_config().max_position_embeddings,
         vocab_size=model.get_input_embeddings().num_embeddings,
         batch_invariant=batch_invariant,
+        image_inputs=ImageInputs(model_path, model.config) if is_vision_language(model.config) else None,
     )
 
 

@@ -63,7 +63,11 @@ def alone(engine, r: GenerateRequest) -> torch.Tensor:
     if r.images is not None:
         prompt_types = [int(token == engine.model.config.image_token_id) for token in r.input_ids]
         types = torch.tensor([prompt_types + [0] * len(r.output_ids)])  # output tokens are text
-        inputs = dict(pixel_values=r.images.pixel_values, image_grid_thw=r.images.grid_thw, mm_token_type_ids=types)
+        inputs = dict(
+            pixel_values=r.images.patches.pixel_values,
+            image_grid_thw=r.images.patches.grid_thw,
+            mm_token_type_ids=types,
+        )
     return log_probs_alone(engine.model, r.input_ids + r.output_ids, len(r.output_ids), **inputs)
 
 

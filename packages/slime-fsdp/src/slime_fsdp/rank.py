@@ -32,6 +32,7 @@ from slime_core.rollout_batch import RolloutBatch
 from slime_fsdp import checkpoint, inputs, weights
 from slime_fsdp.model import enable_batch_invariant_kernels, load_model, load_tokenizer, shard
 from slime_fsdp.optimizer import build_optimizer
+from slime_fsdp.vision import VisionInputs, is_vision_language
 
 if TYPE_CHECKING:
     from slime_core.config.config import Config
@@ -77,6 +78,7 @@ class FSDPTrainRank:
         )
         self.tokenizer = load_tokenizer(cfg.hf_checkpoint, model)
         self.attn_implementation = model.config._attn_implementation
+        self.vision = VisionInputs(cfg.hf_checkpoint, model.config) if is_vision_language(cfg.hf_checkpoint) else None
         self.model = shard(model.to(self.device), self.mesh, cfg.bf16, cfg.fsdp_cpu_offload)
         if starts_from_ref_load(cfg):
             self._set_weights(cfg.ref_load)
@@ -232,8 +234,13 @@ class FSDPTrainRank:
         if self.config.true_on_policy_mode:  # one sample per micro-batch (`RankStep.plan`)
             return inputs.alone(tokens[0], response_lengths[0], self.device)
         if self.config.use_dynamic_batch_size:
-            return inputs.packed(tokens, response_lengths, self.device, self.attn_implementation, nuclei)
-        return inputs.padded(tokens, response_lengths, self.device, pad, nuclei)
+            micro = inputs.packed(tokens, response_lengths, self.device, self.attn_implementation, nuclei)
+        else:
+            micro = inputs.padded(tokens, response_lengths, self.device, pad, nuclei)
+        if self.vision is not None:
+            images = [batch.images[i] for i in indices] if batch.images else [None] * len(indices)
+            self.vision.add(micro, self.model, tokens, response_lengths, images)
+        return micro
 
     # ---------------------------------------------------------------- weights and checkpoints
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from slime_core.multimodal.vision_inputs import ImagePatches, image_patches, joined, rope_positions
 from slime_sglang.cpu_engine.request import BadRequest
 
 
@@ -29,8 +30,7 @@ class PromptImages:
     """One prompt's images as the vision tower takes them."""
 
     key: str  # digest of the image data: equal prompts with equal images share a prefill row
-    pixel_values: torch.Tensor  # (P, D) the images' patches, in prompt order
-    grid_thw: torch.Tensor  # (I, 3) each image's patch grid (time, height, width)
+    patches: ImagePatches
 
 
 def is_vision_language(config) -> bool:
@@ -54,7 +54,7 @@ class ImageInputs:
     def parse(self, image_data, input_ids: list[int]) -> PromptImages | None:
         """The images of one prompt (``image_data``: one image or a list, or None), checked against
         its image tokens; `BadRequest` for an image that does not load or a count that differs."""
-        from slime_core.multimodal.images import ImageError, load_image
+        from slime_core.multimodal.images import ImageError
 
         refs = [] if image_data is None else image_data if isinstance(image_data, list) else [image_data]
         tokens = input_ids.count(self.image_token_id)
@@ -63,31 +63,25 @@ class ImageInputs:
                 raise BadRequest(f"the prompt has {tokens} image tokens but no image_data; send its images")
             return None
         try:
-            images = [load_image(ref) for ref in refs]
+            patches = image_patches(self.image_processor, refs)
         except ImageError as exc:
             raise BadRequest(f"image_data: {exc}") from None
-        out = self.image_processor(images=images, return_tensors="pt")
-        features = int((out["image_grid_thw"].prod(-1) // self.merge**2).sum())
+        features = patches.features(self.merge)
         if features != tokens:
             raise BadRequest(
-                f"the prompt has {tokens} image tokens but its {len(images)} image(s) have {features} features; "
+                f"the prompt has {tokens} image tokens but its {len(refs)} image(s) have {features} features; "
                 "build the prompt's ids with the model's processor from the same images"
             )
-        digest = hashlib.sha256("\0".join(map(str, refs)).encode()).hexdigest()
-        return PromptImages(digest, out["pixel_values"], out["image_grid_thw"])
+        return PromptImages(hashlib.sha256("\0".join(map(str, refs)).encode()).hexdigest(), patches)
 
 
 def prefill_inputs(model, ids: torch.Tensor, mask: torch.Tensor, images: list[PromptImages | None]):
-    """The extra forward arguments of a prefill of the (B, L) left-padded ``ids`` whose row b
-    holds ``images[b]``: the rows' pixels and grids, and (3, B, L) positions; and (B,) each
-    row's position offset (its last position + 1 minus its length)."""
-    given = [image for image in images if image is not None]
-    grid = torch.cat([image.grid_thw for image in given]) if given else None
-    types = (ids == model.config.image_token_id).int()
-    positions, offsets = model.model.get_rope_index(
-        ids, mm_token_type_ids=types, image_grid_thw=grid, attention_mask=mask
-    )
+    """The extra forward arguments of a prefill of the (B, L) left-padded prompts ``ids`` whose
+    row b holds ``images[b]``: the rows' pixels and grids, and (3, B, L) positions; and (B,)
+    each row's position offset."""
+    patches = joined([None if image is None else image.patches for image in images])
+    positions, offsets = rope_positions(model, ids, mask, mask, patches)
     inputs = {"position_ids": positions}
-    if given:
-        inputs.update(pixel_values=torch.cat([image.pixel_values for image in given]), image_grid_thw=grid)
-    return inputs, offsets.view(-1)
+    if patches is not None:
+        inputs.update(pixel_values=patches.pixel_values, image_grid_thw=patches.grid_thw)
+    return inputs, offsets

@@ -274,7 +274,7 @@ class FSDPTrainRank:
         return path
 
     def save_hf(self, path: str) -> None:
-        checkpoint.save_hf(path, self.model, self.tokenizer)
+        checkpoint.save_hf(path, self.model, self.tokenizer if self.vision is None else self.vision.processor)
 
     def offload(self) -> None:
         """Parameters and optimizer state to CPU memory, and the freed device memory back to

@@ -34,6 +34,7 @@ class VisionInputs:
         processor = load_processor(path)
         if processor is None:
             raise ValueError(f"--hf-checkpoint {path} is a vision-language model without processor_config.json")
+        self.processor = processor  # saved with the model by --save-hf
         self.image_processor = processor.image_processor
         self.image_token_id = config.image_token_id
         self.merge = config.vision_config.spatial_merge_size

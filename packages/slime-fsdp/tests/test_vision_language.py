@@ -1,7 +1,8 @@
 """The FSDP backend trains a vision-language model (the tiny Qwen2.5-VL) on samples whose
 prompts hold images: its log-probs over the response tokens equal the CPU engine's for the
 same images, packed or padded, before a train step and again after its weights are pushed to
-the engine; a resumed rank scores as the one that saved."""
+the engine; a resumed rank scores as the one that saved. A multi-turn sample whose second
+turn shows another picture is scored as the engine generated it."""
 
 import base64
 import io
@@ -69,6 +70,54 @@ def rollout(engine, images_per_prompt: list[list[str]], steps: int = 5) -> tuple
     return train, [r.output_logprobs for r in requests]
 
 
+def multi_turn(engine, first: str, later: str) -> tuple[RolloutBatch, list[float]]:
+    """One two-turn sample: the model answers about ``first``, the environment shows it ``later``
+    (a user turn with that picture, loss mask 0), and it answers again, its second request
+    carrying both images; the batch and the engine's log-probs of the trained tokens."""
+    from slime_core.multimodal.images import load_image
+    from slime_core.multimodal.processor import load_processor
+
+    processor = load_processor(engine.model_path)
+
+    def turn(text: str, image: str) -> list[int]:
+        content = [{"type": "image"}, {"type": "text", "text": text}]
+        rendered = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
+        return processor(text=[rendered], images=[load_image(image)])["input_ids"][0]
+
+    def answer(ids: list[int], images: list[str]) -> tuple[list[int], list[float]]:
+        made = GenerateRequest(rid="m", input_ids=ids, params=SamplingParams(temperature=0.0), return_logprob=True)
+        made = engine.with_images(images, [made])[0]
+        with torch.no_grad():
+            batch, logits = batching.prefill(engine.model, [made])
+            for step in range(3):
+                row = logits[0].float().log_softmax(-1)
+                row[engine.model.config.image_token_id] = -torch.inf
+                made.output_ids.append(int(row.argmax()))
+                made.output_logprobs.append(row[made.output_ids[-1]].item())
+                logits = batching.decode(engine.model, batch)
+        return made.output_ids, made.output_logprobs
+
+    prompt = turn("how many?", first)
+    out1, lp1 = answer(prompt, [first])
+    shown = turn("and now?", later)
+    out2, lp2 = answer(prompt + out1 + shown, [first, later])
+    mask = [1] * 3 + [0] * len(shown) + [1] * 3
+    batch = RolloutBatch(
+        tokens=[prompt + out1 + shown + out2],
+        response_lengths=[len(mask)],
+        loss_masks=[mask],
+        rewards=[1.0],
+        group_ids=[0],
+        rollout_log_probs=[lp1 + [0.0] * len(shown) + lp2],
+        images=[[first, later]],
+    )
+    return batch, lp1 + lp2
+
+
+def trained_tokens(log_probs: list[float], mask: list[int]) -> list[float]:
+    return [lp for lp, trained in zip(log_probs, mask) if trained]
+
+
 def close(got: list[list[float]], want: list[list[float]]) -> None:
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), atol=2e-4, rtol=2e-4)
 
@@ -77,6 +126,7 @@ def test_the_trainer_scores_images_as_the_engine_and_trains_and_resumes(tiny_vlm
     engine = load_engine(str(tiny_vlm_dir), max_running_requests=8)
     red, blue = data_url("red"), data_url("blue", 16)
     batch, engine_log_probs = rollout(engine, [[red], [blue, red]])
+    turns, turns_log_probs = multi_turn(engine, red, blue)
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "x", "label": "1"}\n')
     options = dict(
@@ -102,6 +152,8 @@ def test_the_trainer_scores_images_as_the_engine_and_trains_and_resumes(tiny_vlm
         group = TrainGroup(FSDPTrainRank, config, 1, in_process=True)
         group.init()
         close(group.compute_log_probs(batch), engine_log_probs)  # packed: images stay with their samples
+        # a picture added in a later turn: scored where the model saw it
+        close([trained_tokens(group.compute_log_probs(turns)[0], turns.loss_masks[0])], [turns_log_probs])
         metrics = group.train(0, batch)
         assert metrics and all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
         trained = group.compute_log_probs(batch)

@@ -239,7 +239,7 @@ class FSDPTrainRank:
             micro = inputs.padded(tokens, response_lengths, self.device, pad, nuclei)
         if self.vision is not None:
             images = [batch.images[i] for i in indices] if batch.images else [None] * len(indices)
-            self.vision.add(micro, self.model, tokens, response_lengths, images)
+            self.vision.add(micro, self.model, tokens, [batch.loss_masks[i] for i in indices], images)
         return micro
 
     # ---------------------------------------------------------------- weights and checkpoints

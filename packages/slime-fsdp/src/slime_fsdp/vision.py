@@ -5,8 +5,10 @@ keeps every image with its sample), and the position ids become the model's thre
 multimodal positions, computed per sample as the engine computes them
 (`slime_core.multimodal.vision_inputs`), so trainer and engine log-probs agree.
 
-The image tokens of a prompt are its images; a response must hold none (the model would take
-it for an image of its own): such a sample is an error naming the fix.
+The image tokens of a prompt, and of the tool or environment turns of a response (loss mask 0:
+a multi-turn rollout that shows the model another picture), are the sample's images, in order;
+a trained response token must not be one (the model would take it for an image of its own):
+such a sample is an error naming the fix.
 """
 
 from __future__ import annotations
@@ -39,16 +41,16 @@ class VisionInputs:
         self.image_token_id = config.image_token_id
         self.merge = config.vision_config.spatial_merge_size
 
-    def add(self, micro, model, tokens: list[list[int]], response_lengths: list[int], images: list) -> None:
+    def add(self, micro, model, tokens: list[list[int]], loss_masks: list[list[int]], images: list) -> None:
         """Set ``micro``'s (3, rows, T) positions and its pixels and grids; ``images``: per sample
-        of ``micro.spans`` its prompt images (or None)."""
+        of ``micro.spans`` its images (or None)."""
         positions = torch.zeros((3, *micro.input_ids.shape), dtype=torch.long)
         patches = []
-        for (row, start, length, _), ids, response, refs in zip(micro.spans, tokens, response_lengths, images):
-            sample_patches = self._patches(ids, response, refs)
-            prompt = torch.tensor([[1] * (length - response) + [0] * response])
+        for (row, start, length, _), ids, loss_mask, refs in zip(micro.spans, tokens, loss_masks, images):
+            shown = [1] * (length - len(loss_mask)) + [1 - trained for trained in loss_mask]  # not model output
+            sample_patches = self._patches(ids, shown, refs)
             sample_positions, _ = rope_positions(
-                model, torch.tensor([ids]), torch.ones_like(prompt), prompt, sample_patches
+                model, torch.tensor([ids]), torch.ones(1, length), torch.tensor([shown]), sample_patches
             )
             positions[:, row, start : start + length] = sample_positions[:, 0]
             patches.append(sample_patches)
@@ -60,18 +62,20 @@ class VisionInputs:
                 "image_grid_thw": given.grid_thw.to(micro.input_ids.device),
             }
 
-    def _patches(self, ids: list[int], response_length: int, refs) -> ImagePatches | None:
-        prompt_tokens = ids[: len(ids) - response_length].count(self.image_token_id)
-        if self.image_token_id in ids[len(ids) - response_length :]:
+    def _patches(self, ids: list[int], shown: list[int], refs) -> ImagePatches | None:
+        """The sample's patches; ``shown``: 1 on the tokens the model was given (not its output)."""
+        image_tokens = [token == self.image_token_id for token in ids]
+        if any(is_image and not given for is_image, given in zip(image_tokens, shown)):
             raise ValueError(
-                f"a response holds the image token (id {self.image_token_id}), which the model would take for an "
-                "image; stop generation at it (--rollout-stop-token-ids) or mask such samples out"
+                f"a trained response token is the image token (id {self.image_token_id}), which the model would "
+                "take for an image; stop generation at it (--rollout-stop-token-ids) or mask such samples out"
             )
+        prompt_tokens = sum(image_tokens)
         patches = image_patches(self.image_processor, refs) if refs else None
         features = 0 if patches is None else patches.features(self.merge)
         if features != prompt_tokens:
             raise ValueError(
-                f"a prompt has {prompt_tokens} image tokens but its {len(refs or [])} image(s) have {features} "
+                f"a sample has {prompt_tokens} image tokens but its {len(refs or [])} image(s) have {features} "
                 "features; were its tokens built by this model's processor from the same images?"
             )
         return patches

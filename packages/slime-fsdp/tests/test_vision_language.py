@@ -89,7 +89,7 @@ def multi_turn(engine, first: str, later: str) -> tuple[RolloutBatch, list[float
         made = engine.with_images(images, [made])[0]
         with torch.no_grad():
             batch, logits = batching.prefill(engine.model, [made])
-            for step in range(3):
+            for _ in range(3):
                 row = logits[0].float().log_softmax(-1)
                 row[engine.model.config.image_token_id] = -torch.inf
                 made.output_ids.append(int(row.argmax()))

@@ -51,8 +51,6 @@ def rollout(engine, images_per_prompt: list[list[str]], steps: int = 5) -> tuple
         batch, logits = batching.prefill(engine.model, requests)
         for step in range(steps):
             for r, row in zip(requests, logits.float().log_softmax(-1)):
-                row = row.clone()
-                row[engine.model.config.image_token_id] = -torch.inf  # responses hold no image token
                 token = int(torch.multinomial(row.exp(), 1, generator=r.generator))
                 r.output_ids.append(token)
                 r.output_logprobs.append(row[token].item())
@@ -91,7 +89,6 @@ def multi_turn(engine, first: str, later: str) -> tuple[RolloutBatch, list[float
             batch, logits = batching.prefill(engine.model, [made])
             for _ in range(3):
                 row = logits[0].float().log_softmax(-1)
-                row[engine.model.config.image_token_id] = -torch.inf
                 made.output_ids.append(int(row.argmax()))
                 made.output_logprobs.append(row[made.output_ids[-1]].item())
                 logits = batching.decode(engine.model, batch)

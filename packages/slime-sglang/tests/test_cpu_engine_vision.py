@@ -10,7 +10,7 @@ import io
 import pytest
 import torch
 
-from slime_core.testing import log_probs_alone
+from slime_core.multimodal.vision_inputs import without_placeholders
 from slime_sglang.cpu_engine import batch as batching
 from slime_sglang.cpu_engine.engine import load_engine
 from slime_sglang.cpu_engine.request import BadRequest, GenerateRequest, SamplingParams
@@ -58,17 +58,21 @@ def greedy(requests, logits) -> None:
 
 def alone(engine, r: GenerateRequest) -> torch.Tensor:
     """The request's output log-probs from one transformers forward of it alone (the model
-    computes its own positions from the images)."""
+    computes its own positions from the images), over what the policy may emit (no image
+    placeholder: `without_placeholders`)."""
     inputs = {}
     if r.images is not None:
         prompt_types = [int(token == engine.model.config.image_token_id) for token in r.input_ids]
         types = torch.tensor([prompt_types + [0] * len(r.output_ids)])  # output tokens are text
-        inputs = dict(
-            pixel_values=r.images.patches.pixel_values,
-            image_grid_thw=r.images.patches.grid_thw,
-            mm_token_type_ids=types,
+        patches = r.images.patches
+        inputs = dict(pixel_values=patches.pixel_values, image_grid_thw=patches.grid_thw, mm_token_type_ids=types)
+    tokens = r.input_ids + r.output_ids
+    with torch.no_grad():
+        logits = without_placeholders(
+            engine.model(input_ids=torch.tensor([tokens]), **inputs).logits[0], engine.model.config
         )
-    return log_probs_alone(engine.model, r.input_ids + r.output_ids, len(r.output_ids), **inputs)
+    chosen = logits[len(r.input_ids) - 1 : -1].log_softmax(-1).gather(-1, torch.tensor(r.output_ids)[:, None])
+    return chosen[:, 0]
 
 
 def test_prompts_with_images_join_and_leave_the_batch_and_score_as_if_alone(engine):

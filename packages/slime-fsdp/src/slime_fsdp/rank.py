@@ -16,6 +16,7 @@ import torch
 
 from slime_core.algorithms import batch_invariant
 from slime_core.checkpoint.directory import is_megatron_checkpoint, resume_checkpoint, starts_from_ref_load
+from slime_core.multimodal.vision_inputs import without_placeholders
 from slime_core.rank.process_group import init_default_group
 from slime_core.rank.step import (
     RankStep,
@@ -141,7 +142,7 @@ class FSDPTrainRank:
             for indices in self._plan(list(range(len(batch))), batch):
                 micro = self._inputs(batch, indices)
                 net = self.teacher if model == "teacher" else self.model
-                logits = net(**micro.model_inputs()).logits
+                logits = self._logits(net, micro)
                 for index, lp in zip(
                     indices, inputs.response_log_probs(logits, micro, self.config.rollout_temperature)
                 ):
@@ -203,7 +204,7 @@ class FSDPTrainRank:
     def _backward(self, batch, indices, data, denominators) -> dict[str, float]:
         """Forward and backward of one micro-batch; its contribution to the step's metrics."""
         micro = self._inputs(batch, indices)
-        logits = self.model(**micro.model_inputs()).logits
+        logits = self._logits(self.model, micro)
         if not indices:  # padding micro-batch: keep this rank in step with the others' collectives
             (logits.sum() * 0.0).backward()
             return {}
@@ -218,6 +219,12 @@ class FSDPTrainRank:
         return metrics
 
     # ---------------------------------------------------------------- micro-batches
+
+    def _logits(self, net, micro: inputs.MicroBatch) -> torch.Tensor:
+        """(rows, T, V) logits of ``net`` on ``micro``; a vision-language model's without its image
+        placeholders, as its engine samples (`slime_core.multimodal.vision_inputs.without_placeholders`)."""
+        logits = net(**micro.model_inputs()).logits
+        return logits if self.vision is None else without_placeholders(logits, self.model.config)
 
     def _plan(self, indices: list[int], batch: RolloutBatch) -> list[list[int]]:
         """The micro-batches of ``indices`` (`RankStep.plan`); the critic's too."""

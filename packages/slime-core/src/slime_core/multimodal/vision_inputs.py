@@ -1,7 +1,12 @@
 """A vision-language model's inputs for a prompt's images, as both the engine and the trainer
 compute them (so their forwards agree): the image processor's patches and grids, and the
 model's three-row (time, height, width) rotary positions, under which an image spans fewer
-positions than it has tokens."""
+positions than it has tokens.
+
+The policy never emits an image or video placeholder token (`without_placeholders`): the model
+would take such a token in its own response for a picture, whose features it does not have.
+The engine samples without them and the trainer scores without them, so their log-probs agree.
+"""
 
 from __future__ import annotations
 
@@ -50,3 +55,12 @@ def rope_positions(model, ids, mask, prompt_mask, patches: ImagePatches | None):
         ids, mm_token_type_ids=types, image_grid_thw=grid, attention_mask=mask
     )
     return positions, offsets.view(-1)
+
+
+def without_placeholders(logits, config):
+    """``logits`` (..., V) with the image and video placeholder tokens of ``config`` (a
+    vision-language model's) at -inf: a new tensor, the policy's logits over what it may emit."""
+    import torch
+
+    ids = torch.tensor([config.image_token_id, config.video_token_id], device=logits.device)
+    return logits.index_fill(-1, ids, float("-inf"))

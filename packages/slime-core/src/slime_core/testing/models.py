@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 
-def log_probs_alone(model, tokens: list[int], response_length: int, **inputs):
+def log_probs_alone(model, tokens: list[int], response_length: int):
     """log p of the last ``response_length`` of ``tokens`` (a (response_length,) float32 tensor)
     from one forward of the Hugging Face ``model`` over that sample alone, on its device: no
-    padding, packing or cache, the reference a backend's or engine's log-probs are held to.
-    ``inputs``: more forward arguments (a vision-language model's ``pixel_values``, ...)."""
+    padding, packing or cache, the reference a backend's or engine's log-probs are held to."""
     import torch
 
     device = next(model.parameters()).device
     with torch.no_grad():
-        logits = model(input_ids=torch.tensor([tokens], device=device), **inputs).logits[0].float()
+        logits = model(input_ids=torch.tensor([tokens], device=device)).logits[0].float()
     targets = torch.tensor(tokens[len(tokens) - response_length :], device=device)
     log_probs = logits[len(tokens) - response_length - 1 : -1].log_softmax(-1)
     return log_probs.gather(-1, targets[:, None])[:, 0]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache, DynamicCache
 
+from slime_core.multimodal.vision_inputs import without_placeholders
 from slime_sglang.cpu_engine import layer_cache, vision
 from slime_sglang.cpu_engine.request import GenerateRequest
 
@@ -130,8 +131,11 @@ def _prompt_key(request: GenerateRequest) -> tuple:
 
 
 def _forward(model, ids, mask, cache: Cache, **inputs) -> torch.Tensor:
-    """(B, V) logits at the last position; ``inputs``: position_ids, and a prefill's images."""
+    """(B, V) logits at the last position; ``inputs``: position_ids, and a prefill's images. A
+    vision-language model's never pick an image placeholder (`without_placeholders`)."""
     out = model(input_ids=ids, attention_mask=mask, cache=cache, use_cache=True, logits_to_keep=1, **inputs)
+    if vision.is_vision_language(model.config):
+        return without_placeholders(out.logits[:, -1], model.config)
     return out.logits[:, -1]
 
 

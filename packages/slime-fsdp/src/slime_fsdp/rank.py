@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 class FSDPTrainRank:
     """One training rank: a shard of the policy, its optimizer, and the RL step."""
 
+    vision: VisionInputs | None = None  # a vision-language model's image inputs (set by `init`)
+
     def __init__(self, config: Config, rank: int, world_size: int, master_addr: str, master_port: int):
         from torch.distributed.device_mesh import init_device_mesh
 

@@ -72,6 +72,24 @@ def test_processing_utils_load_the_tokenizer_and_no_processor_for_a_text_model(t
     assert kwargs["videos_kwargs"] == kwargs["audio_kwargs"] == {"return_tensors": "pt"}
 
 
+def test_processing_utils_load_a_vlms_processor_as_slimes_geo3k_functions_call_it(tiny_vlm_dir):
+    """slime's geo3k rollout: the processor on the chat-templated text and the images
+    (build_processor_kwargs), and each image sent to the engine as encode_image_for_rollout_engine
+    makes it; the prompt ids are those our data source makes for the same record."""
+    from PIL import Image
+
+    from slime.utils.processing_utils import build_processor_kwargs, encode_image_for_rollout_engine, load_processor
+    from slime_core.multimodal.images import encode_image
+
+    processor = load_processor(str(tiny_vlm_dir))
+    image = Image.new("RGB", (32, 32), "red")
+    messages = [{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": "?"}]}]
+    text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    output = processor(text=text, **build_processor_kwargs({"images": [image]}))
+    assert output["input_ids"][0].count(processor.image_token_id) == 16 and output["pixel_values"].shape[0] == 64
+    assert encode_image_for_rollout_engine(image) == encode_image(image)
+
+
 def test_an_image_is_encoded_as_an_rgb_png_data_url():
     image_module = pytest.importorskip("PIL.Image")
     from slime.utils.processing_utils import encode_image_for_rollout_engine

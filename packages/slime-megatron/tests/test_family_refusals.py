@@ -63,3 +63,17 @@ def test_a_supported_family_with_fields_megatron_cannot_build_is_refused_at_conf
         make_config(tmp_path / "prompts.jsonl", tmp_path, rollout_batch_size=2, train_backend="megatron")
     problem = architecture_problem(AutoConfig.from_pretrained(tmp_path))  # what the rank's model build raises
     assert problem is not None and re.search(message, problem)
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_megatron_refuses_a_vision_language_model_at_config_time_with_the_reason(tmp_path, family):
+    from slime_core.tools.tiny_vlms import tiny_vlm_config
+
+    tiny_vlm_config(family).save_pretrained(tmp_path)
+    (tmp_path / "prompts.jsonl").write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
+    with pytest.raises(
+        ConfigError,
+        match=f"--hf-checkpoint {tmp_path}: {family} is a vision-language model \\(config.json has a vision_config\\); "
+        "the Megatron backend builds text-only models .*; use --train-backend fsdp",
+    ):
+        make_config(tmp_path / "prompts.jsonl", tmp_path, rollout_batch_size=2, train_backend="megatron")

@@ -24,7 +24,10 @@ pytestmark = pytest.mark.integration
         ({"input_ids": [5], "sampling_params": {"stop": [""]}}, "stop must be"),
         ({"input_ids": [5], "sampling_params": {"stop_token_ids": [7, 999]}}, "stop_token_ids has ids outside"),
         ({"input_ids": [5], "sampling_params": {"sampling_seed": "7"}}, "sampling_seed must be an integer"),
-        ({"input_ids": [5], "image_data": ["data:image/png;base64,AAAA"]}, "image_data: the CPU engine serves text"),
+        (
+            {"input_ids": [5], "image_data": ["data:image/png;base64,AAAA"]},
+            "is a text-only model, which takes no images",
+        ),
         ({"input_ids": [5], "prompt": "hi"}, "unknown request field 'prompt'"),
         ({"input_ids": [5], "rid": 7}, "rid must be a string"),
         ({"input_ids": [5], "sampling_params": {"n": 0}}, "sampling_params.n must be at least 1"),

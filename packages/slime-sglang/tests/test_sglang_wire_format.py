@@ -65,6 +65,7 @@ async def capture_every_call(client_calls) -> list[tuple[str, dict]]:
 async def every_call(client: EngineClient) -> None:
     sampling = SamplingParams(max_new_tokens=4, temperature=0.8, sampling_seed=3)
     await client.generate([1, 2, 3], sampling, rid="r-1")
+    await client.generate([1, 2, 3], sampling, image_data=["data:image/png;base64,iVBORw0KGgo="])  # a VLM's prompt
     await client.abort("r-1")
     await client.abort()
     await client.pause_generation()

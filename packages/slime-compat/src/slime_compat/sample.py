@@ -37,7 +37,6 @@ class Sample(CoreSample):
     Status = SampleStatus  # slime spells it Sample.Status.COMPLETED; the values are the same strings
 
     rollout_id: int | None = None  # the rollout execution this training sample came from
-    multimodal_inputs: dict[str, Any] | None = None  # raw images / videos (not trained on by slime-compat)
     multimodal_train_inputs: dict[str, Any] | None = None
     multimodal_train_input_id: str | None = None
     apply_chat_template_kwargs: dict = field(default_factory=dict)

@@ -168,17 +168,30 @@ class RolloutEngine(Protocol):
     to the engines themselves through `slime_core.rollout_backend.Engines`."""
 
     async def generate(
-        self, input_ids: list[int], sampling: SamplingParams, return_logprob: bool = True, rid: str | None = None
+        self,
+        input_ids: list[int],
+        sampling: SamplingParams,
+        return_logprob: bool = True,
+        rid: str | None = None,
+        image_data: list[str] | None = None,
     ) -> GenerateResult:
         """Sample a continuation of ``input_ids``; raise `EngineUnavailable` when the engine
-        failed (not the request), `EngineError` when it refused the request."""
+        failed (not the request), `EngineError` when it refused the request. ``image_data``: the
+        images (PNG data URLs, SGLang's field) whose tokens ``input_ids`` holds; the rollout
+        passes it only for a prompt with images."""
 
     async def generate_parallel(
-        self, input_ids: list[int], sampling: SamplingParams, n: int, return_logprob: bool = True
+        self,
+        input_ids: list[int],
+        sampling: SamplingParams,
+        n: int,
+        return_logprob: bool = True,
+        image_data: list[str] | None = None,
     ) -> list[GenerateResult]:
         """``n`` continuations of ``input_ids`` in one request (SGLang's parallel sampling,
         ``sampling_params.n``): the prompt travels and is prefilled once; copy i is seeded with
-        ``parallel_sample_seed(sampling.sampling_seed, i)`` where the engine honours seeds."""
+        ``parallel_sample_seed(sampling.sampling_seed, i)`` where the engine honours seeds.
+        ``image_data``: as for `generate`."""
 
     async def close(self) -> None:
         """Release connections (called on the event loop that used the client)."""

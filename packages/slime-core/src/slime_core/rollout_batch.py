@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from slime_core.faults.nonfinite import NonFiniteError
 from slime_core.faults.run_error import RunError
+from slime_core.multimodal.images import image_data
 from slime_core.rollout.reward_hub import scalar_reward
 from slime_core.sample import Sample, SampleStatus
 
@@ -50,6 +51,9 @@ class RolloutBatch:
     # (N,) (response_len,) on-policy distillation's teacher log-probs when the samples carry them
     # (`Sample.teacher_log_probs`): the ranks train on them with --opd-kl-coef; None: none carried.
     teacher_log_probs: list[list[float]] | None = None
+    # (N,) each sample's prompt images as PNG data URLs (`Sample.multimodal_inputs`), for a vision-language
+    # model's trainer; None: no sample has images.
+    images: list[list[str]] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -90,6 +94,8 @@ class RolloutBatch:
             if routing_replay:
                 check_routed_experts(sample)
                 batch.routed_experts.append(sample.rollout_routed_experts)
+        images = [image_data(sample).get("image_data") for sample in trainable(samples)]
+        batch.images = images if any(images) else None
         return batch
 
     def nuclei(self, indices: list[int]) -> tuple[list[list[int]], list[list[int]]] | None:

@@ -102,14 +102,26 @@ class EnginesInTurn:
         return self._clients[url]
 
     async def generate(
-        self, input_ids: list[int], sampling: SamplingParams, return_logprob: bool = True, rid: str | None = None
+        self,
+        input_ids: list[int],
+        sampling: SamplingParams,
+        return_logprob: bool = True,
+        rid: str | None = None,
+        image_data: list[str] | None = None,
     ) -> GenerateResult:
-        return await self._next().generate(input_ids, sampling, return_logprob=return_logprob, rid=rid)
+        images = {"image_data": image_data} if image_data else {}
+        return await self._next().generate(input_ids, sampling, return_logprob=return_logprob, rid=rid, **images)
 
     async def generate_parallel(
-        self, input_ids: list[int], sampling: SamplingParams, n: int, return_logprob: bool = True
+        self,
+        input_ids: list[int],
+        sampling: SamplingParams,
+        n: int,
+        return_logprob: bool = True,
+        image_data: list[str] | None = None,
     ) -> list[GenerateResult]:
-        return await self._next().generate_parallel(input_ids, sampling, n, return_logprob=return_logprob)
+        images = {"image_data": image_data} if image_data else {}
+        return await self._next().generate_parallel(input_ids, sampling, n, return_logprob=return_logprob, **images)
 
     async def close(self) -> None:
         for client in self._clients.values():

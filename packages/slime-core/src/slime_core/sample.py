@@ -60,6 +60,9 @@ class Sample:
     status: SampleStatus = SampleStatus.PENDING
     error: str | None = None  # why the sample failed (status FAILED)
     metadata: dict[str, Any] = field(default_factory=dict)  # free-form, from data and plugins
+    # The prompt's images (slime's field): {"images": [PIL image or data URL, ...]} in prompt
+    # order; `to_dict` writes them as PNG data URLs. None: a text-only prompt.
+    multimodal_inputs: dict[str, list[Any]] | None = None
 
     def describe(self) -> str:
         """How messages name this sample: group/index, its index over the run, and the data
@@ -158,6 +161,10 @@ class Sample:
         """A JSON-ready dict (status as its string value)."""
         data = dataclasses.asdict(self)
         data["status"] = self.status.value
+        if self.multimodal_inputs:
+            from slime_core.multimodal.images import encode_image
+
+            data["multimodal_inputs"] = {k: [encode_image(i) for i in v] for k, v in self.multimodal_inputs.items()}
         return data
 
     @classmethod

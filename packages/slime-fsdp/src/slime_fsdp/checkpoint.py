@@ -100,7 +100,8 @@ def _check_role(path: Path, stored, model_state) -> None:
 
 
 def save_hf(path: str, model, tokenizer) -> None:
-    """A Hugging Face directory from the sharded model: gathered on rank 0, written there.
+    """A Hugging Face directory from the sharded model: gathered on rank 0, written there with
+    ``tokenizer`` (a vision-language model's processor, which writes its tokenizer too).
 
     Training turns the KV cache off in the model's config (`slime_fsdp.model.load_model`); the
     exported config has it on again, or ``generate`` on the exported model would recompute the
@@ -108,14 +109,15 @@ def save_hf(path: str, model, tokenizer) -> None:
     import copy
 
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if dist.get_rank() == 0:
         config = copy.deepcopy(model.config)
         config.use_cache = True
+        vision = getattr(config, "vision_config", None) is not None
         with torch.device("meta"):
-            plain = AutoModelForCausalLM.from_config(config)
+            plain = (AutoModelForImageTextToText if vision else AutoModelForCausalLM).from_config(config)
         plain.load_state_dict(full, assign=True)
         plain.tie_weights()
         plain.save_pretrained(path)

@@ -20,7 +20,7 @@ the whole vocabulary, as slime computes it).
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -36,13 +36,14 @@ class MicroBatch:
     """Model inputs plus where each sample is inside them."""
 
     input_ids: torch.Tensor  # (rows, T) token ids
-    position_ids: torch.Tensor  # (rows, T) restart at 0 for every sample
+    position_ids: torch.Tensor  # (rows, T) restart at 0 for every sample; a VLM's: (3, rows, T) (`vision`)
     attention_mask: torch.Tensor | None  # (rows, T) padding mask, (1, 1, T, T) block-causal, or None
     spans: list[tuple[int, int, int, int]]  # per sample: (row, start, length, response_length)
     nuclei: tuple[list[list[int]], list[list[int]]] | None = None  # per sample: top-p nucleus ids, offsets
     sample_offsets: torch.Tensor | None = None  # packed, boundaries from position ids: (S + 1,) int32 starts, then T
     longest: int = 0  # with sample_offsets: the longest sample
     alone: bool = False  # one sample by `slime_core.algorithms.batch_invariant` (--true-on-policy-mode)
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)  # a VLM's pixel_values, image_grid_thw (`vision`)
 
     def model_inputs(self) -> dict[str, torch.Tensor | int | None]:
         """The model's keyword arguments; with ``sample_offsets``, transformers' flash-attention
@@ -51,6 +52,7 @@ class MicroBatch:
             "input_ids": self.input_ids,
             "position_ids": self.position_ids,
             "attention_mask": self.attention_mask,
+            **self.extra,
         }
         if self.sample_offsets is not None:
             model_inputs.update(

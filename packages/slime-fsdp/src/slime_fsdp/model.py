@@ -14,18 +14,21 @@ def load_model(
     attn_implementation: str | None = None,
     compile_layers: bool = False,
 ):
-    """``AutoModelForCausalLM`` from a local directory, on CPU, in ``dtype`` (master weights).
+    """``AutoModelForCausalLM`` (``AutoModelForImageTextToText`` for a vision-language model)
+    from a local directory, on CPU, in ``dtype`` (master weights).
 
     ``attn_implementation`` None picks `default_attention()`; ``compile_layers``: see
     `compile_decoder_layers`.
     """
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     from slime_fsdp import attention
+    from slime_fsdp.vision import is_vision_language
 
     check_model_dir(path)
     attention.register()
-    model = AutoModelForCausalLM.from_pretrained(
+    auto = AutoModelForImageTextToText if is_vision_language(path) else AutoModelForCausalLM
+    model = auto.from_pretrained(
         path, dtype=dtype, local_files_only=True, attn_implementation=attn_implementation or default_attention(path)
     )
     if gradient_checkpointing:
@@ -79,13 +82,15 @@ def default_attention(path: str | None = None) -> str:
     """flash_attention_2 on a GPU that has flash_attn installed; elsewhere slime's own
     ``slime_packed`` (varlen flash through torch on CUDA, per-sample sdpa on CPU): both keep
     packed samples apart without a (T, T) mask. For a model with DeepSeek sparse attention
-    (the checkpoint in ``path``), sdpa: see `slime_fsdp.architectures`."""
+    (the checkpoint in ``path``), sdpa: see `slime_fsdp.architectures`; for a vision-language
+    model too (its three-row positions do not mark where packed samples start)."""
     import importlib.util
 
     from slime_fsdp.architectures import SPARSE_ATTENTION, layer_types
     from slime_fsdp.attention import NAME
+    from slime_fsdp.vision import is_vision_language
 
-    if path is not None and SPARSE_ATTENTION in layer_types(path):
+    if path is not None and (SPARSE_ATTENTION in layer_types(path) or is_vision_language(path)):
         return "sdpa"
     if torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None:
         return "flash_attention_2"

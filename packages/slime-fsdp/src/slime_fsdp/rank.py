@@ -16,6 +16,7 @@ import torch
 
 from slime_core.algorithms import batch_invariant
 from slime_core.checkpoint.directory import is_megatron_checkpoint, resume_checkpoint, starts_from_ref_load
+from slime_core.multimodal.vision_inputs import without_placeholders
 from slime_core.rank.process_group import init_default_group
 from slime_core.rank.step import (
     RankStep,
@@ -33,6 +34,7 @@ from slime_fsdp import checkpoint, inputs, lora, weights
 from slime_fsdp.model import enable_batch_invariant_kernels, load_model, load_tokenizer, shard
 from slime_fsdp.optimizer import build_optimizer
 from slime_fsdp.routing_replay import RoutingReplay
+from slime_fsdp.vision import VisionInputs, is_vision_language
 
 if TYPE_CHECKING:
     from slime_core.config.config import Config
@@ -40,6 +42,8 @@ if TYPE_CHECKING:
 
 class FSDPTrainRank:
     """One training rank: a shard of the policy, its optimizer, and the RL step."""
+
+    vision: VisionInputs | None = None  # a vision-language model's image inputs (set by `init`)
 
     def __init__(self, config: Config, rank: int, world_size: int, master_addr: str, master_port: int):
         from torch.distributed.device_mesh import init_device_mesh
@@ -83,6 +87,7 @@ class FSDPTrainRank:
         if self.lora:
             lora.apply_lora(model, cfg)
         self.routing = RoutingReplay(model, cfg.use_rollout_routing_replay) if cfg.use_routing_replay else None
+        self.vision = VisionInputs(cfg.hf_checkpoint, model.config) if is_vision_language(cfg.hf_checkpoint) else None
         self.model = shard(model.to(self.device), self.mesh, cfg.bf16, cfg.fsdp_cpu_offload)
         if starts_from_ref_load(cfg):
             self._set_weights(cfg.ref_load)
@@ -155,7 +160,7 @@ class FSDPTrainRank:
                 micro = self._inputs(batch, indices)
                 net = self.teacher if model == "teacher" else self.model
                 with self._routing_of(micro, indices) if replay and model == "actor" else nullcontext():
-                    logits = net(**micro.model_inputs()).logits
+                    logits = self._logits(net, micro)
                 for index, lp in zip(
                     indices, inputs.response_log_probs(logits, micro, self.config.rollout_temperature)
                 ):
@@ -231,7 +236,7 @@ class FSDPTrainRank:
             return self._forward_backward(micro, indices, data, denominators)
 
     def _forward_backward(self, micro, indices, data, denominators) -> dict[str, float]:
-        logits = self.model(**micro.model_inputs()).logits
+        logits = self._logits(self.model, micro)
         if not indices:  # padding micro-batch: keep this rank in step with the others' collectives
             (logits.sum() * 0.0).backward()
             return {}
@@ -246,6 +251,12 @@ class FSDPTrainRank:
         return metrics
 
     # ---------------------------------------------------------------- micro-batches
+
+    def _logits(self, net, micro: inputs.MicroBatch) -> torch.Tensor:
+        """(rows, T, V) logits of ``net`` on ``micro``; a vision-language model's without its image
+        placeholders, as its engine samples (`slime_core.multimodal.vision_inputs.without_placeholders`)."""
+        logits = net(**micro.model_inputs()).logits
+        return logits if self.vision is None else without_placeholders(logits, self.model.config)
 
     def _plan(self, indices: list[int], batch: RolloutBatch) -> list[list[int]]:
         """The micro-batches of ``indices`` (`RankStep.plan`); the critic's too."""
@@ -262,8 +273,13 @@ class FSDPTrainRank:
         if self.config.true_on_policy_mode:  # one sample per micro-batch (`RankStep.plan`)
             return inputs.alone(tokens[0], response_lengths[0], self.device)
         if self.config.use_dynamic_batch_size:
-            return inputs.packed(tokens, response_lengths, self.device, self.attn_implementation, nuclei)
-        return inputs.padded(tokens, response_lengths, self.device, pad, nuclei)
+            micro = inputs.packed(tokens, response_lengths, self.device, self.attn_implementation, nuclei)
+        else:
+            micro = inputs.padded(tokens, response_lengths, self.device, pad, nuclei)
+        if self.vision is not None:
+            images = [batch.images[i] for i in indices] if batch.images else [None] * len(indices)
+            self.vision.add(micro, self.model, tokens, [batch.loss_masks[i] for i in indices], images)
+        return micro
 
     # ---------------------------------------------------------------- weights and checkpoints
 
@@ -303,11 +319,12 @@ class FSDPTrainRank:
         return path
 
     def save_hf(self, path: str) -> None:
-        """A Hugging Face model directory; with LoRA a peft adapter directory (`lora.save_adapter`)."""
+        """A Hugging Face model directory (a vision-language model's with its processor); with LoRA
+        a peft adapter directory (`lora.save_adapter`)."""
         if self.lora:
             lora.save_adapter(path, self.model, self.config, self.tokenizer)
         else:
-            checkpoint.save_hf(path, self.model, self.tokenizer)
+            checkpoint.save_hf(path, self.model, self.tokenizer if self.vision is None else self.vision.processor)
 
     def offload(self) -> None:
         """Parameters and optimizer state to CPU memory, and the freed device memory back to

@@ -213,8 +213,8 @@ def _check_layout(config: Config) -> list[str]:
 
 
 def _check_model_family(config: Config) -> list[str]:
-    """The checkpoint's architecture (config.json's model_type) is one Megatron can build: said
-    now, not when every rank fails building the model."""
+    """The checkpoint's architecture (config.json's model_type) is one Megatron can build, and not
+    a vision-language model's: said now, not when every rank fails building the model."""
     import json
     from pathlib import Path
 
@@ -224,7 +224,14 @@ def _check_model_family(config: Config) -> list[str]:
     config_json = Path(checkpoint) / "config.json" if checkpoint else None
     if config_json is None or not config_json.is_file():
         return []
-    reason = unsupported_reason(json.loads(config_json.read_text()).get("model_type"))
+    model = json.loads(config_json.read_text())
+    if model.get("vision_config") is not None:
+        return [
+            f"--hf-checkpoint {checkpoint}: {model.get('model_type')} is a vision-language model (config.json has a "
+            "vision_config); the Megatron backend builds text-only models (no vision tower, no image features in "
+            "its inputs); use --train-backend fsdp"
+        ]
+    reason = unsupported_reason(model.get("model_type"))
     return [f"--hf-checkpoint {checkpoint}: {reason}"] if reason else []
 
 

@@ -35,7 +35,12 @@ class EngineClient(HttpClient):
     ``Authorization: Bearer`` with every call (the run's token, ``slime_core.cluster.network``)."""
 
     async def generate(
-        self, input_ids: list[int], sampling: SamplingParams, return_logprob: bool = True, rid: str | None = None
+        self,
+        input_ids: list[int],
+        sampling: SamplingParams,
+        return_logprob: bool = True,
+        rid: str | None = None,
+        image_data: list[str] | None = None,
     ) -> GenerateResult:
         body: dict[str, Any] = {
             "input_ids": input_ids,
@@ -43,19 +48,28 @@ class EngineClient(HttpClient):
             "return_logprob": return_logprob,
             **sampling.request_fields(),
         }
+        if image_data:
+            body["image_data"] = image_data  # as SGLang's GenerateReqInput takes it
         if rid is not None:
             body["rid"] = rid
         return parse_generate(await self._post("/generate", body))
 
     async def generate_parallel(
-        self, input_ids: list[int], sampling: SamplingParams, n: int, return_logprob: bool = True
+        self,
+        input_ids: list[int],
+        sampling: SamplingParams,
+        n: int,
+        return_logprob: bool = True,
+        image_data: list[str] | None = None,
     ) -> list[GenerateResult]:
-        body = {
+        body: dict[str, Any] = {
             "input_ids": input_ids,
             "sampling_params": {**sampling.to_json(), "n": n},
             "return_logprob": return_logprob,
             **sampling.request_fields(),
         }
+        if image_data:
+            body["image_data"] = image_data
         answers = await self._call("POST", "/generate", body)
         if not isinstance(answers, list) or len(answers) != n:
             got = f"a list of {len(answers)}" if isinstance(answers, list) else "one"

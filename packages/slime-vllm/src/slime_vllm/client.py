@@ -42,16 +42,28 @@ class VLLMClient(HttpClient):
 
     # ---- generation ---------------------------------------------------------------------
     async def generate(
-        self, input_ids: list[int], sampling: SamplingParams, return_logprob: bool = True, rid: str | None = None
+        self,
+        input_ids: list[int],
+        sampling: SamplingParams,
+        return_logprob: bool = True,
+        rid: str | None = None,
+        image_data: list[str] | None = None,
     ) -> GenerateResult:
+        _refuse_images(image_data)
         body = generate_body(input_ids, sampling, 1)
         if rid is not None:
             body["request_id"] = rid
         return parse_choices(await self._call("POST", "/inference/v1/generate", body), len(input_ids))[0]
 
     async def generate_parallel(
-        self, input_ids: list[int], sampling: SamplingParams, n: int, return_logprob: bool = True
+        self,
+        input_ids: list[int],
+        sampling: SamplingParams,
+        n: int,
+        return_logprob: bool = True,
+        image_data: list[str] | None = None,
     ) -> list[GenerateResult]:
+        _refuse_images(image_data)
         if sampling.sampling_seed is None:
             answer = await self._call("POST", "/inference/v1/generate", generate_body(input_ids, sampling, n))
             return parse_choices(answer, len(input_ids))
@@ -158,3 +170,12 @@ def parse_choices(answer: dict[str, Any], prompt_tokens: int) -> list[GenerateRe
             )
         )
     return results
+
+
+def _refuse_images(image_data: list[str] | None) -> None:
+    """`EngineError` for a prompt with images: this client sends token ids only."""
+    if image_data:
+        raise EngineError(
+            "the vllm rollout backend sends token ids only, not a prompt's images (--multimodal-keys); "
+            "use --rollout-engine sglang or cpu for vision-language models"
+        )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from slime.utils.processing_utils import load_processor
 from slime_compat.args import config_of
 from slime_compat.default_rollout import eval_rollout, generate_rollout
 from slime_compat.functions import accepts, load_function
@@ -20,6 +21,7 @@ from slime_compat.http import post
 from slime_compat.rewards import async_rm, batched_async_rm
 from slime_compat.sample import Sample, promote
 from slime_core.engine import append_result, parse_generate
+from slime_core.multimodal.images import image_data
 
 __all__ = ["GenerateState", "eval_rollout", "generate", "generate_and_rm", "generate_and_rm_group", "generate_rollout"]
 
@@ -44,7 +46,7 @@ class GenerateState:
 
         self.args = args
         self.tokenizer = AutoTokenizer.from_pretrained(args.hf_checkpoint, trust_remote_code=True)
-        self.processor = None  # multimodal processors are not supported
+        self.processor = load_processor(args.hf_checkpoint)  # a vision-language model's, else None
         self.semaphore = asyncio.Semaphore(getattr(args, "rollout_concurrency", None) or 256)
         self.sampling_params: dict[str, Any] = dict(
             temperature=args.rollout_temperature,
@@ -79,7 +81,7 @@ async def generate(args, sample: Sample, sampling_params: dict[str, Any]) -> Sam
         sample.status = Sample.Status.TRUNCATED
         return sample
     url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}/generate"
-    body = {"input_ids": sample.tokens, "sampling_params": params, "return_logprob": True}
+    body = {"input_ids": sample.tokens, "sampling_params": params, "return_logprob": True, **image_data(sample)}
     if getattr(args, "use_rollout_routing_replay", False):
         body["return_routed_experts"] = True
     answer = await post(url, body)

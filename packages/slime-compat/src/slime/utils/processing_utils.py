@@ -2,9 +2,12 @@
 rollout engine takes them.
 
 - ``load_tokenizer(name_or_path, **kwargs)``: transformers' ``AutoTokenizer``.
-- ``load_processor(name_or_path, **kwargs)``: transformers' ``AutoProcessor`` when the model
-  has a processor (a vision-language model); None for a text-only model, whose "processor" is
-  only its tokenizer, and for one whose processor does not load (a warning says why).
+- ``load_processor(name_or_path, **kwargs)``: the model's processor when it has one (a
+  vision-language model): for a local directory `slime_core.multimodal.processor.load_processor`
+  (the one the data, the engine and the trainer use; it also loads Qwen-VL processors where
+  torchvision is missing), else transformers' ``AutoProcessor``; None for a text-only model,
+  whose "processor" is only its tokenizer, and for one whose processor does not load (a warning
+  says why).
 - ``build_processor_kwargs(multimodal_inputs)``: the keyword arguments for calling a processor:
   the given inputs, with the text's ids as plain lists and the images', videos' and audio's
   features as torch tensors.
@@ -34,8 +37,14 @@ def load_tokenizer(name_or_path: str, **kwargs):
 
 def load_processor(name_or_path: str, **kwargs):
     """The multimodal processor of the model at ``name_or_path``, or None when it has none."""
+    from pathlib import Path
+
     from transformers import AutoProcessor, ProcessorMixin
 
+    if Path(name_or_path).is_dir():
+        from slime_core.multimodal.processor import load_processor as load_local
+
+        return load_local(str(name_or_path))
     try:
         processor = AutoProcessor.from_pretrained(name_or_path, **kwargs)
     except (OSError, ValueError) as exc:

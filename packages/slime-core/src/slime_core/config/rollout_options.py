@@ -27,6 +27,13 @@ def data_options(o: OptionSet) -> None:
         help="JSON object of extra arguments to the chat template (slime's), e.g. '{\"enable_thinking\": false}'",
         group=g,
     )
+    o.add(
+        "--multimodal-keys",
+        default=None,
+        help='JSON object of media type -> record key holding that prompt\'s images, e.g. \'{"image": "images"}\' '
+        "(each fills an <image> placeholder of the prompt; needs --apply-chat-template and a VLM's processor)",
+        group=g,
+    )
     o.add("--rollout-max-prompt-len", type=int, default=None, help="drop prompts longer than this many tokens", group=g)
     o.add(
         "--rollout-max-context-len",

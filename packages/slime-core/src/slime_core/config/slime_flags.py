@@ -52,7 +52,6 @@ SLIME_FLAGS: tuple[Accepted, ...] = (
         type=str,
         reason="the loss mask comes from the chat template's rendering of each turn, for every model family",
     ),
-    Accepted("--multimodal-keys", type=str, reason=f"multimodal prompts are {_NOT_YET}"),
     Accepted(
         "--rollout-data-transport", type=str, reason="rollout data reaches the train ranks through Ray's object store"
     ),

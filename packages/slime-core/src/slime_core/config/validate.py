@@ -11,6 +11,7 @@ from slime_core.config.options import OptionSet, key_to_flag
 from slime_core.data.eval_datasets import eval_config_problems
 from slime_core.data.prompt_dataset import chat_template_kwargs_problems
 from slime_core.data.slicing import split_path_slice
+from slime_core.multimodal.checks import multimodal_problems
 from slime_core.routing_replay import replay_problems
 
 
@@ -36,6 +37,7 @@ def validate(config: Config, options: OptionSet) -> list[str]:
     errors += _check_true_on_policy(config)
     errors += architecture_problems(config)
     errors += replay_problems(config)
+    errors += multimodal_problems(config)
     return errors
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from slime_core.data.prompt_dataset import PromptFormat, chat_template_kwargs
+from slime_core.data.prompt_dataset import PromptFormat, chat_template_kwargs, multimodal_keys
 
 if TYPE_CHECKING:
     from slime_core.config import Config
@@ -177,6 +177,7 @@ def _resolve(config: Config, entry: dict[str, Any], defaults: dict[str, Any], wh
         chat_template_kwargs=dict(kwargs) if kwargs is not None else chat_template_kwargs(config),
         max_prompt_len=_max_prompt_len(config),
         max_prompt_len_flag="--eval-max-prompt-len",
+        multimodal_keys=multimodal_keys(config),
     )
     sampling_keys = ("max_response_len", "temperature", "top_p", "top_k", "stop", "stop_token_ids", "min_new_tokens")
     metadata = dict(pick("metadata_overrides") or {})

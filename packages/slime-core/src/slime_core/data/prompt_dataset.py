@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from slime_core.data.records import DataError, read_records
 from slime_core.data.slicing import split_path_slice
+from slime_core.multimodal.prompts import parse_multimodal_keys
 from slime_core.sample import Sample
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ class PromptFormat:
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     max_prompt_len: int | None = None  # in tokens; longer prompts are dropped and counted
     max_prompt_len_flag: str = "--rollout-max-prompt-len"  # the option that set it, for messages
+    multimodal_keys: dict[str, str] | None = None  # media type -> record key (``{"image": "images"}``)
 
     @classmethod
     def from_config(cls, config: Config) -> PromptFormat:
@@ -41,7 +43,17 @@ class PromptFormat:
             apply_chat_template=config.apply_chat_template,
             chat_template_kwargs=chat_template_kwargs(config),
             max_prompt_len=config.rollout_max_prompt_len,
+            multimodal_keys=multimodal_keys(config),
         )
+
+
+def multimodal_keys(config: Config) -> dict[str, str] | None:
+    """``--multimodal-keys`` as a dict (None: text prompts); a malformed one is reported by the
+    config check (`slime_core.multimodal.checks`)."""
+    try:
+        return parse_multimodal_keys(getattr(config, "multimodal_keys", None))
+    except ValueError:
+        return None
 
 
 def chat_template_kwargs(config: Config) -> dict[str, Any]:
@@ -84,6 +96,21 @@ def check_record(where: str, record: dict[str, Any], fmt: PromptFormat) -> None:
             f"{where}: no '{fmt.label_key}' key (keys: {', '.join(record)}); set --label-key, or --label-key '' for "
             "none"
         )
+    if fmt.multimodal_keys:
+        record_images(where, record, fmt)
+
+
+def record_images(where: str, record: dict[str, Any], fmt: PromptFormat) -> tuple[list[dict], list]:
+    """The record's prompt as chat messages with image parts, and its decoded images
+    (``--multimodal-keys``); `DataError` naming ``where`` for a missing or undecodable image."""
+    from slime_core.multimodal.images import ImageError
+    from slime_core.multimodal.prompts import multimodal_messages
+
+    assert fmt.multimodal_keys is not None
+    try:
+        return multimodal_messages(record[fmt.input_key], record, fmt.multimodal_keys, where)
+    except ImageError as exc:
+        raise DataError(str(exc)) from None
 
 
 class PromptDataset:
@@ -121,6 +148,7 @@ class PromptDataset:
             raise ValueError(
                 "a tokenizer is needed to apply the chat template or to filter by --rollout-max-prompt-len"
             )
+        self.processor = _processor(tokenizer) if fmt.multimodal_keys else None
         records = list(read_records(path))[part]
         samples = [self._to_sample(where, record) for where, record in records]
         self.samples = [s for s in samples if not self._too_long(s)]
@@ -157,10 +185,27 @@ class PromptDataset:
             metadata["tools"] = tools
         metadata["source"] = where
         sample = Sample(prompt=prompt, label=record.get(fmt.label_key) if fmt.label_key else None, metadata=metadata)
+        if self.processor is not None:
+            return self._with_images(sample, record, where)
         if fmt.apply_chat_template:
             sample.prompt = self._render(prompt, tools, where)
         if self.tokenizer is not None and isinstance(sample.prompt, str):
             sample.tokens = list(self.tokenizer.encode(sample.prompt, add_special_tokens=False))
+        return sample
+
+    def _with_images(self, sample: Sample, record: dict[str, Any], where: str) -> Sample:
+        """``sample`` with its images (``multimodal_inputs``, slime's field), its prompt rendered by
+        the chat template and its tokens from the processor (image tokens expanded)."""
+        from slime_core.multimodal.prompts import encode_prompt
+
+        messages, images = record_images(where, record, self.format)
+        try:
+            sample.prompt, sample.tokens = encode_prompt(
+                self.processor, messages, images, self.format.chat_template_kwargs
+            )
+        except Exception as exc:
+            raise DataError(f"{where}: the processor failed on this prompt ({type(exc).__name__}: {exc})") from exc
+        sample.multimodal_inputs = {"images": images} if images else None
         return sample
 
     def _render(self, prompt: str | list, tools: Any, where: str) -> str:
@@ -175,3 +220,16 @@ class PromptDataset:
     def _too_long(self, sample: Sample) -> bool:
         limit = self.format.max_prompt_len
         return limit is not None and len(sample.tokens) > limit
+
+
+def _processor(tokenizer):
+    """The processor of the model whose ``tokenizer`` this is (``--multimodal-keys``)."""
+    from slime_core.multimodal.processor import load_processor
+
+    processor = load_processor(tokenizer.name_or_path)
+    if processor is None:
+        raise DataError(
+            f"--multimodal-keys: the model at {tokenizer.name_or_path} has no processor (no processor_config.json); "
+            "give a vision-language model's directory as --hf-checkpoint, or drop --multimodal-keys"
+        )
+    return processor

@@ -36,7 +36,8 @@ def complete_with_label(sample: Sample, tokenizer) -> None:
             f"SFT needs a label for every prompt; sample {sample.group_index} has none: "
             "set --label-key to the record key holding the target text"
         )
-    prompt = list(tokenizer.encode(sample.prompt, add_special_tokens=False))
+    # the data source's tokens where it made them (a prompt with images: the processor's, images expanded)
+    prompt = list(sample.tokens) or list(tokenizer.encode(sample.prompt, add_special_tokens=False))
     response = list(tokenizer.encode(str(sample.label), add_special_tokens=False)) + [tokenizer.eos_token_id]
     sample.tokens = prompt
     sample.append_response(response, log_probs=[0.0] * len(response), text=str(sample.label))

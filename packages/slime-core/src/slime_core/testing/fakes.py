@@ -292,10 +292,12 @@ class FakeClient:
         router = Recorder.routers.get(self.url)
         return Recorder.engines[router.next_worker() if router else self.url]
 
-    async def generate(self, input_ids, sampling, return_logprob=True, rid=None) -> GenerateResult:
+    async def generate(self, input_ids, sampling, return_logprob=True, rid=None, image_data=None) -> GenerateResult:
         return (await self._engine().generate(sampling, 1))[0]
 
-    async def generate_parallel(self, input_ids, sampling, n, return_logprob=True) -> list[GenerateResult]:
+    async def generate_parallel(
+        self, input_ids, sampling, n, return_logprob=True, image_data=None
+    ) -> list[GenerateResult]:
         return await self._engine().generate(sampling, n)
 
     async def close(self) -> None:

@@ -6,6 +6,7 @@ so it imports nothing but pytest, and every fixture is opt-in: a test gets one b
 
 - ``ray_cluster`` (session): a local Ray instance with its files in a temporary folder.
 - ``tiny_model_dir`` (session): a tiny random Qwen3 model with the character tokenizer, on disk.
+- ``tiny_vlm_dir`` (session): a tiny random Qwen2.5-VL model with its processor, on disk.
 - ``rank_pool`` (session): rank processes kept for the session (`slime_core.rank.processes.RankPool`).
 - ``fake_run``: ``slime run`` in this process on the fake backends (`slime_core.testing.fakes`).
 - ``install_plugin``: a plugin distribution installed from its source folder for the test.
@@ -49,6 +50,14 @@ def tiny_model_dir(tmp_path_factory):
     from slime_core.tools.tiny_models import build_tiny_qwen3
 
     return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3"))
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm_dir(tmp_path_factory):
+    """A tiny random Qwen2.5-VL model (hidden 64) with its processor, saved once."""
+    from slime_core.tools.tiny_vlms import build_tiny_vlm
+
+    return build_tiny_vlm(tmp_path_factory.mktemp("tiny-qwen2_5_vl"), "qwen2_5_vl")
 
 
 @pytest.fixture(scope="session")

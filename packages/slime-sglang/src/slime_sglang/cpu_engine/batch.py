@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache, DynamicCache
 
-from slime_sglang.cpu_engine import layer_cache
+from slime_core.multimodal.vision_inputs import without_placeholders
+from slime_sglang.cpu_engine import layer_cache, vision
 from slime_sglang.cpu_engine.request import GenerateRequest
 
 MIN_SPARE_COLUMNS = 32
@@ -51,9 +52,14 @@ def prefill(model, requests: list[GenerateRequest]) -> tuple[RunningBatch, torch
     width = max(len(p) for p in prompts)
     ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache(config=model.config)
-    logits = _forward(model, ids, mask, positions, cache)
+    inputs = {"position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
+    if vision.is_vision_language(model.config):
+        firsts = {row: r for r, row in zip(requests, row_of.tolist())}  # a request of each row
+        inputs, offsets = vision.prefill_inputs(model, ids, mask, [firsts[row].images for row in range(len(prompts))])
+        for request, row in zip(requests, row_of.tolist()):
+            request.position_offset = int(offsets[row])
+    cache = DynamicCache(config=model.config.get_text_config())
+    logits = _forward(model, ids, mask, cache, **inputs)
     capacity = width + max(MIN_SPARE_COLUMNS, width)
     return RunningBatch(
         requests,
@@ -64,21 +70,21 @@ def prefill(model, requests: list[GenerateRequest]) -> tuple[RunningBatch, torch
 
 
 def prompt_rows(requests: list[GenerateRequest]) -> tuple[list[list[int]], torch.Tensor]:
-    """The distinct prompts of ``requests`` (the rows of their prefill, left-padded to the longest)
-    and the row of each request."""
-    rows: dict[tuple[int, ...], int] = {}
-    row_of = torch.tensor([rows.setdefault(tuple(r.input_ids), len(rows)) for r in requests])
-    return [list(prompt) for prompt in rows], row_of
+    """The distinct prompts of ``requests`` (the rows of their prefill, left-padded to the longest:
+    equal prompt ids with equal images, `_prompt_key`) and the row of each request."""
+    rows: dict[tuple, int] = {}
+    row_of = torch.tensor([rows.setdefault(_prompt_key(r), len(rows)) for r in requests])
+    return [list(ids) for ids, _ in rows], row_of
 
 
 def decode(model, batch: RunningBatch) -> torch.Tensor:
     """Feed every request's latest token; extends the batch's caches and returns (B, V) logits."""
     _reserve(batch, batch.length + 1)
     ids = torch.tensor([[r.output_ids[-1]] for r in batch.requests])
-    positions = torch.tensor([[len(r.input_ids) + len(r.output_ids) - 1] for r in batch.requests])
+    positions = torch.tensor([[len(r.input_ids) + len(r.output_ids) - 1 + r.position_offset] for r in batch.requests])
     batch.mask[:, batch.length] = 1
     cache = Cache(layers=[layer.layer(batch.length) for layer in batch.layers])
-    logits = _forward(model, ids, batch.mask[:, : batch.length + 1], positions, cache)
+    logits = _forward(model, ids, batch.mask[:, : batch.length + 1], cache, position_ids=positions)
     batch.length += 1
     return logits
 
@@ -125,10 +131,17 @@ def _reserve(batch: RunningBatch, columns: int) -> None:
     batch.mask = _pad_mask(batch.mask, 0, capacity)
 
 
-def _forward(model, ids, mask, positions, cache: Cache) -> torch.Tensor:
-    out = model(
-        input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
-    )
+def _prompt_key(request: GenerateRequest) -> tuple:
+    """Requests with equal keys prefill as one row: the same prompt ids, and the same images."""
+    return tuple(request.input_ids), request.images.key if request.images is not None else None
+
+
+def _forward(model, ids, mask, cache: Cache, **inputs) -> torch.Tensor:
+    """(B, V) logits at the last position; ``inputs``: position_ids, and a prefill's images. A
+    vision-language model's never pick an image placeholder (`without_placeholders`)."""
+    out = model(input_ids=ids, attention_mask=mask, cache=cache, use_cache=True, logits_to_keep=1, **inputs)
+    if vision.is_vision_language(model.config):
+        return without_placeholders(out.logits[:, -1], model.config)
     return out.logits[:, -1]
 
 

@@ -15,6 +15,7 @@ from slime_sglang.cpu_engine.routing import engine_routing, refuse_without_routi
 from slime_sglang.cpu_engine.scheduler import Scheduler
 from slime_sglang.cpu_engine.stopping import StopChecker, eos_token_ids
 from slime_sglang.cpu_engine.top_logprobs import top_logprobs
+from slime_sglang.cpu_engine.vision import ImageInputs, is_vision_language, prefill_inputs
 from slime_sglang.cpu_engine.weights import load_model
 
 
@@ -31,6 +32,19 @@ class Engine:
     in_flight: set[str] = field(default_factory=set)  # rids of the requests being generated
     weight_groups: dict = field(default_factory=dict)  # name -> weight_groups.WeightGroup (None while joining)
     batch_invariant: bool = False  # --enable-deterministic-inference: log-probs of each sequence alone
+    image_inputs: ImageInputs | None = None  # a vision-language model's image_data reader (None: text only)
+
+    def with_images(self, image_data, copies: list[GenerateRequest]) -> list[GenerateRequest]:
+        """``copies`` (one prompt's requests) holding that prompt's images; `BadRequest` for
+        image_data sent to a text-only model."""
+        if image_data is None and self.image_inputs is None:
+            return copies
+        if self.image_inputs is None:
+            raise BadRequest(f"image_data: {self.model_path} is a text-only model, which takes no images")
+        images = self.image_inputs.parse(image_data, copies[0].input_ids)
+        for copy in copies:
+            copy.images = images
+        return copies
 
     async def generate(self, request: GenerateRequest) -> dict:
         """Answer one request; if the caller goes away (cancellation), its generation is aborted."""
@@ -47,7 +61,10 @@ class Engine:
                 lambda: self.prompt_logprobs(request)
             )
         if request.return_logprob and request.top_logprobs_num > 0:
-            top = await self.at_safe_point(lambda: top_logprobs(self.model, self.tokenizer, request))
+            ids = request.input_ids + request.output_ids
+            top = await self.at_safe_point(
+                lambda: top_logprobs(self.model, self.tokenizer, request, **self.image_forward_inputs(ids, request))
+            )
             result["meta_info"].update(top)
         return result
 
@@ -61,7 +78,7 @@ class Engine:
         the current weights, no temperature), null for the first token. Run on the scheduler thread."""
         ids = request.input_ids
         with torch.no_grad():
-            logits = self.model(torch.tensor([ids])).logits[0, :-1].float()
+            logits = self.model(torch.tensor([ids]), **self.image_forward_inputs(ids, request)).logits[0, :-1].float()
         chosen = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(ids[1:])[:, None]).squeeze(-1)
         values = [None, *chosen.tolist()]
         texts = (
@@ -69,6 +86,15 @@ class Engine:
         )
         start = request.logprob_start_len
         return [list(entry) for entry in zip(values[start:], ids[start:], texts[start:])]
+
+    def image_forward_inputs(self, ids: list[int], request: GenerateRequest) -> dict:
+        """The extra inputs of a one-row forward over ``ids`` (the request's prompt, with or without
+        its output) of a vision-language model: the prompt's images and the three-row positions; none
+        for a text model."""
+        if self.image_inputs is None:
+            return {}
+        inputs, _ = prefill_inputs(self.model, torch.tensor([ids]), torch.ones(1, len(ids)), [request.images])
+        return inputs
 
     async def _generated(self, request: GenerateRequest) -> dict:
         if request.params.max_new_tokens == 0:
@@ -117,6 +143,11 @@ def load_engine(
 ) -> Engine:
     """Load the model in ``model_path`` and start its scheduler thread (``batch_invariant``: see `Engine`)."""
     model, tokenizer = load_model(model_path)
+    if batch_invariant and is_vision_language(model.config):
+        raise ValueError(
+            f"--enable-deterministic-inference: {model_path} is a vision-language model, whose images the "
+            "per-sequence recompute does not take; serve it without that option"
+        )
     stop_checker = StopChecker(tokenizer, eos_token_ids(model, tokenizer))
     scheduler = Scheduler(model, stop_checker, max_running_requests, routing=engine_routing(model))
     scheduler.start()
@@ -125,9 +156,10 @@ def load_engine(
         model=model,
         tokenizer=tokenizer,
         scheduler=scheduler,
-        context_length=context_length or model.config.max_position_embeddings,
+        context_length=context_length or model.config.get_text_config().max_position_embeddings,
         vocab_size=model.get_input_embeddings().num_embeddings,
         batch_invariant=batch_invariant,
+        image_inputs=ImageInputs(model_path, model.config) if is_vision_language(model.config) else None,
     )
 
 

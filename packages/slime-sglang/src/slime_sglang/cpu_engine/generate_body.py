@@ -47,10 +47,9 @@ IGNORED = (
     "http_worker_ipc", "external_trace_header", "num_items_assigned", "kv_hints",
 )  # fmt: skip
 #: fields the CPU engine handles (the rest of GenerateReqInput must be left out, null, false or empty)
-HANDLED = ("text", "input_ids", "stream", *PER_PROMPT)
+HANDLED = ("text", "input_ids", "stream", "image_data", *PER_PROMPT)
 #: why a field the CPU engine cannot honour is refused, where more can be said than "not supported"
 REFUSALS = {
-    "image_data": "the CPU engine serves text-only models, which take no images",
     "video_data": "the CPU engine serves text-only models, which take no videos",
     "audio_data": "the CPU engine serves text-only models, which take no audio",
     "input_embeds": "the CPU engine takes the prompt as text or input_ids, not as embeddings",
@@ -85,7 +84,21 @@ def split_generate_body(body, tokenize: Callable[[str], list[int]]) -> tuple[lis
             values = [values] * len(items)
         for item, value in zip(items, values):
             item[key] = value
+    for item, images in zip(items, _images(body.get("image_data"), len(items), batched)):
+        item["image_data"] = images
     return items, batched
+
+
+def _images(image_data, count: int, batched: bool) -> list:
+    """Each prompt's ``image_data`` (an image, a list of images, or None): the value itself for
+    one prompt; for a batch, a list with one entry per prompt."""
+    if not batched or image_data is None:
+        return [image_data] * (1 if not batched else count)
+    if not isinstance(image_data, list) or len(image_data) != count:
+        raise BadRequest(
+            f"image_data of a batch of {count} prompts must be a list of one entry (image(s) or null) each"
+        )
+    return image_data
 
 
 def refuse_unsupported(body: dict) -> None:

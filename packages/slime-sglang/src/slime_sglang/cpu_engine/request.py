@@ -27,6 +27,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 import torch
 
@@ -65,6 +66,8 @@ class GenerateRequest:
     logprob_start_len: int = -1  # with return_logprob, the prompt's log-probs from this position (-1: none)
     top_logprobs_num: int = 0  # with return_logprob, the k most likely tokens at each position too (`top_logprobs`)
     generator: torch.Generator | None = None  # set for requests with a sampling_seed
+    images: Any = None  # vision.PromptImages of the prompt's image_data (vision-language models), or None
+    position_offset: int = 0  # added to decode positions: an image spans fewer positions than tokens (vision)
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)  # one per output token
     output_nuclei: list[list[int]] = field(default_factory=list)  # one per output token, with top-p replay

@@ -99,12 +99,16 @@ async def generate(request: web.Request) -> web.StreamResponse:
     engine = request.app[ENGINE]
     body = await _json_body(request)
     items, batched = split_generate_body(body, engine.tokenize)
-    copies = [copy for item in items for copy in parse_generate_copies(item, engine.vocab_size, engine.context_length)]
+    copies = [copy for item in items for copy in engine.with_images(item.pop("image_data"), _copies(engine, item))]
     if body.get("stream"):
         return await _stream(request, engine, copies)
     if len(copies) == 1 and not batched:  # one prompt, n = 1: one answer, not a list, as SGLang
         return web.json_response(await engine.generate(copies[0]))
     return web.json_response(await _all_or_none(engine.generate(copy) for copy in copies))
+
+
+def _copies(engine: Engine, item: dict) -> list:
+    return parse_generate_copies(item, engine.vocab_size, engine.context_length)
 
 
 async def _stream(request: web.Request, engine: Engine, copies: list) -> web.StreamResponse:

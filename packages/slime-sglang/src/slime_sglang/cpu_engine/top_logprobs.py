@@ -20,12 +20,13 @@ import torch
 from slime_sglang.cpu_engine.request import GenerateRequest
 
 
-def top_logprobs(model, tokenizer, request: GenerateRequest) -> dict[str, list]:
+def top_logprobs(model, tokenizer, request: GenerateRequest, **inputs) -> dict[str, list]:
     """``output_top_logprobs`` (and ``input_top_logprobs`` with ``logprob_start_len`` >= 0) of
-    the finished ``request``, for its meta_info."""
+    the finished ``request``, for its meta_info; ``inputs``: a vision-language model's images and
+    positions for the forward (`Engine.image_forward_inputs`)."""
     prompt_length = len(request.input_ids)
     with torch.no_grad():  # row p predicts token p + 1
-        logits = model(torch.tensor([request.input_ids + request.output_ids])).logits[0, :-1].float()
+        logits = model(torch.tensor([request.input_ids + request.output_ids]), **inputs).logits[0, :-1].float()
     entries = _Entries(tokenizer, min(request.top_logprobs_num, logits.shape[-1]), request.return_text_in_logprobs)
     temperature = request.params.temperature or 1.0
     answer = {"output_top_logprobs": entries(logits[prompt_length - 1 :] / temperature)}

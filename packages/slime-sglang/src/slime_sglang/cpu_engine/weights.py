@@ -31,14 +31,18 @@ PER_EXPERT = re.compile(r"^(?P<experts>.+\.experts)\.(?P<index>\d+)\.(?P<proj>ga
 
 
 def load_model(model_path: str):
-    """The causal LM (float32, eval mode) and tokenizer saved in a Hugging Face directory; an
+    """The causal LM or vision-language model (float32, eval mode) and tokenizer saved in a
+    Hugging Face directory; an
     error for a model whose layers' cache the running batch cannot hold (`layer_cache`)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
     from slime_sglang.cpu_engine.layer_cache import unsupported_layers
+    from slime_sglang.cpu_engine.vision import is_vision_language
 
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
-    layer_types = set(getattr(model.config, "layer_types", None) or [])
+    vision = is_vision_language(AutoConfig.from_pretrained(model_path))
+    auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
+    model = auto.from_pretrained(model_path, dtype=torch.float32).eval()
+    layer_types = set(getattr(model.config.get_text_config(), "layer_types", None) or [])
     if "sliding_attention" in layer_types:
         raise ValueError(
             f"{model_path} uses sliding-window attention, which the CPU engine does not support; "

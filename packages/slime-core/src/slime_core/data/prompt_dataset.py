@@ -61,13 +61,13 @@ def chat_template_kwargs(config: Config) -> dict[str, Any]:
     call (e.g. ``{"enable_thinking": false}`` for Qwen3's template)."""
     if chat_template_kwargs_problems(config):
         return {}  # reported by the config check
-    raw = config.get("apply_chat_template_kwargs") or "{}"
+    raw = getattr(config, "apply_chat_template_kwargs", None) or "{}"
     return dict(json.loads(raw)) if isinstance(raw, str) else dict(raw)
 
 
 def chat_template_kwargs_problems(config: Config) -> list[str]:
     """``--apply-chat-template-kwargs`` that is not a JSON object."""
-    raw = config.get("apply_chat_template_kwargs") or "{}"
+    raw = getattr(config, "apply_chat_template_kwargs", None) or "{}"
     try:
         value = json.loads(raw) if isinstance(raw, str) else raw
     except json.JSONDecodeError as exc:

@@ -1,8 +1,10 @@
 """slime's training-control and profiling flags act through `slime run` on both train backends:
 
-- ``--only-train-params-name-list layers --freeze-params-name-list layers\\.0\\.`` train the
-  second decoder layer alone: the embeddings, the final norm and the first layer keep their
-  loaded values bit for bit, the second layer moves;
+- ``--only-train-params-name-list layers`` with ``--freeze-params-name-list``, matched in the
+  backend's own parameter names: FSDP ``layers\\.0\\.`` trains the second decoder layer alone,
+  Megatron ``mlp`` trains the attention of every layer (its pre-MLP norm is part of
+  ``mlp.linear_fc1``): the embeddings, the final norm and the frozen parts keep their loaded
+  values bit for bit, the trained ones move;
 - ``--reset-optimizer-states``: every rollout's update is Adam's first step, ``lr * sign(g)``
   per element, also on the second rollout the actor trains on (without it, the moments of the
   first would bend it);
@@ -31,8 +33,6 @@ LR = 5e-3
 FLAGS = (
     "--only-train-params-name-list",
     "layers",
-    "--freeze-params-name-list",
-    r"layers\.0\.",
     "--reset-optimizer-states",
     "--use-kl-loss",
     "--kl-loss-coef",
@@ -73,6 +73,8 @@ def test_fsdp_ppo_run_trains_the_critic_alone_first_then_a_subset_with_fresh_ada
         "--profile-target",
         "train_actor",
         "train_log_probs",
+        "--freeze-params-name-list",
+        r"layers\.0\.",
     )
     weights = _weights(slime_run.tmp_path, 3)
     initial = _initial(tiny_model_dir)
@@ -80,14 +82,18 @@ def test_fsdp_ppo_run_trains_the_critic_alone_first_then_a_subset_with_fresh_ada
     assert "critic/value_loss" in records[0] and "train/loss" not in records[0]
     assert all(torch.equal(weights[0][name], initial[name]) for name in initial)
     assert all("train/loss" in record for record in records[1:])
-    _check_trained_subset_fresh_adam_and_reference(records, weights, initial, first_trained=1)
+    trained = [name for name in initial if name.startswith("model.layers.1.")]
+    _check_trained_subset_fresh_adam_and_reference(records, weights, initial, trained, first_trained=1)
     _check_traces(slime_run.tmp_path / "run" / "tensorboard", ["train_actor_rank_0", "train_log_probs_rank_0"])
 
 
 def test_megatron_run_trains_a_subset_with_fresh_adam_and_a_moving_reference(slime_run, tiny_model_dir):
-    records = _run(slime_run, "megatron", 2, "--profile-target", "train_overall")
+    records = _run(slime_run, "megatron", 2, "--profile-target", "train_overall", "--freeze-params-name-list", "mlp")
+    initial = _initial(tiny_model_dir)
+    attention = ("self_attn", "input_layernorm")
+    trained = [name for name in initial if name.startswith("model.layers.") and any(a in name for a in attention)]
     _check_trained_subset_fresh_adam_and_reference(
-        records, _weights(slime_run.tmp_path, 2), _initial(tiny_model_dir), first_trained=0
+        records, _weights(slime_run.tmp_path, 2), initial, trained, first_trained=0
     )
     _check_traces(slime_run.tmp_path / "run" / "tensorboard", ["train_overall_rank_0"])
 
@@ -110,9 +116,8 @@ def _run(slime_run, backend: str, rollouts: int, *flags: str) -> list[dict]:
     return records
 
 
-def _check_trained_subset_fresh_adam_and_reference(records, weights, initial, first_trained: int) -> None:
+def _check_trained_subset_fresh_adam_and_reference(records, weights, initial, trained, first_trained: int) -> None:
     last, before = weights[-1], weights[first_trained - 1] if first_trained else initial
-    trained = [name for name in initial if name.startswith("model.layers.1.")]
     frozen = [name for name in initial if name not in trained]
     assert trained and "model.embed_tokens.weight" in frozen and "model.layers.0.mlp.up_proj.weight" in frozen
     assert all(torch.equal(last[name], initial[name]) for name in frozen)

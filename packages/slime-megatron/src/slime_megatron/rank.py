@@ -132,8 +132,10 @@ class MegatronTrainRank:
         modules = build_chunks(self.hf_config, cfg, mtp_layers=cfg.get("mtp_num_layers") or 0)
         for module in modules:
             _train_mtp_or_freeze(module, bool(cfg.get("enable_mtp_training")))
-        whole = self.parallel.get_pipeline_model_parallel_world_size() == 1
-        freeze_by_name([pair for module in modules for pair in module.named_parameters()], cfg, whole)
+        named = [pair for module in modules for pair in module.named_parameters()]
+        freeze_by_name(named, cfg, whole_model=self.parallel.get_pipeline_model_parallel_world_size() == 1)
+        if cfg.save:
+            _check_layers_frozen_alike(named)
         if starts_from_ref_load(cfg):
             load_weights(megatron_checkpoint(cfg.ref_load), modules)
         else:
@@ -477,6 +479,24 @@ class MegatronTrainRank:
 
     def memory(self) -> dict[str, float]:
         return memory_gib(self.device)
+
+
+def _check_layers_frozen_alike(named_parameters) -> None:
+    """megatron-core checkpoints a parameter of every decoder layer as one tensor, and its
+    optimizer state too, which a layer frozen by name does not have: refuse patterns that freeze
+    a parameter in some layers and train it in others before the first save fails."""
+    import re
+
+    trained: dict[str, set[bool]] = {}
+    for name, param in named_parameters:
+        trained.setdefault(re.sub(r"layers\.\d+\.", "layers.*.", name), set()).add(param.requires_grad)
+    mixed = sorted(name for name, states in trained.items() if len(states) > 1)
+    if mixed:
+        raise ValueError(
+            f"--only-train-params-name-list / --freeze-params-name-list freeze {mixed[0]} in some layers and not in "
+            "others, which megatron-core's checkpoints (one tensor over the layers) cannot save with --save: "
+            "freeze a parameter in every layer or in none (or use --train-backend fsdp)"
+        )
 
 
 def _train_mtp_or_freeze(model, train: bool) -> None:

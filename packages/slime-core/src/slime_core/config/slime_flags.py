@@ -44,7 +44,12 @@ SLIME_FLAGS: tuple[Accepted, ...] = (
     Accepted(
         "--start-rollout-id", type=int, reason="the first rollout id comes from the checkpoint in --load (0 without)"
     ),
-    Accepted("--min-batch-collection-ratio", type=float, reason=_NOT_YET),
+    Accepted(
+        "--min-batch-collection-ratio",
+        type=float,
+        reason="slime reads it nowhere now (its former rollout-buffer rollout waited for this share of a batch); "
+        "--rollout-buffer-url here collects whole batches",
+    ),
     Accepted(
         "--loss-mask-type",
         type=str,

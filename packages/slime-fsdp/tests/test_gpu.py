@@ -5,6 +5,8 @@ Skipped cleanly without CUDA (the ``gpu`` marker).
 """
 
 import functools
+import gzip
+import json
 
 import pytest
 import torch
@@ -133,3 +135,34 @@ def test_compiled_layers_give_the_eager_log_probs_and_gradient(gpu_rank):
     for a, b in zip(eager, compiled):
         torch.testing.assert_close(torch.tensor(b), torch.tensor(a), rtol=0.0, atol=0.1)
     assert compiled_norm == pytest.approx(eager_norm, rel=0.05)
+
+
+def test_cuda_memory_snapshot_and_profiler_trace_of_a_rollout(gpu_rank, tmp_path):
+    """--record-memory-history (torch recorder): the CUDA allocator's history is dumped once the
+    rollout --memory-snapshot-num-steps - 1 has trained, under the run directory; a train_actor
+    trace holds the CUDA kernels that ran."""
+    import pickle
+
+    rank = gpu_rank(
+        output_dir=str(tmp_path),
+        record_memory_history=True,
+        memory_snapshot_num_steps=1,
+        memory_snapshot_dir="snapshots",
+        use_pytorch_profiler=True,
+        profile_target=["train_actor"],
+        profile_step_start=0,
+        profile_step_end=2,
+        use_dynamic_batch_size=True,
+        max_tokens_per_gpu=256,
+    )
+    batch = synthetic_rollout_batch(num_groups=3, max_response=40, seed=4)
+    rank.start_train(0, batch)
+    rank.train_step(0)
+    rank.finish_train()
+    (snapshot,) = (tmp_path / "snapshots").glob("memory_snapshot_time*_rank0_snapshot.pickle")
+    recorded = pickle.loads(snapshot.read_bytes())
+    assert recorded["segments"] and any(trace for trace in recorded["device_traces"])
+    assert any(event["action"] == "alloc" for trace in recorded["device_traces"] for event in trace)
+    (trace,) = (tmp_path / "tensorboard").glob("train_actor_rank_0.*.pt.trace.json.gz")
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    assert any(event.get("cat") == "kernel" for event in events)

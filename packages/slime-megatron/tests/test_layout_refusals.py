@@ -143,3 +143,21 @@ def test_fewer_prompt_groups_than_model_replicas_are_refused_by_the_dry_run_and_
     options = {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2}
     status, err = dry_run(tiny_model_dir, 4, options, "--rollout-batch-size", "1")
     assert status == 0, err
+
+
+def test_name_patterns_that_freeze_a_parameter_in_some_layers_only_are_refused_before_a_save():
+    """megatron-core checkpoints a parameter of every layer as one tensor (its optimizer state
+    too): a layer frozen by --freeze-params-name-list leaves a hole that its save refuses."""
+    import torch
+
+    from slime_megatron.rank import _check_layers_frozen_alike
+
+    def named(*trained):
+        return [
+            (f"decoder.layers.{i}.mlp.linear_fc1.weight", torch.nn.Parameter(torch.zeros(1), requires_grad=t))
+            for i, t in enumerate(trained)
+        ]
+
+    _check_layers_frozen_alike(named(False, False))  # frozen in every layer: fine
+    with pytest.raises(ValueError, match=r"freeze decoder\.layers\.\*\.mlp\.linear_fc1\.weight in some layers"):
+        _check_layers_frozen_alike(named(False, True))

@@ -21,7 +21,9 @@ import torch.distributed as dist
 
 from slime_core.algorithms import AdvantageInputs, loss_denominators, ppo_advantages, reduce_loss, value_loss
 from slime_core.rank.micro_batches import step_slices
+from slime_core.rank.optimizer_state import reset_optimizer_states
 from slime_core.rank.step import pad_rows, sum_over_ranks
+from slime_core.rank.trainable import freeze_by_name
 from slime_core.rollout_batch import RolloutBatch
 from slime_fsdp import inputs
 from slime_fsdp.model import load_model, load_tokenizer, shard
@@ -54,6 +56,8 @@ class ValueModel(torch.nn.Module):
 class FSDPCriticRank(FSDPTrainRank):
     """One rank of the critic; checkpoints, offload and micro-batching as the policy's."""
 
+    role = "critic"
+
     def init(self) -> dict:
         cfg = self.config
         problem = critic_kl_problem(cfg)  # the config checks refuse it first
@@ -68,9 +72,13 @@ class FSDPCriticRank(FSDPTrainRank):
         )
         self.tokenizer = load_tokenizer(cfg.critic_load or cfg.hf_checkpoint, causal_lm)
         self.attn_implementation = causal_lm.config._attn_implementation
-        self.model = shard(ValueModel(causal_lm).to(self.device), self.mesh, cfg.bf16, cfg.fsdp_cpu_offload)
+        value_model = ValueModel(causal_lm)
+        freeze_by_name(value_model.named_parameters(), cfg)  # slime freezes the critic's by the same patterns
+        self.model = shard(value_model.to(self.device), self.mesh, cfg.bf16, cfg.fsdp_cpu_offload)
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg, lr=cfg.critic_lr or cfg.lr)
-        return {"rollout_id": self._resume(), "weight_version": self.version}
+        resumed = {"rollout_id": self._resume(), "weight_version": self.version}
+        self.profiler.started()
+        return resumed
 
     @torch.no_grad()
     def compute_values(self, batch: RolloutBatch) -> list[list[float]]:
@@ -85,6 +93,8 @@ class FSDPCriticRank(FSDPTrainRank):
 
     def train(self, rollout_id: int, batch: RolloutBatch) -> dict[str, float]:
         cfg = self.config
+        if cfg.reset_optimizer_states:
+            reset_optimizer_states([self.optimizer])
         mask = pad_rows(batch.loss_masks)
         old = pad_rows(self.compute_values(batch))
         advantage_inputs = AdvantageInputs(
@@ -102,6 +112,7 @@ class FSDPCriticRank(FSDPTrainRank):
             for indices in step_slices(len(batch), cfg.num_steps_per_rollout)
         ]
         self.version += 1
+        self.profiler.finish_rollout(rollout_id)
         return {key: sum(m[key] for m in history) / len(history) for key in history[0]}
 
     def _value_step(self, batch, indices, mask, old, returns) -> dict[str, float]:

@@ -15,11 +15,11 @@ if TYPE_CHECKING:
 def build_optimizer(
     model, config: Config, lr: float | None = None
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW over the model's parameters with ``lr`` (default ``--lr``), ``--weight-decay``,
-    ``--adam-beta1/2``, and the schedule of `lr_factor`."""
+    """AdamW over the model's trained parameters (not those frozen by name, `slime_core.rank.trainable`)
+    with ``lr`` (default ``--lr``), ``--weight-decay``, ``--adam-beta1/2``, and the schedule of `lr_factor`."""
     lr = config.lr if lr is None else lr
     optimizer = torch.optim.AdamW(
-        model.parameters(),
+        [param for param in model.parameters() if param.requires_grad],
         lr=lr,
         betas=(config.adam_beta1, config.adam_beta2),
         eps=config.adam_eps,

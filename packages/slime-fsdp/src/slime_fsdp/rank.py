@@ -17,7 +17,9 @@ import torch
 from slime_core.algorithms import batch_invariant
 from slime_core.checkpoint.directory import is_megatron_checkpoint, resume_checkpoint, starts_from_ref_load
 from slime_core.multimodal.vision_inputs import without_placeholders
+from slime_core.rank.optimizer_state import reset_optimizer_states
 from slime_core.rank.process_group import init_default_group
+from slime_core.rank.profiler import TrainProfiler
 from slime_core.rank.step import (
     RankStep,
     RolloutSteps,
@@ -26,8 +28,10 @@ from slime_core.rank.step import (
     memory_gib,
     nonfinite_parameters,
     pad_rows,
+    ref_update_due,
     sum_over_ranks,
 )
+from slime_core.rank.trainable import freeze_by_name
 from slime_core.rank.weight_bucket import WeightBucket
 from slime_core.rollout_batch import RolloutBatch
 from slime_fsdp import checkpoint, inputs, lora, weights
@@ -44,6 +48,7 @@ class FSDPTrainRank:
     """One training rank: a shard of the policy, its optimizer, and the RL step."""
 
     vision: VisionInputs | None = None  # a vision-language model's image inputs (set by `init`)
+    role = "actor"  # in the profilers' file names
 
     def __init__(self, config: Config, rank: int, world_size: int, master_addr: str, master_port: int):
         from torch.distributed.device_mesh import init_device_mesh
@@ -63,7 +68,9 @@ class FSDPTrainRank:
         )
         self.mesh = init_device_mesh(self.device.type, (world_size,))
         self.step = RankStep(config)
+        self.profiler = TrainProfiler(config, rank, self.device, self.role)  # records memory from here on, as slime's
         self.version = 0
+        self.rollout_id = 0  # the rollout being trained on (set by start_train)
         self._buckets: list[list[str]] = []
         self.lora = False  # LoRA adapters on the policy (`slime_fsdp.lora`); set by `init`, never on a critic
 
@@ -86,6 +93,7 @@ class FSDPTrainRank:
         self.lora = lora.enabled(cfg)
         if self.lora:
             lora.apply_lora(model, cfg)
+        freeze_by_name(model.named_parameters(), cfg)
         self.routing = RoutingReplay(model, cfg.use_rollout_routing_replay) if cfg.use_routing_replay else None
         self.vision = VisionInputs(cfg.hf_checkpoint, model.config) if is_vision_language(cfg.hf_checkpoint) else None
         self.model = shard(model.to(self.device), self.mesh, cfg.bf16, cfg.fsdp_cpu_offload)
@@ -94,7 +102,9 @@ class FSDPTrainRank:
         self.optimizer, self.scheduler = build_optimizer(self.model, cfg)
         self.reference = self._reference_shards()
         self.teacher = load_model(cfg.opd_teacher_load).eval() if cfg.opd_teacher_load else None
-        return {"rollout_id": self._resume(), "weight_version": self.version}
+        resumed = {"rollout_id": self._resume(), "weight_version": self.version}
+        self.profiler.started()
+        return resumed
 
     def _reference_shards(self) -> dict[str, torch.Tensor] | None:
         """The reference policy's shards on CPU: the starting weights, or ``--ref-load``."""
@@ -150,6 +160,7 @@ class FSDPTrainRank:
         if model == "ref" and self.reference is None:
             raise ValueError("reference log-probs need a reference model: set --use-kl-loss or --kl-coef")
         out: list[torch.Tensor | None] = [None] * len(batch)
+        self.profiler.begin("train_log_probs")
         with (
             torch.no_grad(),
             swap,
@@ -165,6 +176,8 @@ class FSDPTrainRank:
                     indices, inputs.response_log_probs(logits, micro, self.config.rollout_temperature)
                 ):
                     out[index] = lp.float().cpu()
+                self.profiler.tick("train_log_probs")
+        self.profiler.end("train_log_probs")
         return out
 
     def _routing_of(self, micro: inputs.MicroBatch, indices: list[int]):
@@ -180,8 +193,12 @@ class FSDPTrainRank:
     # ---------------------------------------------------------------- training
 
     def start_train(self, rollout_id: int, batch: RolloutBatch) -> int:
-        """Advantages for this rank's share; returns the ``--num-steps-per-rollout`` steps to run."""
+        """Advantages for this rank's share; returns the ``--num-steps-per-rollout`` steps to run.
+        With ``--reset-optimizer-states`` the optimizer starts the rollout afresh."""
+        self.rollout_id = rollout_id
         self.model.train()
+        if self.config.reset_optimizer_states:
+            reset_optimizer_states([self.optimizer])
         if self.routing is not None:
             self.routing.start(batch)
         data = self.step.tensors(
@@ -192,6 +209,7 @@ class FSDPTrainRank:
         )
         self.steps = RolloutSteps.plan(batch, data, self.config.num_steps_per_rollout)
         self.logprob_routing = self.routing.metrics("logprob") if self.routing is not None else {}
+        self.profiler.begin("train_actor")
         return len(self.steps.slices)
 
     def train_step(self, step: int) -> dict[str, float]:
@@ -199,9 +217,14 @@ class FSDPTrainRank:
         return self.steps.run(step, self._optimizer_step)
 
     def finish_train(self) -> dict[str, float]:
-        """The rollout's metrics (its steps averaged); the weights are one version newer."""
+        """The rollout's metrics (its steps averaged); the weights are one version newer, and
+        every ``--ref-update-interval`` rollouts the reference model becomes a copy of them."""
         steps, self.steps = self.steps, None
         self.version += 1
+        self.profiler.end("train_actor")
+        if self.reference is not None and ref_update_due(self.config, self.rollout_id):
+            self.reference = weights.snapshot_local_shards(self.model)
+        self.profiler.finish_rollout(self.rollout_id)
         return {**steps.metrics(self.step), **self.logprob_routing}
 
     def _optimizer_step(self, batch: RolloutBatch, indices: list[int], data: StepTensors) -> dict[str, float]:
@@ -210,6 +233,7 @@ class FSDPTrainRank:
         for micro_indices in self._plan(indices, batch):
             for key, value in self._backward(batch, micro_indices, data, denominators).items():
                 totals[key] = totals.get(key, 0.0) + value
+            self.profiler.tick("train_actor")
         metrics = sum_over_ranks(totals)
         metrics.update(lr=self.scheduler.get_last_lr()[0])
         if self.routing is not None:

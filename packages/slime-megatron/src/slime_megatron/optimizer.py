@@ -65,6 +65,11 @@ def build_optimizer(model: ModelChunks, config: Config):
     return get_megatron_optimizer(optimizer_config, list(model), config_overrides={})
 
 
+def torch_optimizers(optimizer) -> list[torch.optim.Optimizer]:
+    """The torch optimizers inside megatron's optimizer (one per chained part), which hold the state."""
+    return [part.optimizer for part in getattr(optimizer, "chained_optimizers", [optimizer])]
+
+
 def set_lr(optimizer, lr: float) -> None:
     """The learning rate of every parameter group for the next step."""
     for group in optimizer.param_groups:

@@ -56,6 +56,8 @@ from slime_core.checkpoint.directory import (
     resume_checkpoint,
     starts_from_ref_load,
 )
+from slime_core.rank.optimizer_state import reset_optimizer_states
+from slime_core.rank.profiler import TrainProfiler
 from slime_core.rank.step import (
     RankStep,
     RolloutSteps,
@@ -65,8 +67,10 @@ from slime_core.rank.step import (
     memory_gib,
     nonfinite_parameters,
     pad_rows,
+    ref_update_due,
     sum_over_ranks,
 )
+from slime_core.rank.trainable import freeze_by_name
 from slime_core.rank.weight_bucket import WeightBucket
 from slime_core.rollout_batch import RolloutBatch
 from slime_megatron import context, export, inputs, offload, schedule, swap
@@ -75,7 +79,7 @@ from slime_megatron.hooks import RankHooks
 from slime_megatron.layout import check_layout, check_teacher_vocab
 from slime_megatron.logprobs import gather_vocab, vocab_parallel_entropy, vocab_parallel_log_probs
 from slime_megatron.models.mtp_loss import mtp_losses
-from slime_megatron.optimizer import build_optimizer, set_lr, wrap
+from slime_megatron.optimizer import build_optimizer, set_lr, torch_optimizers, wrap
 from slime_megatron.parallel import init_parallel, replica_group
 from slime_megatron.shares import gather_shares
 
@@ -99,6 +103,7 @@ class MegatronTrainRank:
         cuda = torch.cuda.is_available()
         self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
         self.parallel = parallel_state
+        self.profiler = TrainProfiler(config, rank, self.device)  # records memory from here on, as slime's
         self.step = RankStep(
             config,
             group=parallel_state.get_data_parallel_group(),
@@ -127,6 +132,10 @@ class MegatronTrainRank:
         modules = build_chunks(self.hf_config, cfg, mtp_layers=cfg.get("mtp_num_layers") or 0)
         for module in modules:
             _train_mtp_or_freeze(module, bool(cfg.get("enable_mtp_training")))
+        named = [pair for module in modules for pair in module.named_parameters()]
+        freeze_by_name(named, cfg, whole_model=self.parallel.get_pipeline_model_parallel_world_size() == 1)
+        if cfg.save:
+            _check_layers_frozen_alike(named)
         if starts_from_ref_load(cfg):
             load_weights(megatron_checkpoint(cfg.ref_load), modules)
         else:
@@ -138,11 +147,13 @@ class MegatronTrainRank:
         self.same_shapes = any(
             inputs.tokens_gathered_across_replicas(net.config) for net in (modules, self.teacher) if net
         )
-        return {
+        resumed = {
             "rollout_id": self._resume() if cfg.load else 0,
             "weight_version": self.version,
             "data_parallel_rank": self.parallel.get_data_parallel_rank(),  # its replica (`replica_group`)
         }
+        self.profiler.started()
+        return resumed
 
     def _reference_weights(self) -> dict[str, torch.Tensor] | None:
         """The reference policy's parameter shards on CPU: the starting weights, or ``--ref-load``
@@ -212,9 +223,12 @@ class MegatronTrainRank:
         net = self.teacher if model == "teacher" else self.model
         micros = self._micro_batches(batch, list(range(len(batch))))
         reference = swap.swapped(self.model.module, self.reference) if model == "ref" else nullcontext()
+        self.profiler.begin("train_log_probs")
         with torch.no_grad(), reference:
             self.hooks.fire("megatron_before_log_probs_hook", list(net), model)
-            results = schedule.run(net, micros, self._collect_log_probs, forward_only=True)
+            tick = partial(self.profiler.tick, "train_log_probs")
+            results = schedule.run(net, micros, self._collect_log_probs, forward_only=True, on_forward=tick)
+        self.profiler.end("train_log_probs")
         out: list[torch.Tensor | None] = [None] * len(batch)
         for micro, result in zip(micros, results):
             for index, log_probs in zip(micro.indices, result):
@@ -255,10 +269,13 @@ class MegatronTrainRank:
     # ---------------------------------------------------------------- training
 
     def start_train(self, rollout_id: int, share: RolloutBatch) -> int:
-        """Advantages for the replica's samples; returns the ``--num-steps-per-rollout`` steps to run."""
+        """Advantages for the replica's samples; returns the ``--num-steps-per-rollout`` steps to run.
+        With ``--reset-optimizer-states`` the optimizer starts the rollout afresh."""
         self.rollout_id = rollout_id
         batch, _ = gather_shares(share, replica_group())
         self.model.train()
+        if self.config.reset_optimizer_states:
+            reset_optimizer_states(torch_optimizers(self.optimizer))
         data = self.step.tensors(
             batch,
             lambda model: self._log_probs(batch, model),
@@ -267,6 +284,7 @@ class MegatronTrainRank:
         )
         self.hooks.fire("megatron_train_data_hook", rollout_id, batch, data)
         self.steps = RolloutSteps.plan(batch, data, self.config.num_steps_per_rollout)
+        self.profiler.begin("train_actor")
         return len(self.steps.slices)
 
     def train_step(self, step: int) -> dict[str, float]:
@@ -274,9 +292,14 @@ class MegatronTrainRank:
         return self.steps.run(step, partial(self._optimizer_step, step))
 
     def finish_train(self) -> dict[str, float]:
-        """The rollout's metrics (its steps averaged); the weights are one version newer."""
+        """The rollout's metrics (its steps averaged); the weights are one version newer, and
+        every ``--ref-update-interval`` rollouts the reference model becomes a copy of them."""
         steps, self.steps = self.steps, None
         self.version += 1
+        self.profiler.end("train_actor")
+        if self.reference is not None and ref_update_due(self.config, self.rollout_id):
+            self.reference = swap.snapshot(self.model.module)
+        self.profiler.finish_rollout(self.rollout_id)
         return steps.metrics(self.step)
 
     def _optimizer_step(
@@ -292,7 +315,8 @@ class MegatronTrainRank:
         set_lr(self.optimizer, self.step.lr(self.updates))
         self.hooks.fire("megatron_before_train_step_hook", self.rollout_id, step, list(self.model), self.optimizer)
         loss_fn = partial(self._loss, data=data, denominators=denominators, scale=scale)
-        results = schedule.run(self.model, micros, loss_fn, forward_only=False)
+        tick = partial(self.profiler.tick, "train_actor")
+        results = schedule.run(self.model, micros, loss_fn, forward_only=False, on_forward=tick)
         totals: dict[str, float] = {}
         for result in results:
             for key, value in result.items():
@@ -455,6 +479,24 @@ class MegatronTrainRank:
 
     def memory(self) -> dict[str, float]:
         return memory_gib(self.device)
+
+
+def _check_layers_frozen_alike(named_parameters) -> None:
+    """megatron-core checkpoints a parameter of every decoder layer as one tensor, and its
+    optimizer state too, which a layer frozen by name does not have: refuse patterns that freeze
+    a parameter in some layers and train it in others before the first save fails."""
+    import re
+
+    trained: dict[str, set[bool]] = {}
+    for name, param in named_parameters:
+        trained.setdefault(re.sub(r"layers\.\d+\.", "layers.*.", name), set()).add(param.requires_grad)
+    mixed = sorted(name for name, states in trained.items() if len(states) > 1)
+    if mixed:
+        raise ValueError(
+            f"--only-train-params-name-list / --freeze-params-name-list freeze {mixed[0]} in some layers and not in "
+            "others, which megatron-core's checkpoints (one tensor over the layers) cannot save with --save: "
+            "freeze a parameter in every layer or in none (or use --train-backend fsdp)"
+        )
 
 
 def _train_mtp_or_freeze(model, train: bool) -> None:

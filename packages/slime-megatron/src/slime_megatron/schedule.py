@@ -19,14 +19,18 @@ from functools import partial
 import torch.distributed as dist
 
 
-def run(model, micros: list, loss_fn, forward_only: bool) -> list:
+def run(model, micros: list, loss_fn, forward_only: bool, on_forward=None) -> list:
     """``micros`` (`slime_megatron.inputs.MicroBatch`) through ``model`` (`ModelChunks`); for
-    each, the ``result`` of ``loss_fn(micro, logits) -> (loss, result)``, on every pipeline stage."""
+    each, the ``result`` of ``loss_fn(micro, logits) -> (loss, result)``, on every pipeline stage.
+    ``on_forward()`` is called after each micro-batch's forward (a profiler's step)."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     def forward_step(iterator, net):
         micro = next(iterator)
-        return net(*micro.model_inputs(), None), partial(loss_fn, micro)
+        output = net(*micro.model_inputs(), None)
+        if on_forward is not None:
+            on_forward()
+        return output, partial(loss_fn, micro)
 
     chunks = list(model)
     results = get_forward_backward_func()(

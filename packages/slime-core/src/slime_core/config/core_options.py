@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from slime_core.config import rollout_options as rollout
 from slime_core.config import run_options as run
+from slime_core.config import train_control
 from slime_core.config import training_options as training
 from slime_core.config.no_effect import add_core_rules
 from slime_core.config.options import OptionSet
@@ -23,11 +24,13 @@ def add_core_options(options: OptionSet) -> None:
         rollout.reward_options,
         training.algorithm_options,
         training.training_options,
+        train_control.train_control_options,
         training.weights_options,
         run.checkpoint_options,
         run.fault_tolerance_options,
         run.debug_options,
         run.observability_options,
+        train_control.profiling_options,
         _compatibility,
     ):
         add(options)

@@ -14,13 +14,11 @@ _NOT_YET = "not implemented in this slime yet"
 _WANDB = "W&B reads its login, entity and host from `wandb login` / WANDB_* environment variables"
 _TB = "TensorBoard files go to <output-dir>/tensorboard"
 _CI = "slime's own CI checks; not part of this slime"
-_MEMORY = f"memory profiling is {_NOT_YET}"
 _DEEPGEMM = "a DeepGEMM forward path of slime's Megatron backend; the backends choose their own kernels"
 _OFFLOAD = (
     "colocated runs (--colocate) take turns on the devices as the loop decides; there is no separate offload switch"
 )
 _PD = f"prefill/decode disaggregation of the engines is {_NOT_YET}"
-_TRAIN_SUBSET = f"training a subset of the parameters is {_NOT_YET}; every parameter is trained"
 _LOGPROBS_MEMORY = "the backends bound log-prob memory by --max-tokens-per-gpu (there is no separate chunking)"
 
 SLIME_FLAGS: tuple[Accepted, ...] = (
@@ -46,7 +44,12 @@ SLIME_FLAGS: tuple[Accepted, ...] = (
     Accepted(
         "--start-rollout-id", type=int, reason="the first rollout id comes from the checkpoint in --load (0 without)"
     ),
-    Accepted("--min-batch-collection-ratio", type=float, reason=_NOT_YET),
+    Accepted(
+        "--min-batch-collection-ratio",
+        type=float,
+        reason="slime reads it nowhere now (its former rollout-buffer rollout waited for this share of a batch); "
+        "--rollout-buffer-url here collects whole batches",
+    ),
     Accepted(
         "--loss-mask-type",
         type=str,
@@ -104,17 +107,12 @@ SLIME_FLAGS: tuple[Accepted, ...] = (
         type=int,
         reason="a Megatron --ref-load is read at the iteration its latest_checkpointed_iteration.txt names",
     ),
-    Accepted("--ref-update-interval", type=int, reason=f"updating the reference model from the actor is {_NOT_YET}"),
     Accepted("--keep-old-actor", reason="π_old is recomputed by the actor before each train step"),
-    Accepted("--num-critic-only-steps", type=int, reason=f"critic warm-up steps are {_NOT_YET}"),
-    Accepted("--reset-optimizer-states", reason=f"{_NOT_YET}: the optimizer state carries over between rollouts"),
     Accepted("--recompute-loss-function", reason="the loss is computed once per micro-batch"),
     Accepted("--use-stateless-adam", reason="the backends use AdamW"),
     Accepted("--allgather-cp", reason="context parallelism is slime-megatron's (--context-parallel-size)"),
     Accepted("--data-pad-size-multiplier", type=int, reason="micro-batches are padded as the backend needs"),
     Accepted("--qwen-gdn-backend", type=str, reason=_DEEPGEMM),
-    Accepted("--freeze-params-name-list", type=str, nargs="+", reason=_TRAIN_SUBSET),
-    Accepted("--only-train-params-name-list", type=str, nargs="+", reason=_TRAIN_SUBSET),
     *(
         Accepted(flag, type=str, nargs="+", reason=_DEEPGEMM)
         for flag in (
@@ -159,10 +157,6 @@ SLIME_FLAGS: tuple[Accepted, ...] = (
     Accepted("--log-multi-turn", reason="multi-turn samples are logged like the others"),
     Accepted("--log-passrate", reason="pass rates are reported for evaluation (pass@k)"),
     Accepted("--log-correct-samples", reason="--dump-rollouts writes every sample with its reward"),
-    Accepted("--memory-recorder", type=str, reason=_MEMORY),
-    Accepted("--memory-snapshot-dir", type=str, reason=_MEMORY),
-    Accepted("--memory-snapshot-num-steps", type=int, reason=_MEMORY),
-    Accepted("--profile-target", type=str, nargs="+", reason=f"profiling is {_NOT_YET}"),
     *(Accepted(flag, reason=_CI) for flag in ("--ci-test", "--ci-disable-kl-checker")),
     *(Accepted(flag, type=str, reason=_CI) for flag in ("--ci-save-grad-norm", "--ci-load-grad-norm")),
     Accepted("--ci-train-rollout-logprob-abs-diff-threshold", type=float, reason=_CI),

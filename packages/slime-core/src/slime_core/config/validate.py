@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from slime_core.config import train_control
 from slime_core.config.accepted_flags import architecture_problems
 from slime_core.config.config import Config
 from slime_core.config.options import OptionSet, key_to_flag
@@ -38,6 +39,7 @@ def validate(config: Config, options: OptionSet) -> list[str]:
     errors += architecture_problems(config)
     errors += replay_problems(config)
     errors += multimodal_problems(config)
+    errors += train_control.problems(config)
     return errors
 
 

@@ -187,9 +187,11 @@ class Run:
         if critic is not None:
             batch.values = critic.compute_values(batch)
             metrics.update({f"critic/{k}": v for k, v in critic.train_critic(rollout_id, batch).items()})
+        train: dict[str, float] = {}
         with weights.lock if weights else nullcontext():  # an engine replacement reads them
-            train = trainer.train(rollout_id, batch, on_step=lambda step: self.step_hooks(rollout_id, step))
-            self.version += 1
+            if self.actor_trains(rollout_id):
+                train = trainer.train(rollout_id, batch, on_step=lambda step: self.step_hooks(rollout_id, step))
+                self.version += 1
         seconds = time.perf_counter() - start
         tokens = sum(len(t) for t in batch.tokens)
         metrics.update({f"train/{k}": v for k, v in train.items()})
@@ -203,6 +205,11 @@ class Run:
             }
         )
         return metrics
+
+    def actor_trains(self, rollout_id: int) -> bool:
+        """Whether the actor trains on rollout ``rollout_id``: not in a PPO run's first
+        ``--num-critic-only-steps`` rollouts, which train the critic alone (as slime's loop)."""
+        return self.parts.critic is None or rollout_id >= self.config.num_critic_only_steps
 
     def rollout_log(self, rollout_id: int, result, groups, batch) -> dict[str, float]:
         """The rollout's default metrics (its own and the samples' statistics), unless a

@@ -336,6 +336,13 @@ def lr_factor(step: int, warmup: int, style: str, decay_iters: int | None, min_r
     return min_ratio + (1.0 - min_ratio) * shape
 
 
+def ref_update_due(config: Config, rollout_id: int) -> bool:
+    """Whether the reference model becomes a copy of the actor once rollout ``rollout_id`` has
+    trained: after every ``--ref-update-interval``-th rollout, counted from 0 as in slime."""
+    interval = config.get("ref_update_interval")
+    return bool(interval) and (rollout_id + 1) % interval == 0
+
+
 def memory_gib(device: torch.device) -> dict[str, float]:
     """Memory of this rank, in GiB: allocated and peak device memory on a GPU; resident and
     peak resident memory of the process on a CPU."""

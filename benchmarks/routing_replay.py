@@ -31,19 +31,6 @@ SLIME = str(Path(sys.executable).with_name("slime"))
 GAP, CHANGED = "train/train_rollout_logprob_abs_diff", "train/routing_replay_update_mismatch"
 
 
-def near_tied(path: Path) -> None:
-    """Rewrite the model at ``path`` with each expert's router row = row 0 + 2% of its own."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    with torch.no_grad():
-        for layer in model.model.layers:
-            weight = layer.mlp.gate.weight
-            weight.copy_(weight[:1] + 0.02 * weight)
-    model.save_pretrained(path)
-
-
 def run(model: Path, data: Path, out: Path, rollouts: int, r3: bool) -> dict:
     """One ``slime run``: the first rollout's gap, and the rollouts' mean gap and changed routing."""
     argv = [SLIME, "run", "--hf-checkpoint", str(model), "--prompt-data", str(data), "--rm-type", "math"]
@@ -66,7 +53,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rollouts", type=int, default=3)
     args = parser.parse_args()
-    from slime_core.tools.tiny_models import build_tiny_model
+    from slime_core.tools.tiny_models import build_tiny_model, tie_moe_routers
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -83,7 +70,7 @@ def main() -> None:
         for name in ("random", "near-tied"):
             model = build_tiny_model(root / name, "qwen3_moe", hidden_size=64)
             if name == "near-tied":
-                near_tied(model)
+                tie_moe_routers(model)
             for r3 in (False, True):
                 got = run(model, data, root / f"{name}-{r3}", args.rollouts, r3)
                 changed = "" if got["changed"] is None else f"{got['changed']:.1%}"

@@ -15,7 +15,7 @@ import torch
 
 from slime_core import hookimpl
 from slime_core.moe_routers import RouterTaps
-from slime_core.tools.tiny_models import build_tiny_model
+from slime_core.tools.tiny_models import build_tiny_model, tie_moe_routers
 
 CAPTURED = []  # the samples of the run's rollouts, kept by `_Capture`
 
@@ -32,16 +32,8 @@ class _Capture:
 def near_tied_moe(path):
     """A tiny Qwen3-MoE (hidden 64, 2 layers, 4 experts, top 2) whose experts' router weights are
     one shared row plus 2% of their own, so their scores nearly tie."""
-    from transformers import AutoModelForCausalLM
-
     build_tiny_model(path, "qwen3_moe", hidden_size=64)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    with torch.no_grad():
-        for layer in model.model.layers:
-            weight = layer.mlp.gate.weight
-            weight.copy_(weight[:1] + 0.02 * weight)
-    model.save_pretrained(path)
-    return path
+    return tie_moe_routers(path)
 
 
 def float32_routing(path, samples) -> list[torch.Tensor]:

@@ -387,3 +387,19 @@ def perturbed_copy(model_dir: str | Path, save_dir: str | Path, scale: float = 0
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(Path(model_dir) / name, Path(save_dir) / name)
     return Path(save_dir)
+
+
+def tie_moe_routers(model_dir: str | Path, share: float = 0.02) -> Path:
+    """Rewrite the MoE model in ``model_dir`` so that each expert's router row is row 0 plus
+    ``share`` of its own: the experts' scores nearly tie, so small numeric differences (bf16 against
+    float32) change the routing, as routing replay's tests and benchmark need."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            weight = layer.mlp.gate.weight
+            weight.copy_(weight[:1] + share * weight)
+    model.save_pretrained(model_dir)
+    return Path(model_dir)

@@ -121,6 +121,22 @@ def test_the_eval_budget_uses_the_eval_response_length(slime, tmp_path):
     assert "87 = 128 (max_position_embeddings of --hf-checkpoint) − 40 (--eval-max-response-len) − 1" in err
 
 
+def test_each_eval_config_dataset_is_budgeted_with_its_own_response_length(slime, tmp_path):
+    """``--eval-config`` gives each dataset its own ``max_response_len`` (else ``eval.defaults``'):
+    the long one's prompts are measured against it, the other's against the flags'."""
+    path = write(tmp_path / "prompts.jsonl", GOOD)
+    evaluation = write(tmp_path / "eval.jsonl", [long_prompt(100)])
+    config = tmp_path / "eval.yaml"
+    config.write_text(
+        "eval:\n  defaults: {max_response_len: 30}\n  datasets:\n"
+        f"    - {{name: short, path: {evaluation}, max_response_len: 8}}\n"
+        f"    - {{name: long, path: {evaluation}}}\n"
+    )
+    code, _, err, _ = slime(path, "--eval-config", str(config), dry_run=True)
+    assert code == 2 and err.count(f"{evaluation}:1: the prompt has 100 tokens") == 1, err
+    assert f"97 = 128 (max_position_embeddings of --hf-checkpoint) − 30 (--eval-config {config} eval.defaults " in err
+
+
 def test_prompts_are_measured_after_the_chat_template(slime, tmp_path):
     """125 characters fit the CPU engine's 127 tokens (it shortens the response to fit), but not
     once the chat template adds its 3 tokens: measured as the engine will see it."""

@@ -47,6 +47,7 @@ class DataSpec:
     format: PromptFormat  # its record keys, chat template and prompt length limit
     evaluation: bool
     rm_type: str | None = None  # an evaluation dataset's own reward
+    response: tuple[int, str] | None = None  # an evaluation dataset's own response limit, and where it is set
 
 
 def data_specs(config: Config) -> list[DataSpec]:
@@ -56,8 +57,16 @@ def data_specs(config: Config) -> list[DataSpec]:
         datasets = eval_datasets(config)
     except EvalConfigError:
         datasets = []  # reported by the config check
-    specs += [DataSpec(d.where, d.path, d.format, True, d.metadata.get("rm_type")) for d in datasets]
+    specs += [
+        DataSpec(d.where, d.path, d.format, True, d.metadata.get("rm_type"), _response(d.sampling, d.response_flag))
+        for d in datasets
+    ]
     return specs if config.get("prompt_data") else specs[1:]
+
+
+def _response(sampling: dict, flag: str) -> tuple[int, str] | None:
+    limit = sampling.get("max_response_len")
+    return (int(limit), flag) if isinstance(limit, int) else None
 
 
 def record_problems(config: Config, plugins) -> list[str]:
@@ -103,7 +112,7 @@ def prompt_length_problems(config: Config, plugins) -> tuple[list[str], list[str
     budget, files left without prompts) and one line per file on its prompts' lengths (for the
     dry run's report). Loads nothing when the run needs no tokenized prompt: no chat template,
     no ``--rollout-max-prompt-len`` and no engine."""
-    budgets = [(data, prompt_budget(config, data.evaluation, plugins)) for data in data_specs(config)]
+    budgets = [(data, prompt_budget(config, data.evaluation, plugins, data.response)) for data in data_specs(config)]
     no_room = budget_problems({budget for _, budget in budgets})
     tokenized = any(data.format.apply_chat_template or data.format.max_prompt_len or budget for data, budget in budgets)
     if no_room or not tokenized:

@@ -88,6 +88,7 @@ class EvalDataset:
     max_context_len: int | None  # prompt plus response tokens (--eval-max-context-len)
     metadata: dict[str, Any] = field(default_factory=dict)  # merged into each prompt's metadata (rm_type, ...)
     where: str = ""  # where it was declared, for messages ("--eval-config FILE dataset NAME")
+    response_flag: str = "--eval-max-response-len"  # where sampling["max_response_len"] comes from, for messages
 
 
 def eval_datasets(config: Config) -> list[EvalDataset]:
@@ -167,6 +168,15 @@ def _resolve(config: Config, entry: dict[str, Any], defaults: dict[str, Any], wh
             return defaults[key]
         return next((config.get(flag) for flag in _FALLBACKS[key] if config.get(flag) is not None), None)
 
+    def source(key: str) -> str:
+        """Where ``pick(key)`` came from, said as the user wrote it."""
+        if key in entry:
+            return f"{where} {key}"
+        if key in defaults:
+            return f"--eval-config {config.eval_config} eval.defaults {key}"
+        flag = next((flag for flag in _FALLBACKS[key] if config.get(flag) is not None), _FALLBACKS[key][0])
+        return "--" + flag.replace("_", "-")
+
     kwargs = pick("apply_chat_template_kwargs")
     fmt = PromptFormat(
         input_key=pick("input_key"),
@@ -192,6 +202,7 @@ def _resolve(config: Config, entry: dict[str, Any], defaults: dict[str, Any], wh
         max_context_len=config.get("eval_max_context_len"),
         metadata=metadata,
         where=where,
+        response_flag=source("max_response_len"),
     )
 
 

@@ -75,19 +75,24 @@ def engine_context(config: Config) -> tuple[int, str] | None:
     return (positions, "max_position_embeddings of --hf-checkpoint") if isinstance(positions, int) else None
 
 
-def prompt_budget(config: Config, evaluation: bool, plugins) -> PromptBudget | None:
-    """The budget of the rollout's prompts (``evaluation``: of the evaluation's); None for a
-    run without engines or with an unknown context length."""
+def prompt_budget(
+    config: Config, evaluation: bool, plugins, response: tuple[int, str] | None = None
+) -> PromptBudget | None:
+    """The budget of the rollout's prompts (``evaluation``: of the evaluation's; ``response``:
+    an evaluation dataset's own ``(max_response_len, where it is set)``, e.g. from
+    ``--eval-config``); None for a run without engines or with an unknown context length."""
     if not run_generates(config, plugins):
         return None
     context = engine_context(config)
     if context is None:
         return None
-    flag, response = "--rollout-max-response-len", config.rollout_max_response_len
-    if evaluation and config.get("eval_max_response_len") is not None:
-        flag, response = "--eval-max-response-len", config.eval_max_response_len
+    tokens, flag = config.rollout_max_response_len, "--rollout-max-response-len"
+    if evaluation and response is not None:
+        tokens, flag = response
+    elif evaluation and config.get("eval_max_response_len") is not None:
+        tokens, flag = config.eval_max_response_len, "--eval-max-response-len"
     engines = plugins.registry("rollout_engines")
     name = config.get("rollout_engine")
     if name in engines and getattr(engines.get(name), "shortens_responses", False):
-        flag, response = f"--rollout-engine {name} shortens the response to fit", 0
-    return PromptBudget(*context, response, flag)
+        tokens, flag = 0, f"--rollout-engine {name} shortens the response to fit"
+    return PromptBudget(*context, tokens, flag)

@@ -43,6 +43,17 @@ def test_yaml_scientific_notation_without_dot_is_a_number(tmp_path, options, dat
     assert load_config([path], options).lr == 1e-6
 
 
+def test_a_yaml_mapping_for_a_json_text_option_is_its_json(tmp_path, options, data):
+    """``apply_chat_template_kwargs: {enable_thinking: false}`` in YAML means the JSON object the
+    flag takes on the command line, not Python's repr of the mapping."""
+    path = write_yaml(
+        tmp_path,
+        f"prompt_data: {data}\nhf_checkpoint: m\nrollout_batch_size: 8\n"
+        "apply_chat_template_kwargs: {enable_thinking: false}\n",
+    )
+    assert load_config([path], options).apply_chat_template_kwargs == '{"enable_thinking": false}'
+
+
 def test_every_error_is_reported_together(tmp_path, options, data):
     path = write_yaml(tmp_path, f"prompt_data: {data}\nrollout_batch_sise: 8\nlr: fast\n")
     errors = errors_of([path, "--n-samples-per-prompt", "x", "--colocat"], options)

@@ -7,6 +7,7 @@ constraint, plugin checks) is collected, and `ConfigError` reports them all at o
 from __future__ import annotations
 
 import difflib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -246,7 +247,9 @@ def _convert_one(option: Option, raw: Any) -> Any:
     if kind is bool:
         value = _to_bool(raw)
     elif kind is str:
-        value = str(raw)
+        # a YAML mapping for a text option that holds JSON (--apply-chat-template-kwargs,
+        # --multimodal-keys, ...) is that JSON, not Python's repr of it
+        value = json.dumps(raw) if isinstance(raw, dict) else str(raw)
     elif isinstance(raw, bool):
         raise ValueError(f"expected {_describe(kind)}, got {raw}")
     else:

@@ -100,7 +100,9 @@ def test_config_checks_and_no_effect_warnings(base, options):
 @pytest.mark.skipif(importlib.util.find_spec("memray") is not None, reason="memray is installed")
 def test_memray_without_memray_installed_is_refused(base, options):
     errors = _errors([*base, "--record-memory-history", "--memory-recorder", "memray"], options)
-    assert any("pip install memray" in e for e in errors) and any("--memory-snapshot-num-steps N" in e for e in errors)
+    assert any("pip install 'slime-core[memray]'" in e for e in errors) and any(
+        "--memory-snapshot-num-steps N" in e for e in errors
+    )
 
 
 def test_a_cpu_rank_traces_its_phases_and_says_the_torch_memory_recorder_records_nothing(

@@ -139,7 +139,10 @@ def problems(config: Config) -> list[str]:
                 errors.append(f"--{key.replace('_', '-')}: {pattern!r} is not a Python regex ({exc}); fix the pattern")
     if config.get("record_memory_history") and config.get("memory_recorder") == "memray":
         if importlib.util.find_spec("memray") is None:
-            errors.append("--memory-recorder memray needs the memray package: pip install memray")
+            errors.append(
+                "--memory-recorder memray needs the memray package, which is not installed: "
+                "pip install 'slime-core[memray]'"
+            )
         if config.get("memory_snapshot_num_steps") is None:
             errors.append("--memory-recorder memray writes its file when it stops: set --memory-snapshot-num-steps N")
     targets = set(config.get("profile_target") or ())

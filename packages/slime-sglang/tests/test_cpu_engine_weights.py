@@ -191,3 +191,52 @@ def test_buckets_round_trip():
         assert all(decoded[name].dtype == t.dtype and torch.equal(decoded[name], t) for name, t in named)
     with pytest.raises(ValueError, match="not a tensor bucket.*encode_bucket"):
         decode_bucket(base64.b64encode(b"not safetensors").decode())
+
+
+def test_a_lora_adapter_is_merged_into_the_base_and_replaced_by_the_next(
+    engine_url, tiny_model_dir, tmp_path, restore_weights
+):
+    """A pushed LoRA adapter (a tensor bucket, or a peft adapter directory from disk) makes the
+    engine serve ``base + scaling * B @ A`` exactly as the merged weights do; the next adapter
+    is merged into the base, not into the previous merge; an incomplete adapter is refused."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    module = "model.layers.1.self_attn.q_proj"
+    weight = load_file(next(tiny_model_dir.glob("*.safetensors")))[f"{module}.weight"]
+    generator = torch.Generator().manual_seed(0)
+    adapters = [
+        (torch.randn(4, weight.shape[1], generator=generator), torch.randn(weight.shape[0], 4) / 4) for _ in "ab"
+    ]
+    expected = []
+    for a, b in adapters:  # what the merged weights serve
+        merged = weight.float() + 2.0 * (b @ a)
+        assert post(
+            engine_url,
+            "/update_weights_from_tensor",
+            {"serialized_named_tensors": [encode_bucket([(f"{module}.weight", merged)])]},
+        ).json()["success"]
+        expected.append(sample(engine_url)["outputs"])
+    assert expected[0] != expected[1]
+    assert post(engine_url, "/update_weights_from_disk", {"model_path": str(tiny_model_dir)}).json()["success"]
+    for (a, b), outputs in zip(adapters, expected):
+        pairs = [(f"{module}.lora_A.weight", a), (f"{module}.lora_B.weight", b)]
+        scaling = (f"{module}.lora_scaling", torch.tensor(2.0, dtype=torch.float64))
+        response = post(
+            engine_url, "/update_weights_from_tensor", {"serialized_named_tensors": [encode_bucket([*pairs, scaling])]}
+        )
+        assert response.json()["success"], response.text
+        assert sample(engine_url)["outputs"] == outputs
+    refused = post(engine_url, "/update_weights_from_tensor", {"serialized_named_tensors": [encode_bucket(pairs[:1])]})
+    assert refused.status_code == 400 and f"lacks {module}.lora_B.weight, {module}.lora_scaling" in refused.text
+    peft = tmp_path / "adapter"  # what --save-hf writes with LoRA: r 4, alpha 8
+    peft.mkdir()
+    (peft / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4, "lora_alpha": 8}))
+    a, b = adapters[0]
+    save_file(
+        {f"base_model.model.{module}.lora_A.weight": a, f"base_model.model.{module}.lora_B.weight": b},
+        peft / "adapter_model.safetensors",
+    )
+    assert post(engine_url, "/update_weights_from_disk", {"model_path": str(peft)}).json()["success"]
+    assert sample(engine_url)["outputs"] == expected[0]

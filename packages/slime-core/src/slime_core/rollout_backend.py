@@ -58,7 +58,13 @@ class Engines(Protocol):
     Optional: ``per_copy_seeds = True`` says that `RolloutEngine.generate_parallel` on these
     engines draws copy i with ``slime_core.engine.parallel_sample_seed(seed, i)``; only then does
     the default rollout send a group request its seed (an engine that gives every copy the same
-    seed, as SGLang does, gets none). Absent means False."""
+    seed, as SGLang does, gets none). Absent means False.
+
+    Optional: ``loads_lora_adapters = True`` says that every weight-update transport of these
+    engines also takes a LoRA adapter (``X.lora_A.weight``, ``X.lora_B.weight``, ``X.lora_scaling``
+    among the named tensors; a peft adapter directory from disk) and merges it into the base the
+    engine holds (the CPU engine: `slime_sglang.cpu_engine.adapters`); a LoRA run then syncs the
+    adapter alone. Absent means False: the merged weights are sent."""
 
     @property
     def urls(self) -> list[str]:

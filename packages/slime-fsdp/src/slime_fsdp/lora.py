@@ -6,8 +6,10 @@ peft injects its layers into the Hugging Face model in place (`apply_lora`): a t
 starts as the base model. Only the adapter trains; the optimizer keeps state for it alone.
 
 Around the sharded model, three views use Hugging Face names again:
-- the engines get merged weights ``W + (alpha / r) B A`` under ``X.weight`` (`merge_bucket`), so
-  every engine serves them as it would a fully fine-tuned model;
+- engines that load adapters (the CPU engine) get the adapter alone (`adapter_bucket`:
+  ``X.lora_A.weight``, ``X.lora_B.weight``, ``X.lora_scaling``) and merge it into their base;
+  the others get merged weights ``W + (alpha / r) B A`` under ``X.weight`` (`merge_bucket`),
+  which they serve as they would a fully fine-tuned model;
 - checkpoints hold the adapter and its optimizer state only (`slime_fsdp.checkpoint`): the base
   comes from ``--hf-checkpoint`` on resume;
 - ``--save-hf`` writes a peft adapter directory (`save_adapter`) that
@@ -76,7 +78,7 @@ def apply_lora(model, config: Config):
             + "; name Linear modules (e.g. q_proj v_proj, or all-linear)"
         )
     for name, parameter in model.named_parameters():
-        parameter.requires_grad_(".lora_" in name)
+        parameter.requires_grad_(is_adapter(name))
     return model
 
 
@@ -105,6 +107,22 @@ def merge_bucket(bucket: list[tuple[str, torch.Tensor]], scaling: float) -> list
             name = f"{prefix}.{leaf}"
         out.append((name, tensor))
     return out
+
+
+def adapter_bucket(bucket: list[tuple[str, torch.Tensor]], scaling: float) -> list[tuple[str, torch.Tensor]]:
+    """Full adapter tensors under peft's names -> under the names the CPU engine merges
+    (`slime_sglang.cpu_engine.adapters`): ``X.lora_A.weight``, ``X.lora_B.weight`` and, once per
+    module, ``X.lora_scaling`` (float64: the merge multiplies by the same number as `merge_bucket`)."""
+    out = []
+    for name, tensor in bucket:
+        out.append((name.replace(f".{ADAPTER}.", "."), tensor))
+        if ".lora_A." in name:
+            out.append((f"{name.split('.lora_A.')[0]}.lora_scaling", torch.tensor(scaling, dtype=torch.float64)))
+    return out
+
+
+def is_adapter(name: str) -> bool:
+    return ".lora_" in name
 
 
 def scaling(config: Config) -> float:

@@ -72,6 +72,7 @@ class FSDPTrainRank:
         self.version = 0
         self.rollout_id = 0  # the rollout being trained on (set by start_train)
         self._buckets: list[list[str]] = []
+        self._adapter_only = False  # the planned export is LoRA's adapter alone (`weight_buckets`)
         self.lora = False  # LoRA adapters on the policy (`slime_fsdp.lora`); set by `init`, never on a critic
 
     # ---------------------------------------------------------------- setup and resume
@@ -310,9 +311,13 @@ class FSDPTrainRank:
     def weight_version(self) -> int:
         return self.version
 
-    def weight_buckets(self, bucket_bytes: int) -> int:
+    def weight_buckets(self, bucket_bytes: int, adapter_only: bool = False) -> int:
+        """Plan the export (`TrainBackend.weight_buckets`); ``adapter_only``: LoRA's adapter alone."""
+        if adapter_only and not self.lora:
+            raise ValueError("an adapter-only weight export needs LoRA (--lora-rank > 0)")
+        self._adapter_only = adapter_only
         unit = lora.export_unit if self.lora else None
-        self._buckets = weights.plan_buckets(self.model, bucket_bytes, unit)
+        self._buckets = weights.plan_buckets(self.model, bucket_bytes, unit, lora.is_adapter if adapter_only else None)
         return len(self._buckets)
 
     def nonfinite_weights(self) -> list[str]:
@@ -320,11 +325,15 @@ class FSDPTrainRank:
         return nonfinite_parameters(self.model.named_parameters())
 
     def export_bucket(self, index: int) -> WeightBucket | None:
-        """Bucket ``index`` on rank 0 (None elsewhere); with LoRA its adapted weights merged."""
+        """Bucket ``index`` on rank 0 (None elsewhere); with LoRA the adapter alone
+        (`lora.adapter_bucket`) or its adapted weights merged (`lora.merge_bucket`)."""
         bucket = weights.gather_bucket(self.model, self._buckets[index], keep=self.rank == 0)
         if bucket is None:
             return None
-        return WeightBucket.pack(lora.merge_bucket(bucket, lora.scaling(self.config)) if self.lora else bucket)
+        if not self.lora:
+            return WeightBucket.pack(bucket)
+        export = lora.adapter_bucket if self._adapter_only else lora.merge_bucket
+        return WeightBucket.pack(export(bucket, lora.scaling(self.config)))
 
     def save(self, rollout_id: int) -> str:
         """A resumable checkpoint under ``--save``, and with ``--save-hf DIR`` a Hugging Face

@@ -9,16 +9,21 @@ from contextlib import contextmanager
 import torch
 
 
-def plan_buckets(model, bucket_bytes: int, unit: Callable[[str], str] | None = None) -> list[list[str]]:
+def plan_buckets(
+    model, bucket_bytes: int, unit: Callable[[str], str] | None = None, only: Callable[[str], bool] | None = None
+) -> list[list[str]]:
     """Parameter names (Hugging Face names: FSDP2 keeps them) in consecutive buckets of
     about ``bucket_bytes`` full-size bytes each; a parameter larger than that is alone.
     Parameters with the same ``unit(name)`` (consecutive ones) share a bucket: LoRA's base
-    weight and adapter, which are exported merged (`slime_fsdp.lora.export_unit`)."""
+    weight and adapter, which are exported merged (`slime_fsdp.lora.export_unit`). With
+    ``only``, the parameters it accepts (LoRA's adapter, exported alone)."""
     reshard(model)
     buckets: list[list[str]] = [[]]
     size = 0
     previous = None
     for name, param in model.named_parameters():
+        if only is not None and not only(name):
+            continue
         nbytes = param.numel() * param.element_size()
         key = unit(name) if unit else name
         if buckets[-1] and size + nbytes > bucket_bytes and key != previous:

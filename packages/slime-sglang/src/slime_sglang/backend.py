@@ -46,6 +46,9 @@ class SGLangBackend:
         engines = EngineGroup.start(config, config.hf_checkpoint, plugins, actor_options)
         if config.rollout_engine == "sglang":
             engines.transports = REAL_SGLANG_TRANSPORTS
+        # the CPU engine merges pushed LoRA adapters (`slime_sglang.cpu_engine.adapters`); SGLang's
+        # adapters are per request (/load_lora_adapter + lora_path), which the rollout does not send
+        engines.loads_lora_adapters = config.rollout_engine == "cpu"
         return engines
 
     def client(self, url: str, api_key: str | None = None) -> EngineClient:

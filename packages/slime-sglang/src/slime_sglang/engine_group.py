@@ -52,6 +52,7 @@ class EngineGroup:
     """The engines of a run: started here (as Ray actors) or external."""
 
     transports = WEIGHT_TRANSPORTS  # the CPU engine's (and external engines', unknown) weight transports
+    loads_lora_adapters = False  # the CPU engine started by this group does (`slime_sglang.backend`)
 
     def __init__(
         self,
@@ -132,6 +133,7 @@ class EngineGroup:
             per_copy_seeds=self.per_copy_seeds,
         )
         one.transports = self.transports
+        one.loads_lora_adapters = self.loads_lora_adapters
         return one
 
     def health_problem(self, index: int, timeout: float) -> str | None:

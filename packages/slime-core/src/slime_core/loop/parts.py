@@ -94,7 +94,9 @@ def start_parts(config: Config, plugins: Plugins, run_dir: RunDir, stack: ExitSt
         from slime_core.loop.weight_sync import WeightSync
 
         weights = _stopped_by(
-            stack, WeightSync(config, trainer, control, Path(run_dir.path) / "weights", gpu=placement.gpu), "close"
+            stack,
+            WeightSync(config, trainer, control, Path(run_dir.path) / "weights", gpu=placement.gpu, log=run_dir.log),
+            "close",
         )
     parts = Parts(
         config,

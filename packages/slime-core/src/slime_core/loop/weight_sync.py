@@ -14,6 +14,10 @@ three transports (``--update-weight-transport``), each a method of the rollout b
   engine pulls that into its host's local checkpoint (``--update-weight-local-checkpoint-dir``),
   verified per tensor, and loads the checkpoint.
 
+With LoRA (``--lora-rank``) and engines that merge adapters themselves (``loads_lora_adapters``:
+the CPU engine), every transport moves the adapter alone (`lora_export`); other engines get the
+merged weights, said once in the run's log.
+
 Engines are paused and their caches flushed around an update, so no request mixes two
 versions inside one forward pass; generation resumes where it stopped. ``lock`` is held
 while the trainer's weights are read for an update (and, by the loop, while they change in a
@@ -27,6 +31,7 @@ from __future__ import annotations
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,17 +55,42 @@ def default_transport(config: Config, supported: tuple[str, ...], gpu: bool) -> 
     return "disk" if "disk" in supported else supported[0]
 
 
+def lora_export(config: Config, engines: EngineControl, transport: str, log: Callable) -> bool:
+    """Whether a LoRA run's syncs send the adapter alone: yes when the engines merge adapters
+    themselves; otherwise the merged weights, with a warning in ``log``. ``disk`` without delta
+    loads what ``--save-hf`` writes, a peft adapter directory, so it needs such engines."""
+    if not config.get("lora_rank"):
+        return False
+    if engines.loads_lora_adapters:
+        log(f"slime run: LoRA: weight syncs ({transport}) send the adapter alone; the engines merge it into their base")
+        return True
+    if transport == "disk" and config.update_weight_mode != "delta":
+        raise ValueError(
+            "--lora-rank with --update-weight-transport disk: the trainer writes a peft adapter directory, and "
+            "these engines load only full Hugging Face directories; use --update-weight-transport tensor or "
+            "broadcast, --update-weight-mode delta (merged weights), or the CPU engine (it loads adapters)"
+        )
+    log(
+        "slime run: warning: LoRA: these engines do not load LoRA adapters (only the CPU engine started by the run "
+        "does), so every weight sync sends the full merged weights, not the adapter"
+    )
+    return False
+
+
 class WeightSync:
     """Sends the trainer's current weights to the engines (their control calls, on the rollout
     loop: `slime_core.rollout.engine_control.EngineControl`) and reports time and bytes."""
 
-    def __init__(self, config: Config, trainer, engines: EngineControl, weights_dir: Path, gpu: bool):
+    def __init__(
+        self, config: Config, trainer, engines: EngineControl, weights_dir: Path, gpu: bool, log: Callable = print
+    ):
         self.transport = default_transport(config, tuple(engines.transports), gpu)
         if self.transport not in engines.transports:
             raise ValueError(
                 f"--update-weight-transport {self.transport}: these engines take "
                 f"{', '.join(engines.transports)}; pick one of those"
             )
+        self.adapter_only = lora_export(config, engines, self.transport, log)
         self.trainer, self.engines = trainer, engines
         self.bucket_bytes = config.update_weight_buffer_size
         self.weights_dir = weights_dir
@@ -120,7 +150,7 @@ class WeightSync:
     def _each_bucket(self, send) -> int:
         """``send`` every bucket of the trainer's export; the bytes sent."""
         sent = 0
-        for bucket in self.trainer.export_weights(self.bucket_bytes):
+        for bucket in self.trainer.export_weights(self.bucket_bytes, self.adapter_only):
             send(bucket)
             sent += bucket.nbytes
         return sent
@@ -130,7 +160,7 @@ class WeightSync:
             return self._by_delta(engines, version)
         path = self.weights_dir / f"v{int(version):07d}"
         if not path.is_dir():  # a replaced engine gets the directory its peers loaded
-            self.trainer.save_hf(str(path))
+            self.trainer.save_hf(str(path))  # with LoRA a peft adapter directory (`lora_export`)
         engines.update_weights_from_disk(str(path), version)
         sent = sum(f.stat().st_size for f in path.glob("*.safetensors"))
         for older in self.weights_dir.glob("v*"):
@@ -142,7 +172,7 @@ class WeightSync:
         """Publish the next version (full, then deltas), have every engine pull it into its
         host's local checkpoint and load that; the bytes published."""
         assert self.delta is not None
-        published = self.delta.publish(self.trainer.export_weights(self.bucket_bytes))
+        published = self.delta.publish(self.trainer.export_weights(self.bucket_bytes, self.adapter_only))
         engines.pull_weights(str(self.weights_dir), self.local_dir, published)
         engines.update_weights_from_disk(self.local_dir, version)
         sent = self.delta.written_bytes(published)

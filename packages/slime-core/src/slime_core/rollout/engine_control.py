@@ -30,6 +30,11 @@ class EngineControl:
         return tuple(self.engines.transports)
 
     @property
+    def loads_lora_adapters(self) -> bool:
+        """Whether the engines merge pushed LoRA adapters themselves (``Engines``, optional)."""
+        return getattr(self.engines, "loads_lora_adapters", False)
+
+    @property
     def restartable(self) -> bool:
         return self.engines.restartable
 

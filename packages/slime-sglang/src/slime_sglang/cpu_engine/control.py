@@ -15,9 +15,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from slime_sglang.cpu_engine import adapters
 from slime_sglang.cpu_engine.engine import Engine
 from slime_sglang.cpu_engine.request import BadRequest
-from slime_sglang.cpu_engine.weights import apply_update, check_update, read_checkpoint, release_weights, resume_weights
+from slime_sglang.cpu_engine.weights import (
+    apply_update,
+    check_update,
+    read_checkpoint,
+    release_weights,
+    resume_weights,
+    updatable,
+)
 from slime_sglang.tensor_payload import decode_bucket
 
 MEMORY_TAGS = ("weights", "kv_cache", "cuda_graph")
@@ -74,7 +82,8 @@ async def update_weights_from_tensor(engine: Engine, body: dict) -> dict:
 
 
 async def update_weights_from_disk(engine: Engine, body: dict) -> dict:
-    """``model_path``: a Hugging Face directory of the same architecture (safetensors)."""
+    """``model_path``: a Hugging Face directory of the same architecture (safetensors), or a peft
+    LoRA adapter directory for it (`adapters`)."""
     model_path = body.get("model_path")
     if not isinstance(model_path, str):
         raise BadRequest("model_path (a Hugging Face directory with safetensors weights) is missing")
@@ -97,7 +106,7 @@ def check_update_fields(body: dict) -> None:
 async def load_update(engine: Engine, body: dict, read: Callable[[], Awaitable[list]], complete: bool) -> dict:
     """Get the ``(name, tensor)`` pairs off the event loop (``await read()``), then check and
     copy them at a safe point, with the body's ``weight_version``. ``complete``: a whole
-    checkpoint, which must cover every parameter."""
+    checkpoint, which must cover every parameter (unless it is a LoRA adapter: `adapters`)."""
     check_update_fields(body)
     version = body.get("weight_version")
     try:
@@ -108,12 +117,17 @@ async def load_update(engine: Engine, body: dict, read: Callable[[], Awaitable[l
     def apply() -> dict:
         if "weights" in engine.released:
             return {"success": False, "message": "the weights are released; POST /resume_memory_occupation first"}
-        problem = check_update(engine.model, named, complete)
+        plain, adapter = adapters.split(named)
+        parameters = updatable(engine.model)
+        problem = check_update(engine.model, plain, complete and not adapter) or adapters.problem(parameters, adapter)
         if problem:
             return {"success": False, "message": f"update refused, nothing changed: {problem}"}
         if body.get("abort_all_requests"):
             engine.scheduler.abort(None, "aborted for a weight update")
-        apply_update(engine.model, named)
+        apply_update(engine.model, plain)
+        for name, _ in plain:  # the sender now owns these weights whole
+            engine.lora_base.pop(name, None)
+        adapters.merge(parameters, adapter, engine.lora_base)
         if version is not None:
             engine.scheduler.weight_version = version
         return {

@@ -30,6 +30,7 @@ class Engine:
     released: set[str] = field(default_factory=set)  # memory tags released and not resumed
     released_weights: Path | None = None  # where released weights wait for resume
     in_flight: set[str] = field(default_factory=set)  # rids of the requests being generated
+    lora_base: dict = field(default_factory=dict)  # adapted weight name -> its base (`adapters.merge`)
     weight_groups: dict = field(default_factory=dict)  # name -> weight_groups.WeightGroup (None while joining)
     batch_invariant: bool = False  # --enable-deterministic-inference: log-probs of each sequence alone
     image_inputs: ImageInputs | None = None  # a vision-language model's image_data reader (None: text only)

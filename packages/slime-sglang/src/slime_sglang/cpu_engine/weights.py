@@ -121,8 +121,14 @@ def apply_update(model, named: NamedTensors) -> None:
 
 
 def read_checkpoint(model_path: str) -> NamedTensors:
-    """Every tensor of the safetensors files in a Hugging Face directory."""
+    """Every tensor of the safetensors files in a Hugging Face directory; a peft LoRA adapter
+    directory's as an adapter update (`slime_sglang.cpu_engine.adapters`)."""
     from safetensors.torch import load_file
+
+    from slime_sglang.cpu_engine.adapters import is_peft_adapter, read_peft_adapter
+
+    if is_peft_adapter(model_path):
+        return read_peft_adapter(model_path)
 
     files = sorted(Path(model_path).glob("*.safetensors"))
     if not files:

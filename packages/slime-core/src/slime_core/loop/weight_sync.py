@@ -62,7 +62,8 @@ def lora_export(config: Config, engines: EngineControl, transport: str, log: Cal
     if not config.get("lora_rank"):
         return False
     if engines.loads_lora_adapters:
-        log(f"slime run: LoRA: weight syncs ({transport}) send the adapter alone; the engines merge it into their base")
+        how = f"{transport}, delta" if config.update_weight_mode == "delta" else transport
+        log(f"slime run: LoRA: weight syncs ({how}) send the adapter alone; the engines merge it into their base")
         return True
     if transport == "disk" and config.update_weight_mode != "delta":
         raise ValueError(

@@ -60,10 +60,11 @@ class TrainRank(Protocol):
         """End the rollout's training (the weights are one version newer); the rollout's
         global-batch metrics (its steps averaged, equal on every rank)."""
 
-    def weight_buckets(self, bucket_bytes: int, adapter_only: bool = False) -> int:
+    def weight_buckets(self, bucket_bytes: int) -> int:
         """Plan the export of the weights in buckets of about ``bucket_bytes``; returns how
-        many buckets `export_bucket` serves. ``adapter_only`` (asked only of a LoRA policy, for
-        engines that load adapters): the LoRA adapter's tensors alone, not the merged weights."""
+        many buckets `export_bucket` serves. A backend with LoRA also takes ``adapter_only``
+        (passed as True only to a LoRA policy, for engines that load adapters): the adapter's
+        tensors alone, not the merged weights (slime-fsdp's ``FSDPTrainRank``)."""
 
     def export_bucket(self, index: int) -> WeightBucket | None:
         """Bucket ``index`` on rank 0: its ``(hf_name, full tensor)`` pairs packed by
@@ -306,7 +307,8 @@ class TrainGroup:
     def export_weights(self, bucket_bytes: int, adapter_only: bool = False) -> Iterator[WeightBucket]:
         """The weights in Hugging Face names and shapes, one bucket at a time (iterate a
         bucket for its ``(name, tensor)`` pairs); ``adapter_only``: a LoRA policy's adapter alone."""
-        for index in range(self.call("weight_buckets", bucket_bytes, adapter_only)[0]):
+        plan = (bucket_bytes, True) if adapter_only else (bucket_bytes,)  # backends without LoRA take bytes alone
+        for index in range(self.call("weight_buckets", *plan)[0]):
             yield self.call("export_bucket", index)[0]
 
     def shutdown(self) -> None:

@@ -409,12 +409,9 @@ class MegatronTrainRank:
     def weight_version(self) -> int:
         return self.version
 
-    def weight_buckets(self, bucket_bytes: int, adapter_only: bool = False) -> int:
+    def weight_buckets(self, bucket_bytes: int) -> int:
         """Gather the weights in Hugging Face names and shapes on rank 0 (every rank takes
-        part) and cut them into buckets of about ``bucket_bytes``. No LoRA here (refused at
-        config time: `slime_megatron.checks`), so no ``adapter_only`` export."""
-        if adapter_only:
-            raise ValueError("the Megatron backend trains no LoRA adapter: it exports full weights only")
+        part) and cut them into buckets of about ``bucket_bytes``."""
         pairs = export.hf_weights(self.model, self.hf_config, with_mtp=self._engines_take_mtp()) or []
         self._buckets = export.buckets(pairs, bucket_bytes)
         count = [len(self._buckets)]

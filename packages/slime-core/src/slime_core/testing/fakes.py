@@ -136,8 +136,7 @@ class FakeTrainRank:
             "trained_tokens": sum(m["trained_tokens"] for m in self.history),
         }
 
-    def weight_buckets(self, bucket_bytes: int, adapter_only: bool = False) -> int:
-        assert not adapter_only, "the fake trainer has no LoRA adapter"
+    def weight_buckets(self, bucket_bytes: int) -> int:
         return 1
 
     def export_bucket(self, index: int) -> WeightBucket:

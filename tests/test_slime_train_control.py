@@ -12,6 +12,9 @@
   is the actor, so the next rollout's KL to it is 0 although the actor has moved;
 - ``--num-critic-only-steps 1`` (PPO): the first rollout trains the critic alone, the actor's
   weights stay as loaded and it reports no train metrics;
+- ``--use-rollout-entropy``: the old log-prob pass also gives π_old's entropy, logged as its mean
+  over the response tokens (``train/rollout_entropy``, slime's rollout/entropy), between 0 and
+  log(vocabulary) -- although one step per rollout would otherwise skip that pass;
 - ``--use-pytorch-profiler --profile-target ...``: a trace per targeted phase in
   <output-dir>/tensorboard, holding the ops that ran (FSDP: a rollout's training and the
   log-prob passes; Megatron: the whole run, a step per rollout).
@@ -21,6 +24,7 @@ The weights are read from the ``--save-hf`` directory written after each rollout
 
 import gzip
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -39,6 +43,7 @@ FLAGS = (
     "0.01",
     "--ref-update-interval",
     "1",
+    "--use-rollout-entropy",
     "--use-pytorch-profiler",
     "--profile-step-start",
     "0",
@@ -117,6 +122,8 @@ def _run(slime_run, backend: str, rollouts: int, *flags: str) -> list[dict]:
 
 
 def _check_trained_subset_fresh_adam_and_reference(records, weights, initial, trained, first_trained: int) -> None:
+    vocab = initial["model.embed_tokens.weight"].shape[0]
+    assert all(0 < record["train/rollout_entropy"] <= math.log(vocab) for record in records[first_trained:])
     last, before = weights[-1], weights[first_trained - 1] if first_trained else initial
     frozen = [name for name in initial if name not in trained]
     assert trained and "model.embed_tokens.weight" in frozen and "model.layers.0.mlp.up_proj.weight" in frozen

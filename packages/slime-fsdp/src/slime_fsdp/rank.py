@@ -154,9 +154,12 @@ class FSDPTrainRank:
     def compute_log_probs(self, batch: RolloutBatch, model: str = "actor") -> list[list[float]]:
         return [lp.tolist() for lp in self._log_probs(batch, model)]
 
-    def _log_probs(self, batch: RolloutBatch, model: str, replay: bool = False) -> list[torch.Tensor]:
+    def _log_probs(
+        self, batch: RolloutBatch, model: str, replay: bool = False, entropy: list[torch.Tensor] | None = None
+    ) -> list[torch.Tensor]:
         """Per sample, the response log-probs under ``model``; ``replay``: the π_old pass of
-        `start_train`, with routing replay (`_routing_of`)."""
+        `start_train`, with routing replay (`_routing_of`); ``entropy``: a list that receives
+        each sample's per-token entropy of ``model`` from the same forward (`--use-rollout-entropy`)."""
         swap = weights.swapped_weights(self.model, self.reference) if model == "ref" else nullcontext()
         if model == "ref" and self.reference is None:
             raise ValueError("reference log-probs need a reference model: set --use-kl-loss or --kl-coef")
@@ -173,10 +176,11 @@ class FSDPTrainRank:
                 net = self.teacher if model == "teacher" else self.model
                 with self._routing_of(micro, indices) if replay and model == "actor" else nullcontext():
                     logits = self._logits(net, micro)
-                for index, lp in zip(
-                    indices, inputs.response_log_probs(logits, micro, self.config.rollout_temperature)
-                ):
+                temperature = self.config.rollout_temperature
+                for index, lp in zip(indices, inputs.response_log_probs(logits, micro, temperature)):
                     out[index] = lp.float().cpu()
+                if entropy is not None and indices:
+                    entropy.extend(h.float().cpu() for h in inputs.response_entropy(logits, micro, temperature))
                 self.profiler.tick("train_log_probs")
         self.profiler.end("train_log_probs")
         return out
@@ -202,14 +206,17 @@ class FSDPTrainRank:
             reset_optimizer_states([self.optimizer])
         if self.routing is not None:
             self.routing.start(batch)
+        entropy: list[torch.Tensor] = []
+        old_entropy = entropy if self.config.get("use_rollout_entropy") else None
         data = self.step.tensors(
             batch,
-            lambda model: self._log_probs(batch, model, replay=True),
+            lambda model: self._log_probs(batch, model, replay=True, entropy=old_entropy if model == "actor" else None),
             reference=self.reference is not None,
             teacher=self.teacher is not None,
         )
         self.steps = RolloutSteps.plan(batch, data, self.config.num_steps_per_rollout)
-        self.logprob_routing = self.routing.metrics("logprob") if self.routing is not None else {}
+        routing = self.routing.metrics("logprob") if self.routing is not None else {}
+        self.logprob_metrics = {**routing, **self.step.rollout_entropy(entropy)}  # of the π_old pass
         self.profiler.begin("train_actor")
         return len(self.steps.slices)
 
@@ -226,7 +233,7 @@ class FSDPTrainRank:
         if self.reference is not None and ref_update_due(self.config, self.rollout_id):
             self.reference = weights.snapshot_local_shards(self.model)
         self.profiler.finish_rollout(self.rollout_id)
-        return {**steps.metrics(self.step), **self.logprob_routing}
+        return {**steps.metrics(self.step), **self.logprob_metrics}
 
     def _optimizer_step(self, batch: RolloutBatch, indices: list[int], data: StepTensors) -> dict[str, float]:
         denominators = self.step.denominators(data, indices)

@@ -214,8 +214,12 @@ class MegatronTrainRank:
         log_probs = self._log_probs(batch, model)
         return [log_probs[i].tolist() for i in own]
 
-    def _log_probs(self, batch: RolloutBatch, model: str) -> list[torch.Tensor]:
-        """Per-sample response log-probs of the replica's ``batch`` under ``model``."""
+    def _log_probs(
+        self, batch: RolloutBatch, model: str, entropy: list[torch.Tensor] | None = None
+    ) -> list[torch.Tensor]:
+        """Per-sample response log-probs of the replica's ``batch`` under ``model``; ``entropy``:
+        a list that receives each sample's per-token entropy of ``model`` from the same forward
+        (``--use-rollout-entropy``)."""
         if model == "ref" and self.reference is None:
             raise ValueError("reference log-probs need a reference model: set --use-kl-loss or --kl-coef")
         if model == "teacher" and self.teacher is None:
@@ -227,18 +231,27 @@ class MegatronTrainRank:
         with torch.no_grad(), reference:
             self.hooks.fire("megatron_before_log_probs_hook", list(net), model)
             tick = partial(self.profiler.tick, "train_log_probs")
-            results = schedule.run(net, micros, self._collect_log_probs, forward_only=True, on_forward=tick)
+            collect = partial(self._collect_log_probs, entropy=entropy is not None)
+            results = schedule.run(net, micros, collect, forward_only=True, on_forward=tick)
         self.profiler.end("train_log_probs")
         out: list[torch.Tensor | None] = [None] * len(batch)
-        for micro, result in zip(micros, results):
-            for index, log_probs in zip(micro.indices, result):
-                out[index] = log_probs
+        entropies: list[torch.Tensor | None] = [None] * len(batch)
+        for micro, (log_probs, micro_entropy) in zip(micros, results):
+            for position, index in enumerate(micro.indices):
+                out[index] = log_probs[position]
+                entropies[index] = micro_entropy[position] if micro_entropy else None
+        if entropy is not None:
+            entropy.extend(h for h in entropies if h is not None)
         return out
 
-    def _collect_log_probs(self, micro: inputs.MicroBatch, logits: torch.Tensor):
-        """The schedule's loss function in a log-prob pass: no loss, the log-probs as CPU tensors."""
-        log_probs = self._response_log_probs(logits, micro)[0] if micro.indices else []
-        return torch.zeros((), device=logits.device), [lp.float().cpu() for lp in log_probs]
+    def _collect_log_probs(self, micro: inputs.MicroBatch, logits: torch.Tensor, entropy: bool = False):
+        """The schedule's loss function in a log-prob pass: no loss; the log-probs (and with
+        ``entropy`` the entropy, else None) as CPU tensors."""
+        if not micro.indices:
+            return torch.zeros((), device=logits.device), ([], None)
+        log_probs, entropies = self._response_log_probs(logits, micro, entropy=entropy)
+        cpu = lambda values: [v.float().cpu() for v in values]  # noqa: E731
+        return torch.zeros((), device=logits.device), (cpu(log_probs), None if entropies is None else cpu(entropies))
 
     def _response_log_probs(self, logits: torch.Tensor, micro: inputs.MicroBatch, entropy: bool = False):
         """Per sample, log π of each response token (over its nucleus with top-p replay) and
@@ -276,12 +289,15 @@ class MegatronTrainRank:
         self.model.train()
         if self.config.reset_optimizer_states:
             reset_optimizer_states(torch_optimizers(self.optimizer))
+        entropy: list[torch.Tensor] = []
+        old_entropy = entropy if self.config.get("use_rollout_entropy") else None
         data = self.step.tensors(
             batch,
-            lambda model: self._log_probs(batch, model),
+            lambda model: self._log_probs(batch, model, entropy=old_entropy if model == "actor" else None),
             reference=self.reference is not None,
             teacher=self.teacher is not None,
         )
+        self.logprob_metrics = self.step.rollout_entropy(entropy)  # of the π_old pass
         self.hooks.fire("megatron_train_data_hook", rollout_id, batch, data)
         self.steps = RolloutSteps.plan(batch, data, self.config.num_steps_per_rollout)
         self.profiler.begin("train_actor")
@@ -300,7 +316,7 @@ class MegatronTrainRank:
         if self.reference is not None and ref_update_due(self.config, self.rollout_id):
             self.reference = swap.snapshot(self.model.module)
         self.profiler.finish_rollout(self.rollout_id)
-        return steps.metrics(self.step)
+        return {**steps.metrics(self.step), **self.logprob_metrics}
 
     def _optimizer_step(
         self, step: int, batch: RolloutBatch, indices: list[int], data: StepTensors

@@ -81,6 +81,10 @@ RULES: dict[str, tuple[Callable, str]] = {
     ),
     "use_rollout_logprobs": (lambda c: c.loss_type != "sft_loss", _SFT_NO_RATIO),
     "use_opsm": (lambda c: c.loss_type != "sft_loss", _SFT_NO_RATIO),
+    "use_rollout_entropy": (
+        lambda c: c.loss_type != "sft_loss",
+        "supervised training (--loss-type sft_loss) has no old log-prob pass to take the entropy from",
+    ),
     "opsm_delta": (lambda c: c.use_opsm and c.loss_type != "sft_loss", "it is the threshold of --use-opsm"),
     "rollout_id_key": (
         lambda c: not c.calculate_per_token_loss,

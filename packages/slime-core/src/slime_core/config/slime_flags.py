@@ -59,11 +59,6 @@ SLIME_FLAGS: tuple[Accepted, ...] = (
         "--rollout-data-transport", type=str, reason="rollout data reaches the train ranks through Ray's object store"
     ),
     Accepted(
-        "--use-rollout-entropy",
-        reason=f"the entropy of the trainer's log-prob pass (slime's rollout/entropy, for custom loss masks) is "
-        f"{_NOT_YET}",
-    ),
-    Accepted(
         "--rollout-health-check-first-wait",
         type=float,
         reason="engines are health-checked once they answer (--rollout-health-check-interval)",
@@ -73,9 +68,10 @@ SLIME_FLAGS: tuple[Accepted, ...] = (
     Accepted(
         "--load-forge-rollout-data",
         type=str,
-        reason="slime's forged dumps are torch.save pickles of its own Sample.to_dict() records (no documented "
-        "format: slime/rollout/forge_load.py reads whatever its Sample class holds); replay rollouts this slime "
-        "saved (--save-debug-rollout-data, JSON) with --load-debug-rollout-data",
+        reason="slime/rollout/forge_load.py documents only the path (a file, or a {rollout_id} template); the file is "
+        "a torch.save pickle, loaded with weights_only=False, of its own Sample.to_dict() records (no documented "
+        "format: whatever its Sample class holds); replay rollouts this slime saved (--save-debug-rollout-data, JSON) "
+        "with --load-debug-rollout-data",
     ),
     Accepted(
         "--save-debug-train-data",

@@ -31,6 +31,15 @@ def algorithm_options(o: OptionSet) -> None:
         "--kl-loss-type", default="low_var_kl", choices=["k1", "k2", "k3", "low_var_kl"], help="KL estimator", group=g
     )
     o.add("--entropy-coef", type=float, default=0.0, help="entropy bonus weight", group=g)
+    o.add(
+        "--use-rollout-entropy",
+        type=bool,
+        default=False,
+        help="compute π_old's entropy in the trainer's old log-prob pass and log its mean over the response tokens "
+        "as train/rollout_entropy (slime's rollout/entropy); the pass runs even where the step's forward could stand "
+        "for π_old",
+        group=g,
+    )
     o.add("--gamma", type=float, default=1.0, help="discount factor", group=g)
     o.add("--lambd", type=float, default=1.0, help="GAE lambda", group=g)
     o.add("--normalize-advantages", type=bool, default=False, help="whiten advantages over the batch", group=g)

@@ -226,9 +226,15 @@ class RankStep:
         """Whether the step's own forward may stand for π_old: one optimizer step per rollout
         (the weights do not move before every sample has been through the forward once), and
         nothing needs π_old before the forward (on-policy distillation's advantages, a KL
-        penalty in the reward, an estimator marked ``needs_old_log_probs``)."""
+        penalty in the reward, an estimator marked ``needs_old_log_probs``, the entropy of
+        ``--use-rollout-entropy``, which slime takes in the old log-prob pass)."""
         cfg = self.config
-        needed = teacher or cfg.kl_coef or getattr(self.estimator, "needs_old_log_probs", False)
+        needed = (
+            teacher
+            or cfg.kl_coef
+            or getattr(self.estimator, "needs_old_log_probs", False)
+            or cfg.get("use_rollout_entropy")
+        )
         return cfg.num_steps_per_rollout == 1 and not needed
 
     def plan(self, indices: list[int], batch: RolloutBatch) -> list[list[int]]:
@@ -287,6 +293,16 @@ class RankStep:
         applied = [m for m in history if not m.get("skipped_step")] or history
         averaged = {key: sum(m[key] for m in applied) / len(applied) for key in applied[0] if key != "skipped_step"}
         return {**averaged, "skipped_steps": float(sum(m.get("skipped_step", 0.0) for m in history))}
+
+    def rollout_entropy(self, entropy: list[torch.Tensor]) -> dict[str, float]:
+        """``rollout_entropy``: π_old's entropy (each sample's per-token values from the old
+        log-prob pass) averaged over every response token of the data-parallel group's samples,
+        as slime logs it (rollout/entropy, loss mask or not); none without ``--use-rollout-entropy``."""
+        if not entropy:
+            return {}
+        own = {"sum": sum(float(e.sum()) for e in entropy), "tokens": float(sum(e.numel() for e in entropy))}
+        totals = sum_over_ranks(own, self.group)
+        return {"rollout_entropy": totals["sum"] / max(totals["tokens"], 1.0)}
 
     def apply_step(self, metrics: dict[str, float], grad_norm: float, loss_key: str = "loss") -> bool:
         """Whether to apply an optimizer step whose summed metrics are ``metrics`` and whose

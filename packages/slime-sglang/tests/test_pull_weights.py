@@ -1,6 +1,7 @@
 """The CPU engine's ``/pull_weights`` on what the trainer's `DeltaPublisher` publishes: a local
 copy follows full and delta versions byte for byte, an xor delta applies exactly once, an
-overwrite delta may apply again, and a corrupt delta fails naming its tensor with nothing applied."""
+overwrite delta may apply again, and a corrupt delta fails naming its tensor with nothing applied
+(and, unconfirmed, makes the next version a full one the copy pulls)."""
 
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from safetensors.torch import load_file
 
 from slime_core.loop.delta_sync import DeltaPublisher
 from slime_core.rank.weight_bucket import WeightBucket
-from slime_core.weight_delta import tensor_regions, version_dir
+from slime_core.weight_delta import delta_metadata, tensor_regions, version_dir
 from slime_sglang.cpu_engine.pull_weights import VERSION_FILE, apply_delta, pull
 
 
@@ -50,6 +51,7 @@ def test_a_local_copy_follows_full_then_delta_versions(tmp_path, encoding):
     v1 = weights(0)
     pull(source, local, publish(publisher, v1), base=tmp_path / "unused")
     assert_holds(local, v1)
+    publisher.confirm(1)
     v2 = step(v1)
     version = publish(publisher, v2)
     delta_files = list(version_dir(source, version).glob("*.safetensors"))
@@ -66,6 +68,7 @@ def test_an_overwrite_delta_applies_again_and_an_xor_one_is_refused_twice(tmp_pa
         source, local = tmp_path / encoding / "published", tmp_path / encoding / "local"
         publisher = DeltaPublisher(source, encoding, "adler32")
         pull(source, local, publish(publisher, weights(0)), base=tmp_path)
+        publisher.confirm(1)
         v1_marker = (local / VERSION_FILE).read_text()
         v2 = step(weights(0))
         pull(source, local, publish(publisher, v2), base=tmp_path)
@@ -84,6 +87,7 @@ def test_a_corrupt_delta_names_the_tensor_and_applies_nothing(tmp_path):
     publisher = DeltaPublisher(source, "xor", "blake3")
     v1 = weights(0)
     pull(source, local, publish(publisher, v1), base=tmp_path)
+    publisher.confirm(1)
     v2 = step(v1)
     v2["norm.weight"] += 1  # two tensors change; only the embedding's diff is corrupted below
     version = publish(publisher, v2)
@@ -97,3 +101,9 @@ def test_a_corrupt_delta_names_the_tensor_and_applies_nothing(tmp_path):
         pull(source, local, version, base=tmp_path)
     assert {f.name: f.read_bytes() for f in local.iterdir() if f.name in before} == before  # norm not applied
     assert_holds(local, v1)
+    # unconfirmed, version 2 is not what the engines hold: the next version is full, and brings them level again
+    v3 = step(v2)
+    version = publish(publisher, v3)
+    assert delta_metadata(version_dir(source, version)) is None
+    pull(source, local, version, base=tmp_path)
+    assert_holds(local, v3)

@@ -1,12 +1,14 @@
 """`DeltaPublisher`: the trainer's side of ``--update-weight-mode delta``.
 
-It keeps a snapshot of what the engines hold (the bytes of every exported tensor at the last
-sync) and publishes each sync as a version directory (`slime_core.weight_delta`) under the
-run's ``weights/`` folder: the first sync, and the one after `reset`, as a full version (the
-exported buckets as they are: the engines' local copies start from it, whatever the dtype of
-the checkpoint they were started from), every later one as the per-tensor diffs against the
-snapshot. The engines then pull the version into their hosts' local checkpoints (verified per
-tensor) and load those. Versions older than the one every engine pulled are deleted.
+It keeps a snapshot of the last published version (the bytes of every exported tensor) and
+publishes each sync as a version directory (`slime_core.weight_delta`) under the run's
+``weights/`` folder. The first sync, the one after `reset` and the one after a version the
+engines did not `confirm` (a failed pull or load leaves them on an older version, and a delta
+applies only on the version before it) are full versions: the exported buckets as they are, so
+the engines' local copies start from them, whatever the dtype of the checkpoint they were started
+from. Every other one holds the per-tensor diffs against the snapshot. The engines pull the
+version into their hosts' local checkpoints (verified per tensor) and load those; `confirm`
+records that and deletes the versions before it.
 
 THUDM/slime seeds the snapshot from ``--hf-checkpoint`` and publishes only deltas; here the
 first sync is full, since the trainer may export another dtype than the checkpoint holds.
@@ -35,7 +37,8 @@ class DeltaPublisher:
     def __init__(self, source_dir: Path, encoding: str, algorithm: str):
         self.source_dir, self.encoding, self.algorithm = source_dir, encoding, algorithm
         self.version = 0
-        self.snapshot: dict[str, np.ndarray] = {}  # tensor name -> its bytes as the engines hold them
+        self.snapshot: dict[str, np.ndarray] = {}  # tensor name -> its bytes in the last published version
+        self.confirmed = 0  # the last version every engine holds (`confirm`)
         self.full_bytes = 0  # bytes of the last sync's tensors: what a full sync would move
         self.origin = ""  # names the stream of versions since the last full one
 
@@ -48,7 +51,7 @@ class DeltaPublisher:
         self.version += 1
         folder = version_dir(self.source_dir, self.version)
         shutil.rmtree(folder, ignore_errors=True)  # a previous run's version of that number
-        if self.snapshot:
+        if self.snapshot and self.confirmed == self.version - 1:
             self._publish_delta(folder, buckets)
         else:
             self._publish_full(folder, buckets)
@@ -58,8 +61,10 @@ class DeltaPublisher:
         """Bytes of published ``version``: what every engine host reads."""
         return sum(f.stat().st_size for f in version_dir(self.source_dir, version).iterdir())
 
-    def prune(self, pulled: int) -> None:
-        """Delete the versions before ``pulled``, which every engine now holds."""
+    def confirm(self, pulled: int) -> None:
+        """Every engine holds version ``pulled`` (the last published), so the next version may
+        be a delta against it (the snapshot); the versions before it are deleted."""
+        self.confirmed = pulled
         for older in self.source_dir.glob("weight_v*"):
             if older.name < version_dir(self.source_dir, pulled).name:
                 shutil.rmtree(older, ignore_errors=True)

@@ -177,7 +177,7 @@ class WeightSync:
         engines.pull_weights(str(self.weights_dir), self.local_dir, published)
         engines.update_weights_from_disk(self.local_dir, version)
         sent = self.delta.written_bytes(published)
-        self.delta.prune(published)
+        self.delta.confirm(published)  # a failure above leaves it unconfirmed: the next version is full
         return sent
 
     def close(self) -> None:

@@ -24,7 +24,7 @@ class Progress:
             f"[rollout {rollout_id + 1}/{self.total}]",
             *([f"reward {metrics.get('rollout/reward_mean', float('nan')):.3f}"] if self.show_reward else []),
             f"len {metrics.get('rollout/response_length_mean', float('nan')):.1f}",
-            *([f"loss {metrics.get('train/loss', float('nan')):.4f}"] if self.show_loss else []),
+            *(_loss(metrics) if self.show_loss else []),
             f"{metrics.get('perf/step_seconds', 0.0):.2f} s/step",
             f"{metrics.get('perf/tokens_per_second', 0.0):,.0f} tok/s",
             f"ETA {_clock(eta)}",
@@ -35,6 +35,16 @@ class Progress:
             if key.startswith("eval/") and key.endswith("/reward_mean")
         ]
         return "  ".join(parts + evals + _nonfinite(metrics))
+
+
+def _loss(metrics: dict[str, float]) -> list[str]:
+    """The policy's loss; a rollout that trained the critic alone (``--num-critic-only-steps``)
+    has none, and shows the critic's value loss instead (a missing loss is not a NaN one)."""
+    if "train/loss" in metrics:
+        return [f"loss {metrics['train/loss']:.4f}"]
+    if "critic/value_loss" in metrics:
+        return [f"value loss {metrics['critic/value_loss']:.4f} (critic only)"]
+    return []
 
 
 def _nonfinite(metrics: dict[str, float]) -> list[str]:

@@ -1,7 +1,8 @@
 """slime's on-policy distillation launch: its reward asks the teacher engine at ``--rm-url``
 (a CPU engine, which answers SGLang's prompt log-probs) and the ``teacher_log_probs`` its
 post-process sets are trained on, equal to what the native teacher (``--opd-teacher-load``,
-the train backend's own forward) computes for the same weights; with ``--opd-teacher-load``
+the train backend's own forward) computes for the same weights, at temperature 1 whatever
+``--rollout-temperature`` (SGLang scores prompt tokens without it); with ``--opd-teacher-load``
 slime's own OPD functions select the native teacher's config; without a teacher the launch is
 refused, and a teacher engine that is not there is named in the error."""
 
@@ -110,7 +111,9 @@ def test_a_copy_of_slime_s_opd_trains_on_the_teacher_engine_s_log_probs_as_the_n
     from slime_sglang.cpu_engine.launch import cpu_engine
 
     with cpu_engine(tiny_model_dir) as teacher_url:
-        records, batch = fake_loop(*COPY, "--rm-url", f"{teacher_url}/generate", "--opd-kl-coef", "1.0", rollouts=1)
+        # the reward sends the rollout's temperature; the teacher engine scores the prompt at 1, as SGLang does
+        teacher = ("--rm-url", f"{teacher_url}/generate", "--rollout-temperature", "0.7")
+        records, batch = fake_loop(*COPY, *teacher, "--opd-kl-coef", "1.0", rollouts=1)
     assert records[-1]["rollout/reward_mean"] == 0.0
     # slime's tensors are kept as the core field's floats (saved samples are JSON)
     assert all(isinstance(s.teacher_log_probs, list) for s in sys.modules["my_opd"].SEEN)

@@ -25,6 +25,7 @@ from slime_core.rank.step import (
     RolloutSteps,
     StepTensors,
     check_prompts,
+    log_prob_temperature,
     memory_gib,
     nonfinite_parameters,
     pad_rows,
@@ -176,7 +177,7 @@ class FSDPTrainRank:
                 net = self.teacher if model == "teacher" else self.model
                 with self._routing_of(micro, indices) if replay and model == "actor" else nullcontext():
                     logits = self._logits(net, micro)
-                temperature = self.config.rollout_temperature
+                temperature = log_prob_temperature(self.config, model)
                 for index, lp in zip(indices, inputs.response_log_probs(logits, micro, temperature)):
                     out[index] = lp.float().cpu()
                 if entropy is not None and indices:

@@ -64,6 +64,7 @@ from slime_core.rank.step import (
     SampleLogits,
     StepTensors,
     check_prompts,
+    log_prob_temperature,
     memory_gib,
     nonfinite_parameters,
     pad_rows,
@@ -231,7 +232,11 @@ class MegatronTrainRank:
         with torch.no_grad(), reference:
             self.hooks.fire("megatron_before_log_probs_hook", list(net), model)
             tick = partial(self.profiler.tick, "train_log_probs")
-            collect = partial(self._collect_log_probs, entropy=entropy is not None)
+            collect = partial(
+                self._collect_log_probs,
+                entropy=entropy is not None,
+                temperature=log_prob_temperature(self.config, model),
+            )
             results = schedule.run(net, micros, collect, forward_only=True, on_forward=tick)
         self.profiler.end("train_log_probs")
         out: list[torch.Tensor | None] = [None] * len(batch)
@@ -244,26 +249,26 @@ class MegatronTrainRank:
             entropy.extend(h for h in entropies if h is not None)
         return out
 
-    def _collect_log_probs(self, micro: inputs.MicroBatch, logits: torch.Tensor, entropy: bool = False):
-        """The schedule's loss function in a log-prob pass: no loss; the log-probs (and with
-        ``entropy`` the entropy, else None) as CPU tensors."""
+    def _collect_log_probs(self, micro: inputs.MicroBatch, logits: torch.Tensor, entropy: bool, temperature: float):
+        """The schedule's loss function in a log-prob pass at ``temperature``: no loss; the
+        log-probs (and with ``entropy`` the entropy, else None) as CPU tensors."""
         if not micro.indices:
             return torch.zeros((), device=logits.device), ([], None)
-        log_probs, entropies = self._response_log_probs(logits, micro, entropy=entropy)
+        log_probs, entropies = self._response_log_probs(logits, micro, entropy, temperature)
         cpu = lambda values: [v.float().cpu() for v in values]  # noqa: E731
         return torch.zeros((), device=logits.device), (cpu(log_probs), None if entropies is None else cpu(entropies))
 
-    def _response_log_probs(self, logits: torch.Tensor, micro: inputs.MicroBatch, entropy: bool = False):
+    def _response_log_probs(
+        self, logits: torch.Tensor, micro: inputs.MicroBatch, entropy: bool = False, temperature: float | None = None
+    ):
         """Per sample, log π of each response token (over its nucleus with top-p replay) and
-        the entropy of π, from the (B, W, V/tp) vocabulary-parallel logits."""
+        the entropy of π, from the (B, W, V/tp) vocabulary-parallel logits, at ``temperature``
+        (default ``--rollout-temperature``)."""
         positions, targets, counts = micro.response_positions()
         held, local = micro.held(positions)  # with context parallelism: the rank's (N_cp,) of them
         scores = logits.reshape(-1, logits.shape[-1])[local]  # (N_cp, V/tp)
-        group, temperature, vocab = (
-            self.parallel.get_tensor_model_parallel_group(),
-            self.config.rollout_temperature,
-            self.hf_config.vocab_size,
-        )
+        group, vocab = self.parallel.get_tensor_model_parallel_group(), self.hf_config.vocab_size
+        temperature = self.config.rollout_temperature if temperature is None else temperature
         keep = None
         if micro.nuclei is not None:  # the nuclei's ids in this rank's slice of the vocabulary
             width = scores.shape[-1]

@@ -385,6 +385,14 @@ def nonfinite_parameters(named_parameters) -> list[str]:
     return [name for (name, _), ok in zip(named, finite) if not ok]
 
 
+def log_prob_temperature(config: Config, model: str) -> float:
+    """The temperature ``model``'s log-probs are taken at: the policy's (actor, reference) at
+    ``--rollout-temperature``, the distribution the engine samples from; a distillation teacher's
+    at 1, as SGLang scores input tokens whatever the request's temperature (slime's OPD reward
+    sends the rollout's temperature to the teacher engine, and gets the plain log-softmax back)."""
+    return 1.0 if model == "teacher" else config.rollout_temperature
+
+
 def check_prompts(tokens: list[list[int]], response_lengths: list[int]) -> None:
     """Every sample needs a prompt token (the first response token is predicted from it)
     and a response token."""

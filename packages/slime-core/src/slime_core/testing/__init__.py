@@ -27,6 +27,7 @@ from slime_core.testing.train_backend import (
     actor_and_reference_log_probs,
     check_gpu_train_step,
     check_rank_resume,
+    check_teacher_temperature,
     destroy_default_group,
     train_one_rollout,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "check_gpu_train_step",
     "check_plugin_installed",
     "check_rank_resume",
+    "check_teacher_temperature",
     "command_line",
     "descendants",
     "destroy_default_group",

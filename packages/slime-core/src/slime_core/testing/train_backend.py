@@ -69,6 +69,38 @@ def check_rank_resume(rank_class, teardown, prompts: Path, tmp_path: Path, famil
     assert not different, f"not bit-exact after the resume: {different}"
 
 
+def check_teacher_temperature(rank_class, teardown, prompts: Path, tmp_path: Path, **options) -> None:
+    """Assert that a ``rank_class`` rank in this process takes a distillation teacher's
+    log-probs at temperature 1 whatever ``--rollout-temperature`` (here 0.5), as SGLang scores
+    the prompt tokens a teacher engine is sent (slime's OPD reward), while the actor's are at
+    0.5: each against one forward of the Hugging Face model alone (`log_probs_alone`) on the
+    ``qwen2`` tiny model the rank loads as actor and as teacher."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from slime_core.tools.tiny_models import build_tiny_model
+    from slime_core.train_backend import TrainGroup
+
+    model_dir = build_tiny_model(tmp_path / "model", "qwen2", hidden_size=32)
+    batch = synthetic_rollout_batch(seed=0)  # 4 groups of 4
+    teacher_options = dict(rollout_temperature=0.5, opd_teacher_load=str(model_dir), opd_kl_coef=0.0)
+    config = make_config(prompts, model_dir, rollout_batch_size=4, n_samples_per_prompt=4, **teacher_options, **options)
+    try:
+        group = TrainGroup(rank_class, config, 1, in_process=True)
+        group.init()
+        teacher, actor = group.compute_log_probs(batch, "teacher"), group.compute_log_probs(batch)
+    finally:
+        teardown()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+    cooled = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+    with torch.no_grad():
+        cooled.lm_head.weight.mul_(2.0)  # logits / 0.5
+    for i, (tokens, response_length) in enumerate(zip(batch.tokens, batch.response_lengths)):
+        plain, at_half = (log_probs_alone(m, tokens, response_length) for m in (model, cooled))
+        torch.testing.assert_close(torch.tensor(teacher[i]), plain, atol=1e-4, rtol=0)
+        torch.testing.assert_close(torch.tensor(actor[i]), at_half, atol=1e-4, rtol=0)
+
+
 def check_gpu_train_step(rank_class, teardown, prompts: Path, tmp_path: Path, family: str, **options) -> None:
     """Assert one bf16 train step of a tiny ``family`` model (hidden size 128: head dims the
     flash kernels take) on one CUDA GPU through a ``rank_class`` rank in this process: its

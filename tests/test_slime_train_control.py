@@ -14,7 +14,9 @@
   weights stay as loaded and it reports no train metrics;
 - ``--use-rollout-entropy``: the old log-prob pass also gives π_old's entropy, logged as its mean
   over the response tokens (``train/rollout_entropy``, slime's rollout/entropy), between 0 and
-  log(vocabulary) -- although one step per rollout would otherwise skip that pass;
+  log(vocabulary) -- although one step per rollout would otherwise skip that pass -- and the
+  reference's pass the reference's (``train/rollout_ref_entropy``), the same while the reference
+  is the actor (before the first update; then after each, by ``--ref-update-interval 1``);
 - ``--use-pytorch-profiler --profile-target ...``: a trace per targeted phase in
   <output-dir>/tensorboard, holding the ops that ran (FSDP: a rollout's training and the
   log-prob passes; Megatron: the whole run, a step per rollout).
@@ -123,7 +125,9 @@ def _run(slime_run, backend: str, rollouts: int, *flags: str) -> list[dict]:
 
 def _check_trained_subset_fresh_adam_and_reference(records, weights, initial, trained, first_trained: int) -> None:
     vocab = initial["model.embed_tokens.weight"].shape[0]
-    assert all(0 < record["train/rollout_entropy"] <= math.log(vocab) for record in records[first_trained:])
+    for record in records[first_trained:]:
+        assert 0 < record["train/rollout_entropy"] <= math.log(vocab)
+        assert record["train/rollout_ref_entropy"] == pytest.approx(record["train/rollout_entropy"], abs=1e-6)
     last, before = weights[-1], weights[first_trained - 1] if first_trained else initial
     frozen = [name for name in initial if name not in trained]
     assert trained and "model.embed_tokens.weight" in frozen and "model.layers.0.mlp.up_proj.weight" in frozen

@@ -207,17 +207,17 @@ class FSDPTrainRank:
             reset_optimizer_states([self.optimizer])
         if self.routing is not None:
             self.routing.start(batch)
-        entropy: list[torch.Tensor] = []
-        old_entropy = entropy if self.config.get("use_rollout_entropy") else None
+        entropy: dict[str, list[torch.Tensor]] = {"actor": [], "ref": []}  # `RankStep.rollout_entropy`
+        wanted = self.config.get("use_rollout_entropy")
         data = self.step.tensors(
             batch,
-            lambda model: self._log_probs(batch, model, replay=True, entropy=old_entropy if model == "actor" else None),
+            lambda model: self._log_probs(batch, model, replay=True, entropy=entropy.get(model) if wanted else None),
             reference=self.reference is not None,
             teacher=self.teacher is not None,
         )
         self.steps = RolloutSteps.plan(batch, data, self.config.num_steps_per_rollout)
         routing = self.routing.metrics("logprob") if self.routing is not None else {}
-        self.logprob_metrics = {**routing, **self.step.rollout_entropy(entropy)}  # of the π_old pass
+        self.logprob_metrics = {**routing, **self.step.rollout_entropy(entropy)}  # of the log-prob passes
         self.profiler.begin("train_actor")
         return len(self.steps.slices)
 

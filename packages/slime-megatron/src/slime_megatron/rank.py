@@ -294,15 +294,15 @@ class MegatronTrainRank:
         self.model.train()
         if self.config.reset_optimizer_states:
             reset_optimizer_states(torch_optimizers(self.optimizer))
-        entropy: list[torch.Tensor] = []
-        old_entropy = entropy if self.config.get("use_rollout_entropy") else None
+        entropy: dict[str, list[torch.Tensor]] = {"actor": [], "ref": []}  # `RankStep.rollout_entropy`
+        wanted = self.config.get("use_rollout_entropy")
         data = self.step.tensors(
             batch,
-            lambda model: self._log_probs(batch, model, entropy=old_entropy if model == "actor" else None),
+            lambda model: self._log_probs(batch, model, entropy=entropy.get(model) if wanted else None),
             reference=self.reference is not None,
             teacher=self.teacher is not None,
         )
-        self.logprob_metrics = self.step.rollout_entropy(entropy)  # of the π_old pass
+        self.logprob_metrics = self.step.rollout_entropy(entropy)  # of the log-prob passes
         self.hooks.fire("megatron_train_data_hook", rollout_id, batch, data)
         self.steps = RolloutSteps.plan(batch, data, self.config.num_steps_per_rollout)
         self.profiler.begin("train_actor")

@@ -35,8 +35,9 @@ def algorithm_options(o: OptionSet) -> None:
         "--use-rollout-entropy",
         type=bool,
         default=False,
-        help="compute π_old's entropy in the trainer's old log-prob pass and log its mean over the response tokens "
-        "as train/rollout_entropy (slime's rollout/entropy); the pass runs even where the step's forward could stand "
+        help="compute π_old's entropy in the trainer's old log-prob pass (and the reference model's in its pass) and "
+        "log its mean over the response tokens as train/rollout_entropy (train/rollout_ref_entropy), slime's "
+        "rollout/entropy (rollout/ref_entropy); the old log-prob pass runs even where the step's forward could stand "
         "for π_old",
         group=g,
     )

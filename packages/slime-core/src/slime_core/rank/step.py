@@ -294,15 +294,25 @@ class RankStep:
         averaged = {key: sum(m[key] for m in applied) / len(applied) for key in applied[0] if key != "skipped_step"}
         return {**averaged, "skipped_steps": float(sum(m.get("skipped_step", 0.0) for m in history))}
 
-    def rollout_entropy(self, entropy: list[torch.Tensor]) -> dict[str, float]:
-        """``rollout_entropy``: π_old's entropy (each sample's per-token values from the old
-        log-prob pass) averaged over every response token of the data-parallel group's samples,
-        as slime logs it (rollout/entropy, loss mask or not); none without ``--use-rollout-entropy``."""
-        if not entropy:
+    def rollout_entropy(self, entropy: dict[str, list[torch.Tensor]]) -> dict[str, float]:
+        """With ``--use-rollout-entropy``, ``rollout_entropy`` and ``rollout_ref_entropy``: the
+        entropy of π_old and of the reference model (``entropy["actor"]`` / ``["ref"]``: each
+        sample's per-token values from their log-prob passes) averaged over every response token
+        of the data-parallel group's samples, as slime logs them (rollout/entropy and
+        rollout/ref_entropy, loss mask or not); the reference's only with a reference model."""
+        if not self.config.get("use_rollout_entropy"):
             return {}
-        own = {"sum": sum(float(e.sum()) for e in entropy), "tokens": float(sum(e.numel() for e in entropy))}
+        own = {}
+        for model, values in entropy.items():
+            own[f"{model}_sum"] = sum(float(e.sum()) for e in values)
+            own[f"{model}_tokens"] = float(sum(e.numel() for e in values))
         totals = sum_over_ranks(own, self.group)
-        return {"rollout_entropy": totals["sum"] / max(totals["tokens"], 1.0)}
+        names = {"actor": "rollout_entropy", "ref": "rollout_ref_entropy"}
+        return {
+            names[model]: totals[f"{model}_sum"] / totals[f"{model}_tokens"]
+            for model in entropy
+            if totals[f"{model}_tokens"]
+        }
 
     def apply_step(self, metrics: dict[str, float], grad_norm: float, loss_key: str = "loss") -> bool:
         """Whether to apply an optimizer step whose summed metrics are ``metrics`` and whose

@@ -7,8 +7,9 @@ the server's message, because it means the request itself is wrong. When the eng
 there to answer (no connection, or a 5xx from it or from the router in front of it) the error
 is the subclass `EngineUnavailable`: with ``--use-fault-tolerance`` the rollout generates
 such a sample again once the engines are back (``slime_core.rollout.generate.generate_resilient``).
-Both errors, and the answer's codec (``parse_generate``), are slime-core's
-(``slime_core.engine``), shared by every rollout backend.
+Both errors are slime-core's (``slime_core.engine``), shared by every rollout backend, and so is
+the generation over SGLang's ``/generate`` (``slime_core.generate_wire``), which slime-vllm's
+client speaks to a router in front of vLLM servers too.
 
 The transport is an aiohttp session per event loop (``slime_core.rollout.http_session``).
 """
@@ -21,7 +22,8 @@ from typing import Any
 
 import aiohttp
 
-from slime_core.engine import EngineError, EngineUnavailable, GenerateResult, SamplingParams, parse_generate
+from slime_core.engine import EngineError, EngineUnavailable
+from slime_core.generate_wire import SGLangGenerate
 from slime_core.rank.weight_bucket import WeightBucket
 from slime_core.rollout.http_session import HttpClient
 
@@ -29,56 +31,10 @@ JSON_CONTENT = {"Content-Type": "application/json"}
 OCTET_STREAM = {"Content-Type": "application/octet-stream"}
 
 
-class EngineClient(HttpClient):
+class EngineClient(SGLangGenerate, HttpClient):
     """One HTTP client for one base URL (an engine or a router); ``timeout``: seconds a call
     may take (None: no limit, as a long generation needs); ``api_key``: sent as
     ``Authorization: Bearer`` with every call (the run's token, ``slime_core.cluster.network``)."""
-
-    async def generate(
-        self,
-        input_ids: list[int],
-        sampling: SamplingParams,
-        return_logprob: bool = True,
-        rid: str | None = None,
-        image_data: list[str] | None = None,
-    ) -> GenerateResult:
-        body: dict[str, Any] = {
-            "input_ids": input_ids,
-            "sampling_params": sampling.to_json(),
-            "return_logprob": return_logprob,
-            **sampling.request_fields(),
-        }
-        if image_data:
-            body["image_data"] = image_data  # as SGLang's GenerateReqInput takes it
-        if rid is not None:
-            body["rid"] = rid
-        return parse_generate(await self._post("/generate", body))
-
-    async def generate_parallel(
-        self,
-        input_ids: list[int],
-        sampling: SamplingParams,
-        n: int,
-        return_logprob: bool = True,
-        image_data: list[str] | None = None,
-    ) -> list[GenerateResult]:
-        body: dict[str, Any] = {
-            "input_ids": input_ids,
-            "sampling_params": {**sampling.to_json(), "n": n},
-            "return_logprob": return_logprob,
-            **sampling.request_fields(),
-        }
-        if image_data:
-            body["image_data"] = image_data
-        answers = await self._call("POST", "/generate", body)
-        if not isinstance(answers, list) or len(answers) != n:
-            got = f"a list of {len(answers)}" if isinstance(answers, list) else "one"
-            raise EngineError(
-                f"engine {self.url}/generate was asked for {n} samples (sampling_params.n) and answered "
-                f"{got}; does it support parallel sampling? (--no-rollout-group-requests sends one "
-                "request per sample)"
-            )
-        return [parse_generate(answer) for answer in answers]
 
     async def abort(self, rid: str | None = None) -> None:
         await self._post("/abort_request", {"rid": rid} if rid is not None else {"abort_all": True})

@@ -1,15 +1,16 @@
-"""`VLLMClient`: vLLM's HTTP API for slime, generation (``slime_core.engine.RolloutEngine``) and control.
+"""`VLLMClient`: slime's vLLM servers over HTTP, generation (``slime_core.engine.RolloutEngine``) and control.
 
-Generation is vLLM's token-in, token-out route, ``POST /inference/v1/generate`` (the server
-runs with ``--enable-scale-out`` and ``VLLM_SERVER_DEV_MODE=1``): token ids in; sampled ids,
-the detokenized text (``output_mode: text``), each token's log-prob, the finish reason and the
-weight versions out. The log-probs are training's (``log softmax(logits / temperature)``)
-because the server runs with ``--logprobs-mode processed_logprobs``.
+Generation is SGLang's ``POST /generate`` (``slime_core.generate_wire``), which slime's vLLM
+servers translate to vLLM's token-in, token-out route (`slime_vllm.sglang_route`), so the same
+client talks to one server or to a router (sglang-router, slime-router) in front of several.
+The log-probs are training's (``log softmax(logits / temperature)``) because the server runs
+with ``--logprobs-mode processed_logprobs``.
 
 A request for n samples with a seed goes as n requests, copy i seeded with
 ``slime_core.engine.parallel_sample_seed(seed, i)`` (vLLM gives the copies of one request
 seeds of its own), so a group sent at once and its samples sent one by one draw the same
-tokens; without a seed it is one request with ``n`` (the prompt is prefilled once).
+tokens (through a router, spread over its engines); without a seed it is one request with
+``n`` (the prompt is prefilled once).
 
 Control calls are vLLM's RL routes: ``/pause?mode=keep`` (running requests wait in place;
 ``abort``, vLLM's default, would end them), ``/resume``, ``/abort_requests`` with no ids
@@ -32,11 +33,12 @@ from typing import Any
 import aiohttp
 
 from slime_core.engine import EngineError, EngineUnavailable, GenerateResult, SamplingParams, parallel_sample_seed
+from slime_core.generate_wire import SGLangGenerate
 from slime_core.rank.weight_bucket import WeightBucket
 from slime_core.rollout.http_session import HttpClient
 
 
-class VLLMClient(HttpClient):
+class VLLMClient(SGLangGenerate, HttpClient):
     """One HTTP client for one vLLM server; ``timeout``: seconds a call may take (None: no
     limit); ``api_key``: sent as ``Authorization: Bearer`` (the run's token)."""
 
@@ -50,10 +52,7 @@ class VLLMClient(HttpClient):
         image_data: list[str] | None = None,
     ) -> GenerateResult:
         _refuse_images(image_data)
-        body = generate_body(input_ids, sampling, 1)
-        if rid is not None:
-            body["request_id"] = rid
-        return parse_choices(await self._call("POST", "/inference/v1/generate", body), len(input_ids))[0]
+        return await super().generate(input_ids, sampling, return_logprob, rid)
 
     async def generate_parallel(
         self,
@@ -65,13 +64,12 @@ class VLLMClient(HttpClient):
     ) -> list[GenerateResult]:
         _refuse_images(image_data)
         if sampling.sampling_seed is None:
-            answer = await self._call("POST", "/inference/v1/generate", generate_body(input_ids, sampling, n))
-            return parse_choices(answer, len(input_ids))
+            return await super().generate_parallel(input_ids, sampling, n, return_logprob)
         copies = [
             SamplingParams(**{**sampling.__dict__, "sampling_seed": parallel_sample_seed(sampling.sampling_seed, i)})
             for i in range(n)
         ]
-        return list(await asyncio.gather(*(self.generate(input_ids, copy) for copy in copies)))
+        return list(await asyncio.gather(*(self.generate(input_ids, copy, return_logprob) for copy in copies)))
 
     # ---- control ------------------------------------------------------------------------
     async def pause(self) -> None:
@@ -125,51 +123,6 @@ class VLLMClient(HttpClient):
             error = EngineUnavailable if status >= 500 else EngineError
             raise error(f"vLLM engine {self.url}{path} answered {status}: {content[:500].decode(errors='replace')}")
         return json.loads(content) if content else {}
-
-
-def generate_body(input_ids: list[int], sampling: SamplingParams, n: int) -> dict[str, Any]:
-    """The ``/inference/v1/generate`` body for ``n`` samples of ``input_ids`` (vLLM's names)."""
-    params: dict[str, Any] = {
-        "max_tokens": sampling.max_new_tokens,
-        "temperature": sampling.temperature,
-        "top_p": sampling.top_p,
-        "top_k": sampling.top_k if sampling.top_k > 0 else 0,
-        "logprobs": 0,  # the sampled token's log-prob only
-        "n": n,
-    }
-    if sampling.stop:
-        params["stop"] = sampling.stop
-    if sampling.stop_token_ids:
-        params["stop_token_ids"] = sampling.stop_token_ids
-    if sampling.sampling_seed is not None:
-        params["seed"] = sampling.sampling_seed
-    if sampling.min_new_tokens:
-        params["min_tokens"] = sampling.min_new_tokens
-    if sampling.custom_params:
-        raise EngineError(
-            f"the vllm rollout backend takes no custom sampling parameters ({sorted(sampling.custom_params)}); "
-            "top-p replay (--rollout-top-p < 1) needs an engine that returns each token's nucleus"
-        )
-    return {"token_ids": input_ids, "sampling_params": params, "output_mode": "text"}
-
-
-def parse_choices(answer: dict[str, Any], prompt_tokens: int) -> list[GenerateResult]:
-    """The `GenerateResult` of each choice of a ``/inference/v1/generate`` answer."""
-    results = []
-    for choice in sorted(answer.get("choices", []), key=lambda choice: choice["index"]):
-        content = (choice.get("logprobs") or {}).get("content") or []
-        spans = choice.get("weight_versions") or []
-        results.append(
-            GenerateResult(
-                output_ids=list(choice.get("token_ids") or []),
-                text=choice.get("text", ""),
-                finish_reason=choice.get("finish_reason") or "abort",
-                log_probs=[float(entry["logprob"]) for entry in content],
-                weight_version=spans[-1]["version"] if spans else None,
-                prompt_tokens=prompt_tokens,
-            )
-        )
-    return results
 
 
 def _refuse_images(image_data: list[str] | None) -> None:

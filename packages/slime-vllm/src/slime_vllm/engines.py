@@ -8,9 +8,11 @@ with the run's token), each over a connection made for the call, and raise the f
 engine's error once all have answered.
 
 Weight transports: ``disk`` (every worker reloads the Hugging Face directory in place),
-``tensor`` (each bucket's safetensors bytes, to every worker) and, on CPU, ``broadcast`` (the
-driver broadcasts each bucket over a gloo group with the engines' workers, `slime_vllm.gloo_group`,
-formed on first use and kept until `close_weight_updates`), all through
+``tensor`` (each bucket's safetensors bytes, to every worker) and ``broadcast`` (the driver
+broadcasts each bucket over a group with the engines' workers, formed on first use and kept until
+`close_weight_updates`: gloo on CPU, `slime_vllm.gloo_group`; on GPUs vLLM's NCCL weight-transfer
+group, `slime_vllm.nccl_group`, offered with one GPU per engine where the driver can import vLLM
+and has CUDA; not yet run on a GPU), all through
 `slime_vllm.worker_extension`, then the new version is set (``/update_weight_version``).
 
 Memory: vLLM's CPU build frees nothing on ``/sleep``, so on CPU `release_memory` and
@@ -40,7 +42,6 @@ from slime_vllm.servers import vllm_command
 
 if TYPE_CHECKING:
     from slime_core.config.config import Config
-    from slime_vllm.gloo_group import Group
 
 #: Seconds one control call may take (loading a large model's weights from disk takes minutes).
 CONTROL_TIMEOUT_S = 600.0
@@ -51,7 +52,7 @@ KIND = "vllm"
 class VLLMEngines:
     """The vLLM servers of a run, started as Ray actors."""
 
-    transports: tuple[str, ...] = ("tensor", "broadcast", "disk")  # on GPUs: no broadcast yet
+    transports: tuple[str, ...] = ("tensor", "broadcast", "disk")
     per_copy_seeds = True  # VLLMClient.generate_parallel seeds copy i with parallel_sample_seed(seed, i)
     _said_memory = False  # whether the no-op of release_memory on CPU was said
 
@@ -61,9 +62,9 @@ class VLLMEngines:
         self._launch = launch  # (config, command_fn, model_path, actor_options); None for `only`'s view
         self._network = network
         self._gpus = gpus  # of each engine: 0 on CPU
-        self._group: Group | None = None  # the broadcast transport's gloo group (rank 0: this process), once formed
+        self._group: Any = None  # the broadcast transport's group (rank 0: this process), once formed
         if gpus:
-            self.transports = ("tensor", "disk")
+            self.transports = ("tensor", "broadcast", "disk") if nccl_broadcast(gpus) else ("tensor", "disk")
 
     @classmethod
     def start(cls, config: Config, model_path: str, actor_options=None, gpu: bool = False) -> VLLMEngines:
@@ -113,9 +114,8 @@ class VLLMEngines:
         await self._each(lambda client: client.load_from_disk(path, version))
 
     async def update_weights_by_broadcast(self, bucket: WeightBucket, version: str) -> None:
-        """Every engine receives the bucket by a gloo broadcast from this process (see the module docstring)."""
-        from slime_vllm.gloo_group import send
-
+        """Every engine receives the bucket by a broadcast from this process (see the module docstring)."""
+        send = self._transport().send
         group = self._group or await self._join_group()
         self._group = group
         named = list(WeightBucket.of(bucket).tensors())
@@ -130,18 +130,24 @@ class VLLMEngines:
         await asyncio.gather(self._each(lambda client: client.collective_rpc("slime_receive_bucket", meta)), sending)
         await self._each(lambda client: client.set_weight_version(version))
 
-    async def _join_group(self) -> Group:
+    def _transport(self):
+        """The broadcast group's module: nccl on GPUs, gloo on CPU."""
+        from slime_vllm import gloo_group, nccl_group
+
+        return nccl_group if self._gpus else gloo_group
+
+    async def _join_group(self) -> Any:
         """Form the broadcast group: this process is rank 0, engine ``i``'s worker rank ``1 + i``."""
         from slime_core.cluster.ports import free_port
-        from slime_vllm.gloo_group import join
 
+        join, backend = self._transport().join, "nccl" if self._gpus else "gloo"
         self._network.use_node_interface_for_gloo()
         host = self._network.listen_host()
         port, world = free_port(host), 1 + len(self.urls)
         clients = [VLLMClient(url, timeout=CONTROL_TIMEOUT_S, api_key=self._network.token) for url in self.urls]
         try:
             joining = [
-                client.collective_rpc("slime_join_group", host, str(port), str(1 + i), str(world), _host(url))
+                client.collective_rpc("slime_join_group", host, str(port), str(1 + i), str(world), _host(url), backend)
                 for i, (client, url) in enumerate(zip(clients, self.urls))
             ]
             group, *_ = await asyncio.gather(asyncio.to_thread(join, host, port, 0, world, host, 120.0), *joining)
@@ -194,6 +200,14 @@ class VLLMEngines:
             if isinstance(result, BaseException):
                 raise result
         return results
+
+
+def nccl_broadcast(gpus: int) -> bool:
+    """Whether the broadcast transport is offered on GPUs: one GPU per engine (one worker, one
+    rank each), and a driver that can open vLLM's NCCL group (`slime_vllm.nccl_group`)."""
+    from slime_vllm.nccl_group import sender_available
+
+    return gpus == 1 and sender_available()
 
 
 def _host(url: str) -> str:

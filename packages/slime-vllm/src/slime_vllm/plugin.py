@@ -47,12 +47,6 @@ def slime_validate_config(config: Config, plugins):
             "--actor-runtime inprocess runs without Ray, and the vllm rollout backend starts its engines "
             "as Ray actors; use --actor-runtime ray"
         )
-    if config.get("router") not in (None, "none"):
-        errors.append(
-            f"--router {config.get('router')}: the routers speak SGLang's /generate, not vLLM's "
-            "/inference/v1/generate; run the vllm rollout backend with --router none (the rollout spreads "
-            "requests over the engines itself)"
-        )
     if config.get("true_on_policy_mode"):
         errors.append(
             "--true-on-policy-mode needs engines whose log-probs are batch-invariant and computed as the trainer "

@@ -1,6 +1,6 @@
 """The entry point of a vLLM server that slime starts; it runs in vLLM's interpreter (``--vllm-python``).
 
-``python -m slime_vllm.serve ARGS`` runs ``vllm.entrypoints.openai.api_server ARGS`` after three
+``python -m slime_vllm.serve ARGS`` runs ``vllm.entrypoints.openai.api_server ARGS`` after four
 changes that a run needs:
 
 - the run's token (``SLIME_ADMIN_API_KEY`` in the environment, never on the command line,
@@ -9,6 +9,8 @@ changes that a run needs:
   ``/v2``, ``/inference`` and ``/cohere``, which leaves ``/pause``, ``/collective_rpc`` (any
   worker method), ``/sleep`` and the weight routes open to anyone who can reach the port;
 - ``VLLM_SERVER_DEV_MODE=1``: the RL routes (``/pause``, ``/collective_rpc``, ...) exist only then;
+- SGLang's ``/generate`` (`slime_vllm.sglang_route`), added where vLLM attaches its token-in,
+  token-out route: slime's client and the routers in front of the engines speak it;
 - vLLM's engine-core process is reniced (`ENGINE_CORE_NICENESS`) once it appears: on a
   machine with few cores its busy-waiting loop starves the API server, whose control calls
   (an abort, ``/metrics``) then take seconds and land after the requests they meant to stop.
@@ -80,12 +82,28 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
+def add_sglang_route() -> None:
+    """Attach `slime_vllm.sglang_route` wherever vLLM attaches ``/inference/v1/generate``."""
+    from vllm.entrypoints.scale_out.token_in_token_out import api_router
+
+    from slime_vllm import sglang_route
+
+    attach_vllm_routes = api_router.attach_router
+
+    def attach_router(app):
+        attach_vllm_routes(app)
+        sglang_route.attach(app)
+
+    api_router.attach_router = attach_router
+
+
 def main() -> None:
     os.environ["VLLM_SERVER_DEV_MODE"] = "1"
     token = os.environ.get("SLIME_ADMIN_API_KEY")
     if token:
         os.environ["VLLM_API_KEY"] = token
         guard_every_route()
+    add_sglang_route()
     threading.Thread(target=renice_engine_core, daemon=True).start()
     sys.argv = ["vllm.entrypoints.openai.api_server", *sys.argv[1:]]
     runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)

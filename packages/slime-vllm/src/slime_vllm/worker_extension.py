@@ -7,8 +7,9 @@ method). They load new weights in place and apply the fix each load needs on vLL
 - ``slime_load_bucket(data)``: one bucket of tensors, base64 of safetensors bytes with Hugging
   Face names (transport ``tensor``);
 - ``slime_join_group(...)`` (replacing the worker's group of an earlier join) and
-  ``slime_receive_bucket(meta)``: the ``broadcast`` transport on CPU, over slime's gloo group
-  (`slime_vllm.gloo_group`; vLLM's own weight-transfer backends are all CUDA's).
+  ``slime_receive_bucket(meta)``: the ``broadcast`` transport, over slime's gloo group on CPU
+  (`slime_vllm.gloo_group`; vLLM's own weight-transfer backends are all CUDA's) and over vLLM's
+  NCCL weight-transfer group on GPUs (`slime_vllm.nccl_group`).
 
 Buckets that split a layer: vLLM's in-place reload processes each layer once its weights are
 loaded (fusing q/k/v into one matrix, packing it for the CPU kernel), and a layer that got only
@@ -35,7 +36,10 @@ from pathlib import Path
 
 import torch
 
-from slime_vllm import gloo_group
+from slime_vllm import gloo_group, nccl_group
+
+#: The broadcast transport's group, by backend.
+GROUPS = {"gloo": gloo_group, "nccl": nccl_group}
 
 
 class SlimeWorkerExtension:
@@ -51,13 +55,18 @@ class SlimeWorkerExtension:
 
         self._slime_load_parts(load(base64.b64decode(data)).items())
 
-    def slime_join_group(self, host: str, port: str, rank: str, world_size: str, local_host: str) -> None:
-        self._slime_group = gloo_group.join(host, int(port), int(rank), int(world_size), local_host, 120.0)
+    def slime_join_group(
+        self, host: str, port: str, rank: str, world_size: str, local_host: str, backend: str = "gloo"
+    ) -> None:
+        """Join the broadcast group: ``backend`` gloo on CPU (`slime_vllm.gloo_group`), nccl on GPUs
+        (`slime_vllm.nccl_group`)."""
+        self._slime_transport = GROUPS[backend]
+        self._slime_group = self._slime_transport.join(host, int(port), int(rank), int(world_size), local_host, 120.0)
 
     def slime_receive_bucket(self, meta: str) -> None:
         """Receive the tensors ``meta`` announces (JSON: names, dtypes, shapes) and load them."""
         announced = json.loads(meta)
-        tensors = gloo_group.receive(self._slime_group, announced["dtypes"], announced["shapes"])
+        tensors = self._slime_transport.receive(self._slime_group, announced["dtypes"], announced["shapes"])
         self._slime_load_parts(zip(announced["names"], tensors))
 
     def _slime_load_parts(self, tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

@@ -181,3 +181,75 @@ def test_the_trainer_scores_images_as_the_engine_and_trains_and_resumes(tiny_vlm
         close(resumed.compute_log_probs(batch), trained)
     finally:
         destroy_default_group()
+
+
+def exported(group) -> dict[str, torch.Tensor]:
+    """The weights ``group`` pushes to the engines, by Hugging Face name."""
+    return {name: tensor.clone() for bucket in group.export_weights(1 << 20) for name, tensor in bucket}
+
+
+def test_a_frozen_vision_tower_stays_bit_identical_and_the_push_keeps_the_engine_equal(tiny_vlm_dir, tmp_path):
+    """``--freeze-params-name-list model.visual`` (the tower's prefix in both tiny families): a
+    train step moves the language model and leaves every tower weight bit for bit; the push
+    (all weights) leaves the engine scoring as the trainer, as ``--check-weight-update-equal``
+    checks in a run."""
+    engine = load_engine(str(tiny_vlm_dir), max_running_requests=8)
+    batch, _ = rollout(engine, [[data_url("red")], [data_url("blue", 16), data_url("red")]])
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "x", "label": "1"}\n')
+    config = make_config(
+        prompts,
+        tiny_vlm_dir,
+        train_backend="fsdp",
+        rollout_batch_size=2,
+        n_samples_per_prompt=2,
+        lr=3e-3,
+        use_dynamic_batch_size=True,
+        max_tokens_per_gpu=1024,
+        freeze_params_name_list=["model.visual"],
+    )
+    try:
+        group = TrainGroup(FSDPTrainRank, config, 1, in_process=True)
+        group.init()
+        before = exported(group)
+        group.train(0, batch)
+        after = exported(group)
+        tower = [name for name in before if name.startswith("model.visual.")]
+        assert tower and all(torch.equal(before[name], after[name]) for name in tower)
+        assert all(not torch.equal(before[n], after[n]) for n in before if n.startswith("model.language_model.layers"))
+        apply_update(engine.model, list(after.items()))
+        again, engine_again = rollout(engine, [[data_url("red")], [data_url("blue", 16), data_url("red")]])
+        close(group.compute_log_probs(again), engine_again)
+    finally:
+        destroy_default_group()
+
+
+def test_the_ppo_critic_of_a_vlm_sees_the_images(tiny_vlm_dir, tmp_path):
+    """The critic packs each sample's images with it as the policy does: after a value step,
+    the same prompt text with a red or a blue picture gets a different value."""
+    from slime_fsdp.critic import FSDPCriticRank
+
+    engine = load_engine(str(tiny_vlm_dir), max_running_requests=8)
+    batch, _ = rollout(engine, [[data_url("red")], [data_url("blue")]])
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "x", "label": "1"}\n')
+    config = make_config(
+        prompts,
+        tiny_vlm_dir,
+        train_backend="fsdp",
+        advantage_estimator="ppo",
+        rollout_batch_size=2,
+        n_samples_per_prompt=2,
+        lr=3e-3,
+        use_dynamic_batch_size=True,
+        max_tokens_per_gpu=1024,
+    )
+    try:
+        critic = TrainGroup(FSDPCriticRank, config, 1, in_process=True)
+        critic.init()
+        critic.train_critic(0, batch)
+        first = [values[0] for values in critic.compute_values(batch)]  # read at the prompt's last token
+    finally:
+        destroy_default_group()
+    assert first[0] == pytest.approx(first[1], abs=1e-6)  # the same prompt and picture
+    assert abs(first[0] - first[2]) > 1e-4  # another picture

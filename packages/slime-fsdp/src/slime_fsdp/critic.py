@@ -8,6 +8,8 @@ position before it (the state the token was chosen in).
 Per rollout: `compute_values` gives the old values V_old the actor's GAE needs (the loop
 puts them in ``RolloutBatch.values``); `train` computes returns = GAE advantages + V_old
 from the rewards and fits the values with the clipped value loss (``--value-clip``).
+A vision-language critic sees each sample's images as the policy does (`slime_fsdp.vision`:
+the same packing, pixels and multimodal positions), so its values depend on the picture.
 The critic's returns carry no KL penalty, so ``--kl-coef`` must be 0 with a critic (use
 ``--use-kl-loss`` to keep the policy near the reference instead). Its checkpoints live in their
 own place under ``--save`` (``DIR/critic``: the driver gives its ranks that directory,
@@ -30,6 +32,7 @@ from slime_fsdp.model import load_model, load_tokenizer, shard
 from slime_fsdp.optimizer import build_optimizer
 from slime_fsdp.plugin import critic_kl_problem
 from slime_fsdp.rank import FSDPTrainRank
+from slime_fsdp.vision import VisionInputs, is_vision_language
 
 
 class ValueModel(torch.nn.Module):
@@ -40,7 +43,7 @@ class ValueModel(torch.nn.Module):
         self.body = causal_lm.base_model
         self.config = causal_lm.config
         self._no_split_modules = causal_lm._no_split_modules
-        self.value_head = torch.nn.Linear(self.config.hidden_size, 1)
+        self.value_head = torch.nn.Linear(self.config.get_text_config().hidden_size, 1)  # a VLM: its language model's
         torch.nn.init.zeros_(self.value_head.weight)
         torch.nn.init.zeros_(self.value_head.bias)
 
@@ -51,6 +54,12 @@ class ValueModel(torch.nn.Module):
             input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask, **attention
         ).last_hidden_state
         return self.value_head(hidden).squeeze(-1)
+
+    @property
+    def model(self):
+        """The body, where a vision-language model's multimodal positions are computed
+        (`slime_core.multimodal.vision_inputs.rope_positions` asks ``model.model``)."""
+        return self.body
 
 
 class FSDPCriticRank(FSDPTrainRank):
@@ -72,6 +81,8 @@ class FSDPCriticRank(FSDPTrainRank):
         )
         self.tokenizer = load_tokenizer(cfg.critic_load or cfg.hf_checkpoint, causal_lm)
         self.attn_implementation = causal_lm.config._attn_implementation
+        path = cfg.critic_load or cfg.hf_checkpoint
+        self.vision = VisionInputs(path, causal_lm.config) if is_vision_language(path) else None
         value_model = ValueModel(causal_lm)
         freeze_by_name(value_model.named_parameters(), cfg)  # slime freezes the critic's by the same patterns
         self.model = shard(value_model.to(self.device), self.mesh, cfg.bf16, cfg.fsdp_cpu_offload)

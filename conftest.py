@@ -52,12 +52,14 @@ def _run_vllm_pair_users_together(items) -> None:
     if not users:
         return
     _vllm_pair["last_user"] = users[-1]
-    others = [item for item in items if VLLM_PAIR not in getattr(item, "fixturenames", ())]
-    before_last = sum(1 for item in items[: items.index(users[-1])] if item in others)
+    user_ids = {id(item) for item in users}
+    others = [item for item in items if id(item) not in user_ids]
+    before_last = items.index(users[-1]) - (len(users) - 1)  # the others ahead of the last user
     items[:] = others[:before_last] + users + others[before_last:]
 
 
 def pytest_runtest_teardown(item, nextitem):
+    """Stops the session's vLLM servers once the last test on them is done (see above)."""
     if item is _vllm_pair.get("last_user") and "engines" in _vllm_pair:
         _vllm_pair.pop("engines").shutdown()
 

@@ -12,6 +12,13 @@ after each push, ``--save``), and
   the MoE lines moe-tp2-pp2-sp and moe-tp2-cp2-sp here (their attention and embeddings are sharded
   as the dense lines' are; the experts on top)).
 
+Dense TP 2 × PP 2 and TP 2 × CP 2 have no line: their training is compared with one rank's at
+rank level (packages/slime-megatron/tests: ``test_tensor_2_by_pipeline_2_trains_like_one_rank``,
+``test_tensor_and_context_parallel_ranks_train_like_one_rank``: losses, gradient norms and the
+exported weights), and their route through ``slime run`` (the push gathered from both kinds of
+shards, checked by the engine) is the MoE lines' moe-tp2-pp2-sp and moe-tp2-cp2-sp, whose
+attention and embeddings are sharded as the dense model's.
+
 A layout is one line of `LAYOUTS` (its id, the tiny model family, the rank count, the flags);
 the one-rank runs are shared by the module (`baselines`). A new layout is one more line. What
 a layout may not be (sizes that do not divide the model) is refused by the config checks:
@@ -35,9 +42,7 @@ LAYOUTS = [
     ("tp2-sp", "qwen3", 2, "--tensor-model-parallel-size 2 --sequence-parallel"),
     ("ep2-tp2-sp", "qwen3_moe", 4, "--tensor-model-parallel-size 2 --expert-model-parallel-size 2 --sequence-parallel"),
     ("pp2", "qwen3", 2, "--pipeline-model-parallel-size 2"),
-    ("tp2-pp2", "qwen3", 4, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"),
     ("cp2", "qwen3", 2, "--context-parallel-size 2 --use-dynamic-batch-size --max-tokens-per-gpu 16"),
-    ("tp2-cp2", "qwen3", 4, "--tensor-model-parallel-size 2 --context-parallel-size 2"),
     ("pp2-cp2", "qwen3", 4, "--pipeline-model-parallel-size 2 --context-parallel-size 2"),
     ("moe-tp2-sp", "qwen3_moe", 2, "--tensor-model-parallel-size 2 --sequence-parallel"),
     ("moe-pp2", "qwen3_moe", 2, "--pipeline-model-parallel-size 2"),

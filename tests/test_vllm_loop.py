@@ -32,41 +32,48 @@ def improved(records) -> bool:
     return sum(rewards[-2:]) / 2 > sum(rewards[:2]) / 2 + 0.02
 
 
-def test_grpo_learns_on_two_vllm_engines_with_partial_rollout_and_exact_weights(slime_run, vllm_model):
+def test_grpo_learns_on_two_vllm_engines_with_partial_rollout_and_exact_weights(
+    slime_run, vllm_shared_backend, vllm_server_pair, vllm_model_dir
+):
     """Two engines behind the real sglang-router (it spreads SGLang's /generate over both, which
     slime's vLLM servers translate), over-sampling whose surplus is aborted on every engine and
     comes back with --partial-rollout, and the trainer's weights arriving intact by the tensor
-    transport after every update."""
-    records = slime_run(
-        *VLLM,
-        "--router",
-        "sglang",
-        "--hf-checkpoint",
-        str(vllm_model),
-        "--rollout-num-gpus",
-        "2",
-        "--num-rollout",
-        "6",
-        "--over-sampling-batch-size",
-        "12",
-        "--rollout-concurrency",
-        "16",
-        "--partial-rollout",
-        "--update-weight-transport",
-        "tensor",
-        "--check-weight-update-equal",
-    )
+    transport after every update. The engines are the session's two vLLM servers (the root
+    conftest's ``vllm_shared_backend``): what a run does with vLLM, not its start-up, which the
+    fault run below tests (its own server, started, replaced and stopped by the run)."""
+    logs = [vllm_server_pair.log_dir / "engines" / f"engine_{i}.log" for i in range(2)]
+    before = [log.read_text().count("POST /generate") for log in logs]
+    shared = vllm_shared_backend(2)
+    try:
+        records = slime_run(
+            *("--rollout-backend", "vllm-shared", "--router", "sglang"),
+            "--hf-checkpoint",
+            str(vllm_model_dir),
+            "--rollout-num-gpus",
+            "2",
+            "--num-rollout",
+            "6",
+            "--over-sampling-batch-size",
+            "12",
+            "--rollout-concurrency",
+            "16",
+            "--partial-rollout",
+            "--update-weight-transport",
+            "tensor",
+            "--check-weight-update-equal",
+            hooks=[shared],
+        )
+    finally:
+        shared.restore(vllm_model_dir)
     assert [r["rollout_id"] for r in records] == list(range(6))
     assert improved(records), [r["rollout/reward_mean"] for r in records]
     assert all(r["rollout/samples"] == 64 for r in records)  # exactly the batch, every time
     assert sum(r["rollout/groups_aborted"] for r in records) > 0
     assert records[-1]["weight_version"] == 6
     assert all(r["weight_update/max_logprob_diff"] < 1e-3 for r in records)
-    engines = slime_run.tmp_path / "run" / "engines"
-    served = [(engines / f"engine_{i}.log").read_text().count("POST /generate") for i in range(2)]
+    served = [log.read_text().count("POST /generate") - was for log, was in zip(logs, before)]
     # both engines generated through the router: more than the weight check's probes (one per engine and update)
     assert min(served) > 2 * len(records), served
-    assert processes_running("slime_vllm.serve", str(vllm_model)) == []
 
 
 class KillEngine:

@@ -1,17 +1,18 @@
-"""Whole `slime run`s on the session's vLLM server (`conftest.vllm_engines`), which they share
-instead of starting their own: these test what a run does with vLLM, not its start-up (the
-runs of ``tests/test_vllm_loop.py`` start theirs, and replace one).
+"""Whole `slime run`s on the session's vLLM server (the first of the root conftest's
+``vllm_server_pair``), which they share instead of starting their own: these test what a run
+does with vLLM, not its start-up (``tests/test_vllm_loop.py``'s fault run starts its own, and
+replaces one).
 
-The run reaches the server through rollout backend ``vllm-shared`` (`SharedServer`): vLLM's own
-engines and client (`slime_vllm.engines.VLLMEngines`, `slime_vllm.client.VLLMClient`), started
-once. Engines a run did not start may hold any weights, so the run pushes its trainer's
-weights before the first rollout (``slime_core.loop.parts._engines_may_hold_other_weights``),
-as it does for external engines; the test puts the server's own weights back after.
+The run reaches the server through rollout backend ``vllm-shared`` (the root conftest's
+`SharedVLLMServers`): vLLM's own engines and client (`slime_vllm.engines.VLLMEngines`,
+`slime_vllm.client.VLLMClient`), started once. Engines a run did not start may hold any
+weights, so the run pushes its trainer's weights before the first rollout
+(``slime_core.loop.parts._engines_may_hold_other_weights``), as it does for external engines;
+the test puts the server's own weights back after.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -21,7 +22,6 @@ from slime_core import hookimpl
 from slime_core.cli.run import run_command
 from slime_core.loop.run_dir import read_metrics
 from slime_core.plugins import Plugins
-from slime_vllm.client import VLLMClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -30,27 +30,6 @@ EXAMPLE = Path(__file__).parents[3] / "examples" / "tool_use"
 #: the buckets split every layer (q_proj in one, k_proj in the next, ...): vLLM's layer-wise
 #: reload then gets a layer in parts.
 SMALL_BUCKET = 100_000
-
-
-class SharedServer:
-    """Rollout backend ``vllm-shared``: the session's vLLM server as the run's one engine (a view
-    that the run can neither restart nor stop), and vLLM's client with the server's token."""
-
-    def __init__(self, engines):
-        self.engines = engines
-
-    @hookimpl
-    def slime_register_rollout_backends(self, register):
-        register("vllm-shared", self)
-
-    def engine_bundles(self, config, gpu: bool) -> list[dict[str, float]]:
-        return []  # already running: nothing to place
-
-    def start(self, config, actor_options=None, plugins=None):
-        return self.engines.only(0)
-
-    def client(self, url: str, api_key: str | None = None) -> VLLMClient:
-        return VLLMClient(url, api_key=self.engines._network.token)
 
 
 class Recorder:
@@ -84,11 +63,11 @@ def tool_model(tmp_path_factory):
     return model_dir
 
 
-def _tool_run(engines, model_dir, out: Path, *flags) -> tuple[list[dict], list]:
+def _tool_run(shared, model_dir, out: Path, *flags) -> tuple[list[dict], list]:
     """`slime run` of the calculator example on the shared server; its metrics and samples."""
     recorder = Recorder()
     plugins = Plugins()
-    extra = {"vllm_shared_server": SharedServer(engines), "vllm_run_recorder": recorder}
+    extra = {"vllm_shared_server": shared, "vllm_run_recorder": recorder}
     for name, obj in extra.items():
         plugins.register_object(name, obj)
     argv = [
@@ -114,7 +93,7 @@ def _drawn(samples) -> list[tuple]:
 
 
 def test_seeded_reruns_of_a_tool_calling_run_are_identical_across_weight_transports(
-    vllm_engines, vllm_model_dir, tool_model, tmp_path
+    vllm_shared_backend, vllm_model_dir, tool_model, tmp_path
 ):
     """Two runs with the same seed, one updating vLLM's weights by many small tensor buckets
     (each holding part of a layer), the other from disk, both checked by
@@ -122,19 +101,17 @@ def test_seeded_reruns_of_a_tool_calling_run_are_identical_across_weight_transpo
     (the model's calls stopped by the ``</calc>`` stop string, the tool's answer in the sample
     with loss mask 0), and the same tokens, rewards and losses in both runs, rollout after
     rollout: the second rollout is drawn on weights each transport delivered."""
+    shared = vllm_shared_backend(1)
     try:
         by_buckets, samples = _tool_run(
-            vllm_engines,
+            shared,
             tool_model,
             tmp_path / "buckets",
             *("--update-weight-transport", "tensor", "--update-weight-buffer-size", str(SMALL_BUCKET)),
         )
-        from_disk, samples_again = _tool_run(
-            vllm_engines, tool_model, tmp_path / "disk", "--update-weight-transport", "disk"
-        )
+        from_disk, samples_again = _tool_run(shared, tool_model, tmp_path / "disk", "--update-weight-transport", "disk")
     finally:
-        asyncio.run(vllm_engines.update_weights_from_disk(str(vllm_model_dir), "default"))
-        asyncio.run(vllm_engines.flush_cache())
+        shared.restore(vllm_model_dir)
     for records in (by_buckets, from_disk):
         assert [r["rollout_id"] for r in records] == [0, 1] and records[-1]["weight_version"] == 2
         assert all(r["weight_update/max_logprob_diff"] < 1e-3 for r in records)

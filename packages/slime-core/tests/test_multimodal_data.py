@@ -111,7 +111,7 @@ def test_a_bad_image_is_refused_before_start_up_with_file_and_line(tiny_vlm_dir,
     "flags, message",
     [
         (["--multimodal-keys", "{image: x}", "--apply-chat-template"], "--multimodal-keys '{image: x}' is not JSON"),
-        (["--multimodal-keys", '{"video": "v"}', "--apply-chat-template"], "video inputs are not supported"),
+        (["--multimodal-keys", '{"audio": "a"}', "--apply-chat-template"], "audio inputs are not supported"),
         (["--multimodal-keys", '{"image": "images"}'], "--multimodal-keys needs --apply-chat-template"),
     ],
 )

@@ -174,11 +174,13 @@ class RolloutEngine(Protocol):
         return_logprob: bool = True,
         rid: str | None = None,
         image_data: list[str] | None = None,
+        video_data: list[list[str]] | None = None,
     ) -> GenerateResult:
         """Sample a continuation of ``input_ids``; raise `EngineUnavailable` when the engine
         failed (not the request), `EngineError` when it refused the request. ``image_data``: the
-        images (PNG data URLs, SGLang's field) whose tokens ``input_ids`` holds; the rollout
-        passes it only for a prompt with images."""
+        images (PNG data URLs, SGLang's field) whose tokens ``input_ids`` holds; ``video_data``:
+        its videos, each a list of frames (PNG data URLs; SGLang's field, in the CPU engine's
+        format); the rollout passes each only for a prompt with such inputs."""
 
     async def generate_parallel(
         self,
@@ -187,11 +189,12 @@ class RolloutEngine(Protocol):
         n: int,
         return_logprob: bool = True,
         image_data: list[str] | None = None,
+        video_data: list[list[str]] | None = None,
     ) -> list[GenerateResult]:
         """``n`` continuations of ``input_ids`` in one request (SGLang's parallel sampling,
         ``sampling_params.n``): the prompt travels and is prefilled once; copy i is seeded with
         ``parallel_sample_seed(sampling.sampling_seed, i)`` where the engine honours seeds.
-        ``image_data``: as for `generate`."""
+        ``image_data``, ``video_data``: as for `generate`."""
 
     async def close(self) -> None:
         """Release connections (called on the event loop that used the client)."""

@@ -6,7 +6,8 @@ speaks it: SGLang, the CPU engine, and slime-vllm's servers (which translate it 
 route). The body:
 
     {"input_ids": [int], "sampling_params": {SamplingParams.to_json(), "n": int},
-     "return_logprob": bool, "rid": str, "image_data": [str], "return_routed_experts": true}
+     "return_logprob": bool, "rid": str, "image_data": [str], "video_data": [[str]],
+     "return_routed_experts": true}
 
 The answer is one object (a list of n with ``sampling_params.n``), read by
 ``slime_core.engine.parse_generate``. `SGLangGenerate` holds the two generation calls of
@@ -27,6 +28,7 @@ def generate_body(
     rid: str | None = None,
     image_data: list[str] | None = None,
     n: int | None = None,
+    video_data: list[list[str]] | None = None,
 ) -> dict[str, Any]:
     """The ``/generate`` body for ``input_ids``; ``n``: SGLang's parallel sampling (the answer is then a list)."""
     params = sampling.to_json()
@@ -40,6 +42,8 @@ def generate_body(
     }
     if image_data:
         body["image_data"] = image_data  # as SGLang's GenerateReqInput takes it
+    if video_data:
+        body["video_data"] = video_data  # SGLang's field; each video a list of frames (the CPU engine's format)
     if rid is not None:
         body["rid"] = rid
     return body
@@ -74,8 +78,9 @@ class SGLangGenerate:
         return_logprob: bool = True,
         rid: str | None = None,
         image_data: list[str] | None = None,
+        video_data: list[list[str]] | None = None,
     ) -> GenerateResult:
-        body = generate_body(input_ids, sampling, return_logprob, rid, image_data)
+        body = generate_body(input_ids, sampling, return_logprob, rid, image_data, video_data=video_data)
         return parse_generate(await self._call("POST", "/generate", body))
 
     async def generate_parallel(
@@ -85,6 +90,7 @@ class SGLangGenerate:
         n: int,
         return_logprob: bool = True,
         image_data: list[str] | None = None,
+        video_data: list[list[str]] | None = None,
     ) -> list[GenerateResult]:
-        body = generate_body(input_ids, sampling, return_logprob, image_data=image_data, n=n)
+        body = generate_body(input_ids, sampling, return_logprob, image_data=image_data, n=n, video_data=video_data)
         return parse_parallel(await self._call("POST", "/generate", body), n, self.url)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from slime_core.faults.nonfinite import NonFiniteError
 from slime_core.faults.run_error import RunError
 from slime_core.multimodal.images import image_data
+from slime_core.multimodal.videos import video_data
 from slime_core.rollout.reward_hub import scalar_reward
 from slime_core.sample import Sample, SampleStatus
 
@@ -54,6 +55,8 @@ class RolloutBatch:
     # (N,) each sample's prompt images as PNG data URLs (`Sample.multimodal_inputs`), for a vision-language
     # model's trainer; None: no sample has images.
     images: list[list[str]] | None = None
+    # (N,) each sample's prompt videos, each a list of its frames as PNG data URLs; None: no sample has videos.
+    videos: list[list[list[str]]] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -96,6 +99,8 @@ class RolloutBatch:
                 batch.routed_experts.append(sample.rollout_routed_experts)
         images = [image_data(sample).get("image_data") for sample in trainable(samples)]
         batch.images = images if any(images) else None
+        videos = [video_data(sample).get("video_data") for sample in trainable(samples)]
+        batch.videos = videos if any(videos) else None
         return batch
 
     def nuclei(self, indices: list[int]) -> tuple[list[list[int]], list[list[int]]] | None:

@@ -108,9 +108,10 @@ class EnginesInTurn:
         return_logprob: bool = True,
         rid: str | None = None,
         image_data: list[str] | None = None,
+        video_data: list[list[str]] | None = None,
     ) -> GenerateResult:
-        images = {"image_data": image_data} if image_data else {}
-        return await self._next().generate(input_ids, sampling, return_logprob=return_logprob, rid=rid, **images)
+        media = _media(image_data, video_data)
+        return await self._next().generate(input_ids, sampling, return_logprob=return_logprob, rid=rid, **media)
 
     async def generate_parallel(
         self,
@@ -119,9 +120,10 @@ class EnginesInTurn:
         n: int,
         return_logprob: bool = True,
         image_data: list[str] | None = None,
+        video_data: list[list[str]] | None = None,
     ) -> list[GenerateResult]:
-        images = {"image_data": image_data} if image_data else {}
-        return await self._next().generate_parallel(input_ids, sampling, n, return_logprob=return_logprob, **images)
+        media = _media(image_data, video_data)
+        return await self._next().generate_parallel(input_ids, sampling, n, return_logprob=return_logprob, **media)
 
     async def close(self) -> None:
         for client in self._clients.values():
@@ -134,3 +136,8 @@ def generation_client(router: Router, client_for: Callable[[str], RolloutEngine]
     if router.url is None:
         return EnginesInTurn(router, client_for)
     return client_for(router.url)
+
+
+def _media(image_data: list[str] | None, video_data: list[list[str]] | None) -> dict:
+    """The media keyword arguments that were given: clients without vision take none."""
+    return {key: value for key, value in (("image_data", image_data), ("video_data", video_data)) if value}

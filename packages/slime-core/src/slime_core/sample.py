@@ -60,8 +60,9 @@ class Sample:
     status: SampleStatus = SampleStatus.PENDING
     error: str | None = None  # why the sample failed (status FAILED)
     metadata: dict[str, Any] = field(default_factory=dict)  # free-form, from data and plugins
-    # The prompt's images (slime's field): {"images": [PIL image or data URL, ...]} in prompt
-    # order; `to_dict` writes them as PNG data URLs. None: a text-only prompt.
+    # The prompt's images and videos (slime's field): {"images": [PIL image or data URL, ...],
+    # "videos": [[frame, ...], ...]} in prompt order, the types present; `to_dict` writes them as
+    # PNG data URLs. None: a text-only prompt.
     multimodal_inputs: dict[str, list[Any]] | None = None
 
     def describe(self) -> str:
@@ -163,8 +164,12 @@ class Sample:
         data["status"] = self.status.value
         if self.multimodal_inputs:
             from slime_core.multimodal.images import encode_image
+            from slime_core.multimodal.videos import encode_video
 
-            data["multimodal_inputs"] = {k: [encode_image(i) for i in v] for k, v in self.multimodal_inputs.items()}
+            encode = {"videos": encode_video}
+            data["multimodal_inputs"] = {
+                k: [encode.get(k, encode_image)(i) for i in v] for k, v in self.multimodal_inputs.items()
+            }
         return data
 
     @classmethod

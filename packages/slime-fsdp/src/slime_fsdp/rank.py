@@ -311,7 +311,8 @@ class FSDPTrainRank:
             micro = inputs.padded(tokens, response_lengths, self.device, pad, nuclei)
         if self.vision is not None:
             images = [batch.images[i] for i in indices] if batch.images else [None] * len(indices)
-            self.vision.add(micro, self.model, tokens, [batch.loss_masks[i] for i in indices], images)
+            videos = [batch.videos[i] for i in indices] if batch.videos else None
+            self.vision.add(micro, self.model, tokens, [batch.loss_masks[i] for i in indices], images, videos)
         return micro
 
     # ---------------------------------------------------------------- weights and checkpoints

@@ -70,6 +70,7 @@ def slime_validate_config(config: Config, plugins):
             "(disaggregated GPUs) or disk"
         )
     errors += _true_on_policy_problems(config)
+    errors += _video_problems(config)
     for address in config.get("rollout_external_engine_addrs") or []:
         try:
             engine_url(address)
@@ -81,6 +82,20 @@ def slime_validate_config(config: Config, plugins):
         except ValueError as exc:
             errors.append(str(exc))
     return errors
+
+
+def _video_problems(config: Config) -> list[str]:
+    """Videos (``--multimodal-keys`` with ``video``) on real SGLang: slime sends each video as its
+    frames, and SGLang's ``video_data`` takes a video file, which it decodes itself."""
+    from slime_core.data.prompt_dataset import multimodal_keys
+
+    if "video" not in (multimodal_keys(config) or {}) or config.get("rollout_engine") != "sglang":
+        return []
+    return [
+        "--multimodal-keys names videos, which slime sends to the engines as lists of frames (video_data); a real "
+        "SGLang server (--rollout-engine sglang) takes a video file there and decodes it itself, so it would not "
+        "take them; use --rollout-engine cpu, or drop video from --multimodal-keys"
+    ]
 
 
 def _true_on_policy_problems(config: Config) -> list[str]:

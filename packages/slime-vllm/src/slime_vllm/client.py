@@ -50,8 +50,9 @@ class VLLMClient(SGLangGenerate, HttpClient):
         return_logprob: bool = True,
         rid: str | None = None,
         image_data: list[str] | None = None,
+        video_data: list[list[str]] | None = None,
     ) -> GenerateResult:
-        _refuse_images(image_data)
+        _refuse_images(image_data, video_data)
         return await super().generate(input_ids, sampling, return_logprob, rid)
 
     async def generate_parallel(
@@ -61,8 +62,9 @@ class VLLMClient(SGLangGenerate, HttpClient):
         n: int,
         return_logprob: bool = True,
         image_data: list[str] | None = None,
+        video_data: list[list[str]] | None = None,
     ) -> list[GenerateResult]:
-        _refuse_images(image_data)
+        _refuse_images(image_data, video_data)
         if sampling.sampling_seed is None:
             return await super().generate_parallel(input_ids, sampling, n, return_logprob)
         copies = [
@@ -125,10 +127,10 @@ class VLLMClient(SGLangGenerate, HttpClient):
         return json.loads(content) if content else {}
 
 
-def _refuse_images(image_data: list[str] | None) -> None:
-    """`EngineError` for a prompt with images: this client sends token ids only."""
-    if image_data:
+def _refuse_images(image_data: list[str] | None, video_data: list[list[str]] | None = None) -> None:
+    """`EngineError` for a prompt with images or videos: this client sends token ids only."""
+    if image_data or video_data:
         raise EngineError(
-            "the vllm rollout backend sends token ids only, not a prompt's images (--multimodal-keys); "
+            "the vllm rollout backend sends token ids only, not a prompt's images or videos (--multimodal-keys); "
             "use --rollout-engine sglang or cpu for vision-language models"
         )

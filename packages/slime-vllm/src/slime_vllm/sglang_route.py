@@ -44,6 +44,7 @@ REFUSED = {
     "top_logprobs_num": "slime's vLLM servers return the sampled token's log-prob only",
     "logprob_start_len": "slime's vLLM servers return the output tokens' log-probs only",
     "image_data": "slime's vLLM servers take token ids only, not images (use the sglang rollout backend)",
+    "video_data": "slime's vLLM servers take token ids only, not videos (use the sglang rollout backend)",
     "return_routed_experts": "vLLM does not return each token's routed experts (use --use-routing-replay)",
     "custom_params": "vLLM takes no custom sampling parameters; top-p replay (--rollout-top-p < 1) needs "
     "each token's nucleus back, which vLLM does not return",

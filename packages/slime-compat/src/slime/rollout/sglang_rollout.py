@@ -22,6 +22,7 @@ from slime_compat.rewards import async_rm, batched_async_rm
 from slime_compat.sample import Sample, promote
 from slime_core.engine import append_result, parse_generate
 from slime_core.multimodal.images import image_data
+from slime_core.multimodal.videos import video_data
 
 __all__ = ["GenerateState", "eval_rollout", "generate", "generate_and_rm", "generate_and_rm_group", "generate_rollout"]
 
@@ -81,7 +82,8 @@ async def generate(args, sample: Sample, sampling_params: dict[str, Any]) -> Sam
         sample.status = Sample.Status.TRUNCATED
         return sample
     url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}/generate"
-    body = {"input_ids": sample.tokens, "sampling_params": params, "return_logprob": True, **image_data(sample)}
+    body = {"input_ids": sample.tokens, "sampling_params": params, "return_logprob": True}
+    body.update(**image_data(sample), **video_data(sample))
     if getattr(args, "use_rollout_routing_replay", False):
         body["return_routed_experts"] = True
     answer = await post(url, body)

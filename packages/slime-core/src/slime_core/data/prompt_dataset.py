@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from slime_core.data.records import DataError, read_records
 from slime_core.data.slicing import split_path_slice
-from slime_core.multimodal.prompts import parse_multimodal_keys
+from slime_core.multimodal.prompts import PromptMedia, parse_multimodal_keys
 from slime_core.sample import Sample
 
 if TYPE_CHECKING:
@@ -100,9 +100,9 @@ def check_record(where: str, record: dict[str, Any], fmt: PromptFormat) -> None:
         record_images(where, record, fmt)
 
 
-def record_images(where: str, record: dict[str, Any], fmt: PromptFormat) -> tuple[list[dict], list]:
-    """The record's prompt as chat messages with image parts, and its decoded images
-    (``--multimodal-keys``); `DataError` naming ``where`` for a missing or undecodable image."""
+def record_images(where: str, record: dict[str, Any], fmt: PromptFormat) -> tuple[list[dict], PromptMedia]:
+    """The record's prompt as chat messages with image and video parts, and its decoded images and
+    videos (``--multimodal-keys``); `DataError` naming ``where`` for a missing or undecodable one."""
     from slime_core.multimodal.images import ImageError
     from slime_core.multimodal.prompts import multimodal_messages
 
@@ -148,7 +148,7 @@ class PromptDataset:
             raise ValueError(
                 "a tokenizer is needed to apply the chat template or to filter by --rollout-max-prompt-len"
             )
-        self.processor = _processor(tokenizer) if fmt.multimodal_keys else None
+        self.processor = _processor(tokenizer, fmt.multimodal_keys) if fmt.multimodal_keys else None
         records = list(read_records(path))[part]
         samples = [self._to_sample(where, record) for where, record in records]
         self.samples = [s for s in samples if not self._too_long(s)]
@@ -194,18 +194,21 @@ class PromptDataset:
         return sample
 
     def _with_images(self, sample: Sample, record: dict[str, Any], where: str) -> Sample:
-        """``sample`` with its images (``multimodal_inputs``, slime's field), its prompt rendered by
-        the chat template and its tokens from the processor (image tokens expanded)."""
+        """``sample`` with its images and videos (``multimodal_inputs``, slime's field), its prompt
+        rendered by the chat template and its tokens from the processor (vision tokens expanded)."""
+        from slime_core.multimodal.images import ImageError
         from slime_core.multimodal.prompts import encode_prompt
 
-        messages, images = record_images(where, record, self.format)
+        messages, media = record_images(where, record, self.format)
         try:
             sample.prompt, sample.tokens = encode_prompt(
-                self.processor, messages, images, self.format.chat_template_kwargs
+                self.processor, messages, media, self.format.chat_template_kwargs
             )
+        except ImageError as exc:  # a video the model's video processor cannot take
+            raise DataError(f"{where}: {exc}") from None
         except Exception as exc:
             raise DataError(f"{where}: the processor failed on this prompt ({type(exc).__name__}: {exc})") from exc
-        sample.multimodal_inputs = {"images": images} if images else None
+        sample.multimodal_inputs = media.multimodal_inputs()
         return sample
 
     def _render(self, prompt: str | list, tools: Any, where: str) -> str:
@@ -222,8 +225,9 @@ class PromptDataset:
         return limit is not None and len(sample.tokens) > limit
 
 
-def _processor(tokenizer):
-    """The processor of the model whose ``tokenizer`` this is (``--multimodal-keys``)."""
+def _processor(tokenizer, keys: dict[str, str]):
+    """The processor of the model whose ``tokenizer`` this is (``--multimodal-keys``); with a
+    ``video`` key it must process videos."""
     from slime_core.multimodal.processor import load_processor
 
     processor = load_processor(tokenizer.name_or_path)
@@ -231,5 +235,11 @@ def _processor(tokenizer):
         raise DataError(
             f"--multimodal-keys: the model at {tokenizer.name_or_path} has no processor (no processor_config.json); "
             "give a vision-language model's directory as --hf-checkpoint, or drop --multimodal-keys"
+        )
+    if "video" in keys and getattr(processor, "video_processor", None) is None:
+        raise DataError(
+            f"--multimodal-keys names videos, and the processor of {tokenizer.name_or_path} "
+            f"({type(processor).__name__}) takes none here (videos are processed for the Qwen2-VL, Qwen2.5-VL and "
+            "Qwen3-VL families, or with torchvision installed); drop video from --multimodal-keys"
         )
     return processor

@@ -2,8 +2,9 @@
 once per process and path, offline.
 
 transformers' Qwen-VL processors also build a video processor, which needs torchvision; where
-torchvision is not installed (the CPU development environment) the processor is loaded without
-it (`images_only`): images work, videos are refused by the data checks.
+torchvision is not installed (the CPU development environment: PyPI's torchvision wheels are
+CUDA builds) the processor is loaded with `slime_core.multimodal.video_processor.FrameVideoProcessor`
+in its place, which computes the same inputs from videos given as frames.
 """
 
 from __future__ import annotations
@@ -33,8 +34,36 @@ def load_processor(path: str):
     if transformers.utils.is_torchvision_available():
         processor = AutoProcessor.from_pretrained(path, local_files_only=True)
         return processor if isinstance(processor, ProcessorMixin) else None
-    name = _processor_class_name(Path(path))
-    return images_only(getattr(transformers, name)).from_pretrained(path, local_files_only=True)
+    return _with_frame_videos(Path(path), getattr(transformers, _processor_class_name(Path(path))))
+
+
+def _with_frame_videos(path: Path, processor_class):
+    """``processor_class`` loaded from ``path`` without torchvision: its video processor is a
+    `FrameVideoProcessor` (none for a family whose videos it does not process). It is set after
+    loading, outside the sub-processors transformers checks and saves (their check looks the
+    base class up in a mapping that is a stub without torchvision)."""
+    from slime_core.multimodal.video_processor import frame_video_processor
+
+    processor = _saving_videos(images_only(processor_class)).from_pretrained(str(path), local_files_only=True)
+    videos = frame_video_processor(path, processor_class.__name__)
+    if videos is not None:
+        processor.video_processor = videos
+    return processor
+
+
+def _saving_videos(processor_class):
+    """``processor_class`` whose ``save_pretrained`` (``--save-hf``) also saves a
+    `FrameVideoProcessor`'s settings, as transformers saves its video processor."""
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        from slime_core.multimodal.video_processor import FrameVideoProcessor, save_video_processor
+
+        saved = processor_class.save_pretrained(self, save_directory, *args, **kwargs)
+        if isinstance(getattr(self, "video_processor", None), FrameVideoProcessor):
+            save_video_processor(Path(save_directory), self.video_processor.saved_settings())
+        return saved
+
+    return type(processor_class.__name__, (processor_class,), {"save_pretrained": save_pretrained})
 
 
 def _processor_class_name(path: Path) -> str:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from slime_core.engine import EngineUnavailable, SamplingParams, append_result, parallel_sample_seed
 from slime_core.multimodal.images import image_data
+from slime_core.multimodal.videos import video_data
 from slime_core.rollout.parts import GenerateContext
 from slime_core.sample import Sample, SampleStatus
 
@@ -48,7 +49,8 @@ async def generate_sample(sample: Sample, sampling: SamplingParams, ctx: Generat
         sampling_seed=sampling.sampling_seed if sampling.sampling_seed is not None else sample_seed(ctx.config, sample),
     )
     rid = f"{sample.group_index}-{sample.index}-{uuid.uuid4().hex[:8]}"
-    result = await ctx.engine.generate(sample.tokens, request, return_logprob=True, rid=rid, **image_data(sample))
+    media = {**image_data(sample), **video_data(sample)}
+    result = await ctx.engine.generate(sample.tokens, request, return_logprob=True, rid=rid, **media)
     append_result(sample, result)
     return sample
 
@@ -68,7 +70,8 @@ async def generate_group(group: list[Sample], sampling: SamplingParams, ctx: Gen
     prompt = list(first.tokens or ctx.tokenizer.encode(first.prompt, add_special_tokens=False))
     seed = sampling.sampling_seed if sampling.sampling_seed is not None else group_seed(ctx.config, first)
     request = dataclasses.replace(sampling, sampling_seed=seed if ctx.per_copy_seeds else None)
-    results = await ctx.engine.generate_parallel(prompt, request, len(group), return_logprob=True, **image_data(first))
+    media = {**image_data(first), **video_data(first)}
+    results = await ctx.engine.generate_parallel(prompt, request, len(group), return_logprob=True, **media)
     for sample, result in zip(group, results):
         sample.tokens = list(prompt)
         append_result(sample, result)

@@ -292,11 +292,13 @@ class FakeClient:
         router = Recorder.routers.get(self.url)
         return Recorder.engines[router.next_worker() if router else self.url]
 
-    async def generate(self, input_ids, sampling, return_logprob=True, rid=None, image_data=None) -> GenerateResult:
+    async def generate(
+        self, input_ids, sampling, return_logprob=True, rid=None, image_data=None, video_data=None
+    ) -> GenerateResult:
         return (await self._engine().generate(sampling, 1))[0]
 
     async def generate_parallel(
-        self, input_ids, sampling, n, return_logprob=True, image_data=None
+        self, input_ids, sampling, n, return_logprob=True, image_data=None, video_data=None
     ) -> list[GenerateResult]:
         return await self._engine().generate(sampling, n)
 

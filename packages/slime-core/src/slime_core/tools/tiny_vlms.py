@@ -4,7 +4,8 @@ Built from transformers' config classes with a character tokenizer that also hol
 vision tokens, and the family's processor (image processor + tokenizer + chat template), all
 written offline into one directory that `slime_core.multimodal.processor.load_processor` and
 ``AutoModelForImageTextToText.from_pretrained`` load. Images are cut into 4 x 4 pixel patches,
-merged 2 x 2 into one token: a 32 x 32 image is 16 image tokens.
+merged 2 x 2 into one token: a 32 x 32 image is 16 image tokens; a video of 32 x 32 frames is
+16 video tokens per two frames.
 """
 
 from __future__ import annotations
@@ -164,12 +165,18 @@ def build_tiny_vlm(
 
 def build_tiny_processor(family: str, save_dir: str | Path | None = None):
     """The ``family`` processor over `build_vlm_tokenizer` (4-pixel patches, 2 x 2 merges, images
-    scaled to between 16 x 16 and 64 x 64 pixels), images only (videos need torchvision);
-    saved to ``save_dir`` if given."""
+    and video frames scaled to between 16 x 16 and 64 x 64 pixels); saved to ``save_dir`` if
+    given, with its video processor's settings (the image processor's, naming transformers' class)."""
     import transformers
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     from slime_core.multimodal.processor import images_only
+    from slime_core.multimodal.video_processor import (
+        PROCESSOR_FAMILIES,
+        SETTINGS,
+        FrameVideoProcessor,
+        save_video_processor,
+    )
 
     images = Qwen2VLImageProcessorPil(
         patch_size=PATCH_SIZE,
@@ -183,4 +190,8 @@ def build_tiny_processor(family: str, save_dir: str | Path | None = None):
     )
     if save_dir is not None:
         processor.save_pretrained(str(save_dir))
+        settings = images.to_dict()
+        video_family = PROCESSOR_FAMILIES[TINY_VLM_FAMILIES[family].processor]
+        video = FrameVideoProcessor(video_family, **{key: settings[key] for key in SETTINGS if key in settings})
+        save_video_processor(Path(save_dir), video.saved_settings())
     return processor

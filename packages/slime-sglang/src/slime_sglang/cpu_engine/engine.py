@@ -35,14 +35,15 @@ class Engine:
     batch_invariant: bool = False  # --enable-deterministic-inference: log-probs of each sequence alone
     image_inputs: ImageInputs | None = None  # a vision-language model's image_data reader (None: text only)
 
-    def with_images(self, image_data, copies: list[GenerateRequest]) -> list[GenerateRequest]:
-        """``copies`` (one prompt's requests) holding that prompt's images; `BadRequest` for
-        image_data sent to a text-only model."""
-        if image_data is None and self.image_inputs is None:
+    def with_images(self, image_data, copies: list[GenerateRequest], video_data=None) -> list[GenerateRequest]:
+        """``copies`` (one prompt's requests) holding that prompt's images and videos; `BadRequest`
+        for image_data or video_data sent to a text-only model."""
+        if image_data is None and video_data is None and self.image_inputs is None:
             return copies
         if self.image_inputs is None:
-            raise BadRequest(f"image_data: {self.model_path} is a text-only model, which takes no images")
-        images = self.image_inputs.parse(image_data, copies[0].input_ids)
+            field = "image_data" if image_data is not None else "video_data"
+            raise BadRequest(f"{field}: {self.model_path} is a text-only model, which takes no images or videos")
+        images = self.image_inputs.parse(image_data, copies[0].input_ids, video_data)
         for copy in copies:
             copy.images = images
         return copies

@@ -47,10 +47,9 @@ IGNORED = (
     "http_worker_ipc", "external_trace_header", "num_items_assigned", "kv_hints",
 )  # fmt: skip
 #: fields the CPU engine handles (the rest of GenerateReqInput must be left out, null, false or empty)
-HANDLED = ("text", "input_ids", "stream", "image_data", *PER_PROMPT)
+HANDLED = ("text", "input_ids", "stream", "image_data", "video_data", *PER_PROMPT)
 #: why a field the CPU engine cannot honour is refused, where more can be said than "not supported"
 REFUSALS = {
-    "video_data": "the CPU engine serves text-only models, which take no videos",
     "audio_data": "the CPU engine serves text-only models, which take no audio",
     "input_embeds": "the CPU engine takes the prompt as text or input_ids, not as embeddings",
     "lora_path": "the CPU engine serves no LoRA adapters",
@@ -84,21 +83,21 @@ def split_generate_body(body, tokenize: Callable[[str], list[int]]) -> tuple[lis
             values = [values] * len(items)
         for item, value in zip(items, values):
             item[key] = value
-    for item, images in zip(items, _images(body.get("image_data"), len(items), batched)):
-        item["image_data"] = images
+    for key, kind in (("image_data", "image(s)"), ("video_data", "videos")):
+        for item, media in zip(items, _per_prompt(body.get(key), len(items), batched, key, kind)):
+            item[key] = media
     return items, batched
 
 
-def _images(image_data, count: int, batched: bool) -> list:
-    """Each prompt's ``image_data`` (an image, a list of images, or None): the value itself for
-    one prompt; for a batch, a list with one entry per prompt."""
-    if not batched or image_data is None:
-        return [image_data] * (1 if not batched else count)
-    if not isinstance(image_data, list) or len(image_data) != count:
-        raise BadRequest(
-            f"image_data of a batch of {count} prompts must be a list of one entry (image(s) or null) each"
-        )
-    return image_data
+def _per_prompt(data, count: int, batched: bool, key: str, kind: str) -> list:
+    """Each prompt's ``image_data`` (an image, a list of images, or None) or ``video_data`` (a
+    list of videos, each a list of frames, or None): the value itself for one prompt; for a
+    batch, a list with one entry per prompt."""
+    if not batched or data is None:
+        return [data] * (1 if not batched else count)
+    if not isinstance(data, list) or len(data) != count:
+        raise BadRequest(f"{key} of a batch of {count} prompts must be a list of one entry ({kind} or null) each")
+    return data
 
 
 def refuse_unsupported(body: dict) -> None:

@@ -99,7 +99,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     engine = request.app[ENGINE]
     body = await _json_body(request)
     items, batched = split_generate_body(body, engine.tokenize)
-    copies = [copy for item in items for copy in engine.with_images(item.pop("image_data"), _copies(engine, item))]
+    copies = [copy for item in items for copy in _with_media(engine, item)]
     if body.get("stream"):
         return await _stream(request, engine, copies)
     if len(copies) == 1 and not batched:  # one prompt, n = 1: one answer, not a list, as SGLang
@@ -109,6 +109,12 @@ async def generate(request: web.Request) -> web.StreamResponse:
 
 def _copies(engine: Engine, item: dict) -> list:
     return parse_generate_copies(item, engine.vocab_size, engine.context_length)
+
+
+def _with_media(engine: Engine, item: dict) -> list:
+    """One prompt's requests, holding its images and videos."""
+    image_data, video_data = item.pop("image_data"), item.pop("video_data")
+    return engine.with_images(image_data, _copies(engine, item), video_data)
 
 
 async def _stream(request: web.Request, engine: Engine, copies: list) -> web.StreamResponse:

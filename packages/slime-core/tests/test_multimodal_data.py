@@ -1,6 +1,7 @@
 """Prompts with images (``--multimodal-keys``): images as paths, file:// URLs, base64 and Parquet
 image cells become the sample's ``multimodal_inputs`` and prompt tokens with one image token per
-image feature; a missing or undecodable image is refused before start-up with file:line."""
+image feature; a missing or undecodable image is refused before start-up with file:line. Videos,
+as lists of such frames, alike (one video token per feature of each pair of frames)."""
 
 import base64
 import io
@@ -13,8 +14,9 @@ from slime_core.data.prompt_dataset import PromptDataset, PromptFormat
 from slime_core.plugins import Plugins
 from slime_core.tokenizer import load_tokenizer
 
-IMAGE_TOKEN = 102  # <|image_pad|> of the tiny VLM's tokenizer
+IMAGE_TOKEN, VIDEO_TOKEN = 102, 103  # <|image_pad|>, <|video_pad|> of the tiny VLM's tokenizer
 KEYS = {"image": "images"}
+MEDIA_KEYS = {"image": "images", "video": "videos"}
 
 
 def png(color, size=32):
@@ -107,12 +109,63 @@ def test_a_bad_image_is_refused_before_start_up_with_file_and_line(tiny_vlm_dir,
     assert "Traceback" not in err
 
 
+def test_videos_as_lists_of_frames_become_the_samples_videos_and_their_video_tokens(tiny_vlm_dir, images):
+    red, blue = images / "red.png", images / "blue.png"
+    frame = "data:image/png;base64," + base64.b64encode(png("green")).decode()
+    records = [
+        {"prompt": "<video>what moves?", "videos": [[str(red), frame, f"file://{red}"]], "images": []},
+        {"prompt": "<image> then <video>", "images": [str(blue)], "videos": [[str(blue)] * 2]},
+    ]
+    fmt = PromptFormat(apply_chat_template=True, multimodal_keys=MEDIA_KEYS, label_key=None)
+    samples = PromptDataset(write_jsonl(images / "v.jsonl", records), fmt, load_tokenizer(str(tiny_vlm_dir))).samples
+    # 3 frames of 32 x 32: 2 frame pairs (the last frame repeated) of 16 tokens; 2 of 16 x 16: 4
+    assert [(s.tokens.count(IMAGE_TOKEN), s.tokens.count(VIDEO_TOKEN)) for s in samples] == [(0, 32), (4, 4)]
+    assert samples[0].multimodal_inputs.keys() == {"videos"} and len(samples[0].multimodal_inputs["videos"][0]) == 3
+    assert samples[0].multimodal_inputs["videos"][0][1].getpixel((0, 0)) == (0, 128, 0)  # the frames in order
+    assert samples[1].multimodal_inputs.keys() == {"images", "videos"}
+    saved = samples[0].to_dict()["multimodal_inputs"]["videos"][0]
+    assert len(saved) == 3 and all(f.startswith("data:image/png;base64,") for f in saved) and json.dumps(saved)
+
+
+BAD_VIDEOS = {
+    "a video file": ({"prompt": "<video>?", "videos": ["clip.mp4"]}, ":2: video 'clip.mp4' is not a list of frames"),
+    "a missing frame": (
+        {"prompt": "<video>?", "videos": [["{dir}/red.png", "{dir}/gone.png"]]},
+        ":2: image file '{dir}/gone.png' does not exist",
+    ),
+    "frames of two sizes": (
+        {"prompt": "<video>?", "videos": [["{dir}/red.png", "{dir}/blue.png"]]},
+        ":2: a video's frames differ in size (16x16, 32x32)",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(BAD_VIDEOS))
+def test_a_bad_video_is_refused_before_start_up_with_file_and_line(tiny_vlm_dir, images, kind, capsys):
+    record, message = BAD_VIDEOS[kind]
+    record = json.loads(json.dumps(record).replace("{dir}", str(images)))
+    data = write_jsonl(images / "v.jsonl", [{"prompt": "<video>", "videos": [[str(images / "red.png")]]}, record])
+    code = run_command(
+        ["--prompt-data", data, "--hf-checkpoint", str(tiny_vlm_dir), "--rollout-batch-size", "1", "--label-key", ""]
+        + ["--multimodal-keys", '{"video": "videos"}', "--apply-chat-template", "--dry-run"]
+        + ["--rollout-engine", "cpu", "--output-dir", str(images / "run")],
+        Plugins(),
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and data + message.format(dir=images) in err, err
+    assert "Traceback" not in err
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [
         (["--multimodal-keys", "{image: x}", "--apply-chat-template"], "--multimodal-keys '{image: x}' is not JSON"),
         (["--multimodal-keys", '{"audio": "a"}', "--apply-chat-template"], "audio inputs are not supported"),
         (["--multimodal-keys", '{"image": "images"}'], "--multimodal-keys needs --apply-chat-template"),
+        (
+            ["--multimodal-keys", '{"video": "v"}', "--apply-chat-template", "--rollout-engine", "sglang"],
+            "a real SGLang server (--rollout-engine sglang) takes a video file there",
+        ),
     ],
 )
 def test_a_bad_multimodal_keys_option_is_a_config_error(tiny_vlm_dir, images, flags, message, capsys):

@@ -1,11 +1,13 @@
 """`slime tiny-model --family qwen2_5_vl / qwen3_vl`: a tiny vision-language model written offline
-with its processor, whose prompts hold one image token per 2 x 2 merged 4-pixel patches."""
+with its processor, whose prompts hold one image token per 2 x 2 merged 4-pixel patches, and one
+video token per 2 x 2 merged 4-pixel patches of each pair of frames."""
 
 import json
 
 import pytest
 
 from slime_core.cli.main import main
+from slime_core.multimodal.videos import processor_video_kwargs
 from slime_core.tools.tiny_vlms import TINY_VLM_FAMILIES
 
 
@@ -29,3 +31,33 @@ def test_the_command_writes_a_vlm_whose_processor_expands_an_image_into_its_toke
     assert inputs["image_grid_thw"].tolist() == [[1, 8, 8]]
     model = AutoModelForImageTextToText.from_pretrained(tmp_path)
     assert model(**inputs).logits.shape == (1, inputs["input_ids"].shape[1], len(processor.tokenizer))
+    # a video (a list of frames): its tokens, its grid (frames padded to pairs), and a model forward
+    frames = [Image.new("RGB", (32, 32), color) for color in ("red", "green", "blue")]
+    messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "moves?"}]}]
+    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    inputs = processor(text=[text], videos=[frames], return_tensors="pt", **processor_video_kwargs([frames]))
+    video_token = processor.tokenizer.convert_tokens_to_ids("<|video_pad|>")
+    assert (inputs["input_ids"] == video_token).sum() == 32 and inputs["video_grid_thw"].tolist() == [[2, 8, 8]]
+    if family == "qwen3_vl":  # each frame pair's time (frames at 2 per second), as transformers writes it
+        assert "<0.2 seconds>" in processor.tokenizer.decode(inputs["input_ids"][0])
+    assert model(**inputs).logits.shape == (1, inputs["input_ids"].shape[1], len(processor.tokenizer))
+
+
+@pytest.mark.parametrize("family", sorted(TINY_VLM_FAMILIES))
+def test_a_video_of_one_repeated_frame_is_that_image_patched_as_transformers_does(family, tmp_path):
+    """The video processor built without torchvision lays patches out as transformers' image
+    processor does for the same picture (which repeats it over the temporal patch), resized alike."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from slime_core.multimodal.processor import load_processor
+    from slime_core.tools.tiny_vlms import build_tiny_processor
+
+    build_tiny_processor(family, tmp_path)
+    processor = load_processor(str(tmp_path))
+    frame = Image.fromarray(np.random.default_rng(0).integers(0, 256, (30, 45, 3), dtype=np.uint8))
+    image = processor.image_processor(images=[frame], return_tensors="pt")
+    video = processor.video_processor([[frame, frame]])
+    assert video["video_grid_thw"].tolist() == image["image_grid_thw"].tolist() == [[1, 8, 12]]  # 32 x 48
+    torch.testing.assert_close(video["pixel_values_videos"], image["pixel_values"], atol=1e-5, rtol=0)

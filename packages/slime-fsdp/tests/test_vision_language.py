@@ -1,8 +1,8 @@
 """The FSDP backend trains a vision-language model (the tiny Qwen2.5-VL) on samples whose
-prompts hold images: its log-probs over the response tokens equal the CPU engine's for the
-same images, packed or padded, before a train step and again after its weights are pushed to
-the engine; a resumed rank scores as the one that saved. A multi-turn sample whose second
-turn shows another picture is scored as the engine generated it."""
+prompts hold images (or videos): its log-probs over the response tokens equal the CPU engine's
+for the same images, packed or padded, before a train step and again after its weights are
+pushed to the engine; a resumed rank scores as the one that saved. A multi-turn sample whose
+second turn shows another picture is scored as the engine generated it."""
 
 import base64
 import io
@@ -30,23 +30,31 @@ def data_url(color, size=32) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def rollout(engine, images_per_prompt: list[list[str]], steps: int = 5) -> tuple[RolloutBatch, list[list[float]]]:
+def rollout(
+    engine, images_per_prompt: list[list[str]], steps: int = 5, videos_per_prompt: list[list[list[str]]] | None = None
+) -> tuple[RolloutBatch, list[list[float]]]:
     """Two samples per prompt, drawn by the engine's running batch (temperature 1, seeded); the
-    batch as the trainer gets it, and the engine's log-probs."""
+    batch as the trainer gets it, and the engine's log-probs. ``videos_per_prompt``: each
+    prompt's videos (lists of frames) after its images."""
     from slime_core.multimodal.processor import load_processor
+    from slime_core.multimodal.videos import load_video, processor_video_kwargs
 
     processor = load_processor(engine.model_path)
+    videos_per_prompt = videos_per_prompt or [[] for _ in images_per_prompt]
     requests = []
-    for group, images in enumerate(images_per_prompt):
-        content = [*({"type": "image"} for _ in images), {"type": "text", "text": "how many?"}]
+    for group, (images, videos) in enumerate(zip(images_per_prompt, videos_per_prompt)):
+        parts = [*({"type": "image"} for _ in images), *({"type": "video"} for _ in videos)]
+        content = [*parts, {"type": "text", "text": "how many?"}]
         text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
         loaded = [__import__("slime_core.multimodal.images").multimodal.images.load_image(i) for i in images] or None
-        ids = processor(text=[text], images=loaded)["input_ids"][0]
+        clips = [load_video(video) for video in videos]
+        with_videos = {"videos": clips, **processor_video_kwargs(clips)} if clips else {}
+        ids = processor(text=[text], images=loaded, **with_videos)["input_ids"][0]
         for index in range(2):
             params = SamplingParams(temperature=1.0, sampling_seed=10 * group + index)
             made = GenerateRequest(rid=f"{group}-{index}", input_ids=ids, params=params, return_logprob=True)
             made.generator = torch.Generator().manual_seed(10 * group + index)
-            requests.append(engine.with_images(images or None, [made])[0])
+            requests.append(engine.with_images(images or None, [made], videos or None)[0])
     with torch.no_grad():
         batch, logits = batching.prefill(engine.model, requests)
         for step in range(steps):
@@ -64,6 +72,7 @@ def rollout(engine, images_per_prompt: list[list[str]], steps: int = 5) -> tuple
         group_ids=[i // 2 for i in range(len(requests))],
         rollout_log_probs=[r.output_logprobs for r in requests],
         images=[images or None for images in images_per_prompt for _ in range(2)],
+        videos=[videos or None for videos in videos_per_prompt for _ in range(2)] if any(videos_per_prompt) else None,
     )
     return train, [r.output_logprobs for r in requests]
 
@@ -179,6 +188,32 @@ def test_the_trainer_scores_images_as_the_engine_and_trains_and_resumes(tiny_vlm
         assert resumed.init()["rollout_id"] == 1
         close(resumed.compute_log_probs(after), engine_after)  # the engine after the push = the resumed trainer
         close(resumed.compute_log_probs(batch), trained)
+    finally:
+        destroy_default_group()
+
+
+def test_the_trainer_scores_videos_as_the_engine_before_and_after_a_push(tiny_vlm_dir, tmp_path):
+    """Prompts with a video (frames), one with an image too, packed: the trainer's log-probs are
+    the engine's; after a train step and the push of its weights, the engine's again."""
+    engine = load_engine(str(tiny_vlm_dir), max_running_requests=8)
+    frames = [data_url(color) for color in ("red", "green", "blue")]
+    pictures = ([[], [data_url("blue", 16)]], [[frames], [[data_url("white")] * 2]])
+    batch, engine_log_probs = rollout(engine, pictures[0], videos_per_prompt=pictures[1])
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "x", "label": "1"}\n')
+    config = make_config(
+        prompts, tiny_vlm_dir, train_backend="fsdp", rollout_batch_size=2, n_samples_per_prompt=2, lr=3e-3,
+        use_dynamic_batch_size=True, max_tokens_per_gpu=1024,
+    )  # fmt: skip
+    try:
+        group = TrainGroup(FSDPTrainRank, config, 1, in_process=True)
+        group.init()
+        close(group.compute_log_probs(batch), engine_log_probs)
+        group.train(0, batch)
+        apply_update(engine.model, list(exported(group).items()))
+        after, engine_after = rollout(engine, pictures[0], videos_per_prompt=pictures[1])
+        close(group.compute_log_probs(after), engine_after)
+        assert torch.tensor(engine_after).sub(torch.tensor(engine_log_probs)).abs().max() > 1e-3  # the weights moved
     finally:
         destroy_default_group()
 

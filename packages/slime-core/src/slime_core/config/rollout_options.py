@@ -30,8 +30,9 @@ def data_options(o: OptionSet) -> None:
     o.add(
         "--multimodal-keys",
         default=None,
-        help='JSON object of media type -> record key holding that prompt\'s images, e.g. \'{"image": "images"}\' '
-        "(each fills an <image> placeholder of the prompt; needs --apply-chat-template and a VLM's processor)",
+        help="JSON object of media type -> record key holding that prompt's images or videos, e.g. '{\"image\": "
+        '"images", "video": "videos"}\' (each fills an <image> / <video> placeholder of the prompt; a video is a list '
+        "of frames; needs --apply-chat-template and a VLM's processor)",
         group=g,
     )
     o.add("--rollout-max-prompt-len", type=int, default=None, help="drop prompts longer than this many tokens", group=g)

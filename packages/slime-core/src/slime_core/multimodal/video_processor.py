@@ -61,14 +61,24 @@ class FrameVideoProcessor(VideoProcessorMixin):
         self.rescale_factor, self.resample = values["rescale_factor"], values["resample"]
         self.image_mean, self.image_std = values["image_mean"], values["image_std"]
 
-    def __call__(self, videos, return_tensors=None, return_metadata=True, **kwargs):
-        """``videos``: a list of videos, each a list of PIL frames of one size (or one such video)."""
+    def __call__(self, videos, return_tensors=None, return_metadata=True, video_metadata=None, do_sample_frames=None):
+        """``videos``: a list of videos, each a list of PIL frames of one size (or one such video),
+        as sampled at `FRAMES_PER_SECOND` (``video_metadata``, if given, must say so: frames are
+        not sampled here); torch tensors (``return_tensors`` None or ``"pt"``), and each video's
+        metadata (transformers' processors write Qwen3-VL's timestamps from it)."""
         import torch
         from transformers.image_processing_utils import BatchFeature
         from transformers.video_utils import VideoMetadata
 
         if videos and not isinstance(videos[0], (list, tuple)):
             videos = [videos]
+        fps = {(m.get("fps") if isinstance(m, dict) else m.fps) for m in video_metadata or []}
+        if do_sample_frames or return_tensors not in (None, "pt") or fps - {FRAMES_PER_SECOND}:
+            raise ValueError(
+                f"the video processor built without torchvision takes frames as sampled at {FRAMES_PER_SECOND:g} per "
+                f"second and returns torch tensors (asked: do_sample_frames={do_sample_frames}, fps {sorted(fps)}, "
+                f"return_tensors={return_tensors!r}); sample the frames where the data is made"
+            )
         patches, grids, metadata = [], [], []
         for frames in videos:
             video_patches, grid = self.patchify(frames)

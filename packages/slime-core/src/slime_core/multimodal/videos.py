@@ -26,7 +26,7 @@ class VideoError(ImageError):
 
 def load_video(ref: Any) -> list:
     """The RGB PIL frames of the video ``ref`` (a list of frame references), all of one size."""
-    if isinstance(ref, (str, bytes, dict)):
+    if not isinstance(ref, (list, tuple)):
         shown = str(ref)[:60] + ("..." if len(str(ref)) > 60 else "")
         raise VideoError(
             f"video '{shown}' is not a list of frames: a video is given as the list of its frames (image paths, "

@@ -8,6 +8,10 @@ runs' near ties.
   and its log-probs are closer to the engine's than the same run's without R3.
 - R2 (``--use-routing-replay``): two optimizer steps per rollout at a high learning rate move the
   routers between the π_old pass and the second update, which still routes as π_old did.
+
+Both on the FSDP backend, and on the Megatron backend (megatron-core's router replay), whose R3 run
+splits every layer over two tensor-parallel ranks with sequence parallelism: each rank's routers
+see half of the tokens, which the replay must give them in their order.
 """
 
 import pytest
@@ -51,15 +55,22 @@ def float32_routing(path, samples) -> list[torch.Tensor]:
     return out
 
 
+#: The Megatron backend's R3 run: two tensor-parallel ranks with sequence parallelism.
+MEGATRON_TP2_SP = ["--actor-num-gpus-per-node", "2", "--tensor-model-parallel-size", "2", "--sequence-parallel"]
+
+
 @pytest.mark.integration
 @pytest.mark.slow
-def test_routing_replay_r3_matches_the_engine_and_r2_holds_pi_old_routing(slime_run, tmp_path):
+@pytest.mark.parametrize(
+    ("backend", "r3_layout"), [("fsdp", []), ("megatron", MEGATRON_TP2_SP)], ids=["fsdp", "megatron-tp2-sp"]
+)
+def test_routing_replay_r3_matches_the_engine_and_r2_holds_pi_old_routing(slime_run, tmp_path, backend, r3_layout):
     model = near_tied_moe(tmp_path / "model")
     flags = ["--hf-checkpoint", str(model), "--num-rollout", "1", "--rollout-batch-size", "2"]
     flags += ["--n-samples-per-prompt", "4", "--rollout-max-response-len", "6", "--bf16", "--router", "none"]
-    flags += ["--num-steps-per-rollout", "2", "--lr", "0.05"]
+    flags += ["--num-steps-per-rollout", "2", "--lr", "0.05", "--train-backend", backend]
     CAPTURED.clear()
-    r3 = slime_run(*flags, "--use-rollout-routing-replay", hooks=[_Capture], output="r3")[0]
+    r3 = slime_run(*flags, *r3_layout, "--use-rollout-routing-replay", hooks=[_Capture], output="r3")[0]
     r2 = slime_run(*flags, "--use-routing-replay", output="r2")[0]
 
     engine = [torch.tensor(s.rollout_routed_experts).view(len(s.tokens) - 1, 2, 2).sort(-1).values for s in CAPTURED]
@@ -79,7 +90,16 @@ def test_routing_replay_r3_matches_the_engine_and_r2_holds_pi_old_routing(slime_
         ("dense", {"use_routing_replay": True}, "--use-routing-replay replays the routing of MoE layers, but"),
         ("moe", {"use_rollout_routing_replay": True, "router": "sglang"}, "which this sglang-router drops"),
         ("moe", {"use_rollout_routing_replay": True, "router": "none", "rollout_backend": "vllm"}, "vLLM servers"),
-        ("moe", {"use_routing_replay": True, "train_backend": "megatron"}, "megatron backend does not replay"),
+        (
+            "moe",
+            {"use_routing_replay": True, "train_backend": "megatron", "recompute_granularity": "full"},
+            "backward runs the routers again",
+        ),
+        (
+            "moe",
+            {"use_rollout_routing_replay": True, "train_backend": "megatron", "context_parallel_size": 2},
+            "not yet with this layout",
+        ),
     ],
 )
 def test_routing_replay_is_refused_where_it_cannot_apply(tmp_path, tiny_model_dir, model, flags, reason):

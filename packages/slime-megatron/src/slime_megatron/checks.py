@@ -83,13 +83,41 @@ def validate(config: Config) -> list[str]:
 
 
 def _check_routing_replay(config: Config) -> list[str]:
-    """MoE routing replay (`slime_core.routing_replay`) runs on the FSDP backend only: megatron-core's
-    router replay takes each layer's top-k per token in the order of the router's input (sequence
-    first, split by sequence and context parallelism, per pipeline stage), which slime does not build."""
+    """MoE routing replay (`slime_megatron.routing_replay`) gives megatron-core's routers each
+    micro-batch's top-k before its forward: refused where a router would run again without them
+    (activation recomputation of the MoE layers in the backward), where the routers are not the
+    backend's (a model provider's), and on the parallel layouts not yet tested (pipeline and
+    context parallelism)."""
     if not config.get("use_routing_replay"):
         return []
     flag = "--use-rollout-routing-replay" if config.get("use_rollout_routing_replay") else "--use-routing-replay"
-    return [f"{flag}: the megatron backend does not replay MoE routing yet; use --train-backend fsdp, or drop {flag}"]
+    overrides = dict(pair.partition("=")[::2] for pair in config.get("megatron_config") or [])
+    recomputed = "moe" in overrides.get("recompute_modules", "").replace(",", " ").replace("'", " ").split()
+    errors = []
+    if config.get("recompute_granularity") == "full" or recomputed:
+        errors.append(
+            f"{flag} with activation recomputation of the MoE layers: the backward runs the routers again, which "
+            "the backend does not replay; drop --recompute-granularity full (or 'moe' from recompute_modules), or "
+            f"drop {flag}"
+        )
+    if config.get("megatron_model_provider"):
+        errors.append(
+            f"{flag} with --megatron-model-provider: replay drives the routers of the backend's own model only; "
+            "drop one of them"
+        )
+    untested = [
+        f"--{key.replace('_', '-')} {config.get(key)}" for key in UNREPLAYED_SIZES if (config.get(key) or 1) > 1
+    ]
+    errors += [
+        f"{flag} with {size}: routing replay on Megatron is tested with tensor (and sequence) and expert "
+        f"parallelism only, not yet with this layout; use --train-backend fsdp, or drop one of them"
+        for size in untested
+    ]
+    return errors
+
+
+#: Parallel sizes routing replay refuses (not tested with them yet; see `_check_routing_replay`).
+UNREPLAYED_SIZES = ("pipeline_model_parallel_size", "context_parallel_size")
 
 
 def _check_lora(config: Config) -> list[str]:

@@ -82,6 +82,7 @@ from slime_megatron.logprobs import gather_vocab, vocab_parallel_entropy, vocab_
 from slime_megatron.models.mtp_loss import mtp_losses
 from slime_megatron.optimizer import build_optimizer, set_lr, torch_optimizers, wrap
 from slime_megatron.parallel import init_parallel, replica_group
+from slime_megatron.routing_replay import RoutingReplay
 from slime_megatron.shares import gather_shares
 
 if TYPE_CHECKING:
@@ -143,6 +144,8 @@ class MegatronTrainRank:
             load_hf_weights(modules, cfg.hf_checkpoint, self.hf_config)
         self.model = wrap(modules, cfg)
         self.optimizer = build_optimizer(self.model, cfg)
+        rollout_routing = bool(cfg.use_rollout_routing_replay)
+        self.routing = RoutingReplay(self.model, rollout_routing, self.parallel) if cfg.use_routing_replay else None
         self.reference = self._reference_weights()
         self.teacher = self._teacher()
         self.same_shapes = any(
@@ -216,11 +219,12 @@ class MegatronTrainRank:
         return [log_probs[i].tolist() for i in own]
 
     def _log_probs(
-        self, batch: RolloutBatch, model: str, entropy: list[torch.Tensor] | None = None
+        self, batch: RolloutBatch, model: str, entropy: list[torch.Tensor] | None = None, replay: bool = False
     ) -> list[torch.Tensor]:
         """Per-sample response log-probs of the replica's ``batch`` under ``model``; ``entropy``:
         a list that receives each sample's per-token entropy of ``model`` from the same forward
-        (``--use-rollout-entropy``)."""
+        (``--use-rollout-entropy``); ``replay``: the π_old pass of `start_train`, with routing
+        replay (`slime_megatron.routing_replay`)."""
         if model == "ref" and self.reference is None:
             raise ValueError("reference log-probs need a reference model: set --use-kl-loss or --kl-coef")
         if model == "teacher" and self.teacher is None:
@@ -237,7 +241,8 @@ class MegatronTrainRank:
                 entropy=entropy is not None,
                 temperature=log_prob_temperature(self.config, model),
             )
-            results = schedule.run(net, micros, collect, forward_only=True, on_forward=tick)
+            around = self.routing.log_probs if replay and model == "actor" and self.routing else None
+            results = schedule.run(net, micros, collect, forward_only=True, on_forward=tick, around=around)
         self.profiler.end("train_log_probs")
         out: list[torch.Tensor | None] = [None] * len(batch)
         entropies: list[torch.Tensor | None] = [None] * len(batch)
@@ -296,13 +301,16 @@ class MegatronTrainRank:
             reset_optimizer_states(torch_optimizers(self.optimizer))
         entropy: dict[str, list[torch.Tensor]] = {"actor": [], "ref": []}  # `RankStep.rollout_entropy`
         wanted = self.config.get("use_rollout_entropy")
+        if self.routing is not None:
+            self.routing.start(batch)
         data = self.step.tensors(
             batch,
-            lambda model: self._log_probs(batch, model, entropy=entropy.get(model) if wanted else None),
+            lambda model: self._log_probs(batch, model, entropy=entropy.get(model) if wanted else None, replay=True),
             reference=self.reference is not None,
             teacher=self.teacher is not None,
         )
-        self.logprob_metrics = self.step.rollout_entropy(entropy)  # of the log-prob passes
+        routing = self.routing.recorded() if self.routing is not None else {}
+        self.logprob_metrics = {**routing, **self.step.rollout_entropy(entropy)}  # of the log-prob passes
         self.hooks.fire("megatron_train_data_hook", rollout_id, batch, data)
         self.steps = RolloutSteps.plan(batch, data, self.config.num_steps_per_rollout)
         self.profiler.begin("train_actor")
@@ -337,12 +345,15 @@ class MegatronTrainRank:
         self.hooks.fire("megatron_before_train_step_hook", self.rollout_id, step, list(self.model), self.optimizer)
         loss_fn = partial(self._loss, data=data, denominators=denominators, scale=scale)
         tick = partial(self.profiler.tick, "train_actor")
-        results = schedule.run(self.model, micros, loss_fn, forward_only=False, on_forward=tick)
+        around = self.routing.update if self.routing is not None else None
+        results = schedule.run(self.model, micros, loss_fn, forward_only=False, on_forward=tick, around=around)
         totals: dict[str, float] = {}
         for result in results:
             for key, value in result.items():
                 totals[key] = totals.get(key, 0.0) + value
         metrics = sum_over_ranks(totals, self.step.group)
+        if self.routing is not None:
+            metrics.update(self.routing.metrics("update"))
         metrics["lr"] = self.optimizer.param_groups[0]["lr"]
         metrics["grad_norm"] = self._apply_gradients(metrics)
         return metrics

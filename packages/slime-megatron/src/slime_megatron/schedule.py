@@ -14,20 +14,23 @@ micro-batches to run for a planned number (the rank adds empty ones, which chang
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from functools import partial
 
 import torch.distributed as dist
 
 
-def run(model, micros: list, loss_fn, forward_only: bool, on_forward=None) -> list:
+def run(model, micros: list, loss_fn, forward_only: bool, on_forward=None, around=None) -> list:
     """``micros`` (`slime_megatron.inputs.MicroBatch`) through ``model`` (`ModelChunks`); for
     each, the ``result`` of ``loss_fn(micro, logits) -> (loss, result)``, on every pipeline stage.
-    ``on_forward()`` is called after each micro-batch's forward (a profiler's step)."""
+    ``on_forward()`` is called after each micro-batch's forward (a profiler's step); each forward
+    runs inside the context manager ``around(micro)`` returns, if any (routing replay)."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     def forward_step(iterator, net):
         micro = next(iterator)
-        output = net(*micro.model_inputs(), None)
+        with (around(micro) if around else None) or nullcontext():
+            output = net(*micro.model_inputs(), None)
         if on_forward is not None:
             on_forward()
         return output, partial(loss_fn, micro)

@@ -40,6 +40,8 @@ def transformer_config(hf_config, config, mtp_layers: int = 0):
         **_recompute(config),
         **_precision(config),
         **({"mtp_num_layers": mtp_layers} if mtp_layers else {}),
+        # routers that record or replay top-k (`slime_megatron.routing_replay`); idle unless told to
+        **({"moe_enable_routing_replay": True} if getattr(config, "use_routing_replay", False) else {}),
         **parse_megatron_config(getattr(config, "megatron_config", None) or []),
     }
     return (MLATransformerConfig if kwargs.get("multi_latent_attention") else TransformerConfig)(**kwargs)

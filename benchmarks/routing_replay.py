@@ -2,9 +2,10 @@
 
     .venv/bin/python benchmarks/routing_replay.py               # 3 rollouts per run, 4 runs
     .venv/bin/python benchmarks/routing_replay.py --rollouts 5
+    .venv/bin/python benchmarks/routing_replay.py --train-backend megatron   # one Megatron rank instead
 
 Each run is ``slime run`` (its own process) on a tiny Qwen3-MoE (hidden 64, 2 layers, 4 experts,
-top 2) with the CPU engine (float32) and one FSDP rank that computes in bf16 (``--bf16``), so the
+top 2) with the CPU engine (float32) and one FSDP (or Megatron) rank that computes in bf16 (``--bf16``), so the
 trainer's routers see other numbers than the engine's, as a GPU trainer's and SGLang's kernels do.
 Two models: the tiny model as built (random routers: clear winners), and the same with near-tied
 routers (each expert's router row is a shared row plus 2% of its own), where precision decides
@@ -31,12 +32,12 @@ SLIME = str(Path(sys.executable).with_name("slime"))
 GAP, CHANGED = "train/train_rollout_logprob_abs_diff", "train/routing_replay_update_mismatch"
 
 
-def run(model: Path, data: Path, out: Path, rollouts: int, r3: bool) -> dict:
+def run(model: Path, data: Path, out: Path, rollouts: int, r3: bool, backend: str) -> dict:
     """One ``slime run``: the first rollout's gap, and the rollouts' mean gap and changed routing."""
     argv = [SLIME, "run", "--hf-checkpoint", str(model), "--prompt-data", str(data), "--rm-type", "math"]
     argv += ["--rollout-engine", "cpu", "--router", "none", "--bf16", "--num-rollout", str(rollouts)]
     argv += ["--rollout-batch-size", "4", "--n-samples-per-prompt", "4", "--rollout-max-response-len", "16"]
-    argv += ["--lr", "1e-3", "--entropy-coef", "0.01", "--output-dir", str(out)]
+    argv += ["--lr", "1e-3", "--entropy-coef", "0.01", "--output-dir", str(out), "--train-backend", backend]
     argv += ["--use-rollout-routing-replay"] if r3 else []
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -52,6 +53,7 @@ def run(model: Path, data: Path, out: Path, rollouts: int, r3: bool) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rollouts", type=int, default=3)
+    parser.add_argument("--train-backend", default="fsdp", choices=("fsdp", "megatron"))
     args = parser.parse_args()
     from slime_core.tools.tiny_models import build_tiny_model, tie_moe_routers
 
@@ -72,7 +74,7 @@ def main() -> None:
             if name == "near-tied":
                 tie_moe_routers(model)
             for r3 in (False, True):
-                got = run(model, data, root / f"{name}-{r3}", args.rollouts, r3)
+                got = run(model, data, root / f"{name}-{r3}", args.rollouts, r3, args.train_backend)
                 changed = "" if got["changed"] is None else f"{got['changed']:.1%}"
                 print(
                     f"{name:<10} {'on' if r3 else 'off':<4} {got['first']:>15.3e} {got['mean']:>10.3e} {changed:>22}",

@@ -7,6 +7,7 @@ they read. Light at import: what needs torch or transformers is imported where i
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from slime_megatron.hooks import HOOK_OPTIONS
@@ -92,7 +93,7 @@ def _check_routing_replay(config: Config) -> list[str]:
         return []
     flag = "--use-rollout-routing-replay" if config.get("use_rollout_routing_replay") else "--use-routing-replay"
     overrides = dict(pair.partition("=")[::2] for pair in config.get("megatron_config") or [])
-    recomputed = "moe" in overrides.get("recompute_modules", "").replace(",", " ").replace("'", " ").split()
+    recomputed = "moe" in re.findall(r"\w+", overrides.get("recompute_modules", ""))
     errors = []
     if config.get("recompute_granularity") == "full" or recomputed:
         errors.append(
@@ -105,12 +106,15 @@ def _check_routing_replay(config: Config) -> list[str]:
             f"{flag} with --megatron-model-provider: replay drives the routers of the backend's own model only; "
             "drop one of them"
         )
+    if "moe_enable_routing_replay" in overrides:
+        errors.append(f"--megatron-config moe_enable_routing_replay is set by {flag}; drop it from --megatron-config")
     untested = [
         f"--{key.replace('_', '-')} {config.get(key)}" for key in UNREPLAYED_SIZES if (config.get(key) or 1) > 1
     ]
     errors += [
-        f"{flag} with {size}: routing replay on Megatron is tested with tensor (and sequence) and expert "
-        f"parallelism only, not yet with this layout; use --train-backend fsdp, or drop one of them"
+        f"{flag} with {size}: routing replay on Megatron is tested with tensor parallelism and sequence "
+        "parallelism, not yet with this layout (data and expert parallelism need nothing: each router sees its "
+        "rank's own tokens); use --train-backend fsdp, or drop one of them"
         for size in untested
     ]
     return errors

@@ -24,6 +24,7 @@ Beside it: `slime_megatron.schedule` (the forward-backward schedule), `.optimize
 the optimizer), `.inputs` (padded micro-batches), `.swap` (the reference weights),
 `.export` (HF weights for the engines and ``--save-hf``), `.offload` (colocated mode),
 `.chunks` (the model chunks of virtual pipeline stages, or the one chunk),
+`.routing_replay` (MoE routing replay, R2 and R3, around the forwards of the π_old pass and the updates),
 `.hooks` (the user's functions called at fixed points here: after the parallel groups are
 built, before each log-prob pass, on the rollout's train data, before each optimizer step,
 after a disk weight update is written).

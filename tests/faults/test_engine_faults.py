@@ -195,9 +195,14 @@ class StopRankMidStep(KillRankMidStep):
     SIGNAL = signal.SIGSTOP
 
 
-def test_a_hung_train_rank_stops_the_run_after_the_distributed_timeout_naming_it(slime_run, capsys):
+def test_a_hung_train_rank_stops_the_run_after_the_distributed_timeout_naming_it(slime_run, capsys, monkeypatch):
     """--distributed-timeout-minutes bounds the peer's wait in a collective; the driver then
-    names the rank that never answered (before it, the run waited for torch's 30 minutes)."""
+    names the rank that never answered (before it, the run waited for torch's 30 minutes).
+    The driver's wait for a death that Ray might still report (``LOST_RANK_WAIT_S``, 10 s, which a
+    hung rank always takes in full) is 1 s here: the peer's failed call is in by then."""
+    from slime_core import train_backend
+
+    monkeypatch.setattr(train_backend, "LOST_RANK_WAIT_S", 1.0)
     fault = StopRankMidStep()
     try:
         message, _ = failing_run(

@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,12 @@ def _fresh_venv(venv: Path, folders: list[str], absent: tuple[str, ...]) -> Path
     """The bin folder of a fresh venv at ``venv`` holding the packages in ``folders`` and CPU
     torch: no CUDA package, and none of the modules ``absent`` importable."""
     subprocess.run([*_uv(), "venv", "--quiet", "--python", sys.executable, str(venv)], check=True)
+    return _install(venv, folders, absent)
+
+
+def _install(venv: Path, folders: list[str], absent: tuple[str, ...]) -> Path:
+    """Install the packages in ``folders`` (and CPU torch) into the venv at ``venv``; its bin
+    folder, checked to hold no CUDA package and none of the modules ``absent``."""
     extra_env, steps = _install_steps(venv / "bin" / "python", folders)
     for step in steps:
         subprocess.run(step, cwd=REPO, env=_env(**extra_env), check=True)
@@ -136,14 +143,19 @@ def core_venv(tmp_path_factory) -> Path:
     return _fresh_venv(venv, ["packages/slime-core", "packages/slime-fsdp"], OTHER_PACKAGES)
 
 
-@pytest.fixture(scope="module")
-def example_engine_venv(tmp_path_factory) -> Path:
-    """The bin folder of a fresh venv holding slime-core, slime-fsdp, slime-rewards, the example
-    engine plugin and CPU torch: neither slime-sglang nor slime-router is importable."""
-    _skip_on_cuda_torch()
-    venv = tmp_path_factory.mktemp("example-engine") / "venv"
-    folders = ["packages/slime-core", "packages/slime-fsdp", "packages/slime-rewards", EXAMPLE_ENGINE]
-    return _fresh_venv(venv, folders, ("slime_sglang", "slime_router"))
+@pytest.fixture
+def example_engine_venv(core_venv) -> Iterator[Path]:
+    """The bin folder of a venv holding slime-core, slime-fsdp, slime-rewards, the example engine
+    plugin and CPU torch: neither slime-sglang nor slime-router is importable. It is ``core_venv``
+    with the two packages installed for the test and uninstalled after (the other tests need
+    slime-rewards absent): a second fresh venv would cost its set-up again."""
+    folders = ["packages/slime-rewards", EXAMPLE_ENGINE]
+    try:
+        yield _install(core_venv.parent, folders, ("slime_sglang", "slime_router"))
+    finally:
+        python = str(core_venv / "python")
+        uninstall = [*_uv(), "pip", "uninstall", "--quiet", "-p", python, "slime-rewards", "slime-example-engine"]
+        subprocess.run(uninstall, check=True)
 
 
 @pytest.fixture(scope="module")

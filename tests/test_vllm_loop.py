@@ -35,7 +35,8 @@ def improved(records) -> bool:
 def test_grpo_learns_on_two_vllm_engines_with_partial_rollout_and_exact_weights(
     slime_run, vllm_shared_backend, vllm_server_pair, vllm_model_dir
 ):
-    """Two engines behind the real sglang-router (it spreads SGLang's /generate over both, which
+    """Two engines behind slime-router: its middleware front (``metrics``, whose summary the run
+    logs, and ``retry``) before the real sglang-router (it spreads SGLang's /generate over both, which
     slime's vLLM servers translate), over-sampling whose surplus is aborted on every engine and
     comes back with --partial-rollout, and the trainer's weights arriving intact by the tensor
     transport after every update. The engines are the session's two vLLM servers (the root
@@ -46,7 +47,7 @@ def test_grpo_learns_on_two_vllm_engines_with_partial_rollout_and_exact_weights(
     shared = vllm_shared_backend(2)
     try:
         records = slime_run(
-            *("--rollout-backend", "vllm-shared", "--router", "sglang"),
+            *("--rollout-backend", "vllm-shared", "--router", "sglang", "--router-middleware", "metrics", "retry"),
             "--hf-checkpoint",
             str(vllm_model_dir),
             "--rollout-num-gpus",
@@ -74,6 +75,10 @@ def test_grpo_learns_on_two_vllm_engines_with_partial_rollout_and_exact_weights(
     served = [log.read_text().count("POST /generate") - was for log, was in zip(logs, before)]
     # both engines generated through the router: more than the weight check's probes (one per engine and update)
     assert min(served) > 2 * len(records), served
+    # every trained token came through the front (the metrics middleware counts what it answered), without an error
+    trained = round(sum(r["rollout/samples"] * r["rollout/response_length_mean"] for r in records))
+    assert sum(r["router/completion_tokens"] for r in records) >= trained > 0
+    assert all(r["router/requests"] > 0 and r["router/errors"] == 0 for r in records)
 
 
 class KillEngine:

@@ -28,6 +28,17 @@ def test_top_p_and_a_missing_interpreter_are_refused_with_the_fix_and_routers_ar
     assert "no such interpreter" in errors
 
 
+def test_the_token_leaves_generation_open_on_one_node_only():
+    """The vLLM server's guard takes slime's two keys as SGLang does: with the admin key alone (a run on
+    one node) SGLang's /generate stays open, as slime-router's front keeps it (its ``sessions``
+    middleware sends /generate without a key: ``test_vllm_router.py``); with the API key (across nodes)
+    every route but liveness wants it."""
+    from slime_vllm.serve import OPEN_ROUTES, open_routes
+
+    assert "/generate" in open_routes(None) and "/pause" not in open_routes(None)
+    assert open_routes("api-key") == OPEN_ROUTES and "/generate" not in OPEN_ROUTES
+
+
 def test_vllm_flags_slime_does_not_declare_go_to_vllm_s_server(tmp_path):
     from slime_vllm.servers import server_command
 

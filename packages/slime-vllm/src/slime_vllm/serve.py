@@ -3,11 +3,15 @@
 ``python -m slime_vllm.serve ARGS`` runs ``vllm.entrypoints.openai.api_server ARGS`` after four
 changes that a run needs:
 
-- the run's token (``SLIME_ADMIN_API_KEY`` in the environment, never on the command line,
-  which every local user can read) becomes vLLM's API key, and it guards every route but
-  ``/health``, ``/ping``, ``/version`` and ``/metrics``: vLLM's own key guards only ``/v1``,
-  ``/v2``, ``/inference`` and ``/cohere``, which leaves ``/pause``, ``/collective_rpc`` (any
-  worker method), ``/sleep`` and the weight routes open to anyone who can reach the port;
+- the run's token (in the environment, never on the command line, which every local user can
+  read) becomes vLLM's API key, and it guards every route but ``/health``, ``/ping``,
+  ``/version`` and ``/metrics``: vLLM's own key guards only ``/v1``, ``/v2``, ``/inference``
+  and ``/cohere``, which leaves ``/pause``, ``/collective_rpc`` (any worker method), ``/sleep``
+  and the weight routes open to anyone who can reach the port. As SGLang takes slime's two keys
+  (``slime_core.cluster.network``): on a run on one node the token is the admin key
+  (``SLIME_ADMIN_API_KEY``) and SGLang's ``/generate`` stays open, as the routers' fronts keep it
+  (slime-router's ``sessions`` middleware sends its own ``/generate`` without a key); across
+  nodes it is the API key too (``SLIME_API_KEY``) and guards ``/generate`` as well;
 - ``VLLM_SERVER_DEV_MODE=1``: the RL routes (``/pause``, ``/collective_rpc``, ...) exist only then;
 - SGLang's ``/generate`` (`slime_vllm.sglang_route`), added where vLLM attaches its token-in,
   token-out route: slime's client and the routers in front of the engines speak it;
@@ -26,13 +30,22 @@ import time
 
 #: Routes answered without the token: liveness and read-only facts.
 OPEN_ROUTES = ("/health", "/ping", "/version", "/metrics")
+#: Routes answered without the token on a run on one node, where it is the admin key only:
+#: generation as routers send it (SGLang's ``--admin-api-key`` leaves generation open too).
+GENERATION_ROUTES = ("/generate",)
 #: How much nicer than the API server vLLM's engine core runs (see the module docstring).
 ENGINE_CORE_NICENESS = 10
 ENGINE_CORE_TITLE = b"VLLM::EngineCore"
 
 
-def guard_every_route() -> None:
-    """Make vLLM's API-key middleware check every route but `OPEN_ROUTES`."""
+def open_routes(api_key: str | None) -> tuple[str, ...]:
+    """The routes answered without the token: `OPEN_ROUTES`, and `GENERATION_ROUTES` unless the
+    run's token is its API key (a run across nodes) too."""
+    return OPEN_ROUTES if api_key else OPEN_ROUTES + GENERATION_ROUTES
+
+
+def guard_every_route(open_paths: tuple[str, ...]) -> None:
+    """Make vLLM's API-key middleware check every route but ``open_paths``."""
     from vllm.entrypoints.serve.middleware import authenticate
 
     middleware = authenticate.AuthenticationMiddleware
@@ -41,7 +54,7 @@ def guard_every_route() -> None:
         if scope["type"] not in ("http", "websocket") or scope.get("method") == "OPTIONS":
             return self.app(scope, receive, send)
         path = scope["path"].removeprefix(scope.get("root_path", ""))
-        if path not in OPEN_ROUTES and not self.verify_token(authenticate.Headers(scope=scope)):
+        if path not in open_paths and not self.verify_token(authenticate.Headers(scope=scope)):
             return authenticate.JSONResponse(content={"error": "Unauthorized"}, status_code=401)(scope, receive, send)
         return self.app(scope, receive, send)
 
@@ -99,10 +112,11 @@ def add_sglang_route() -> None:
 
 def main() -> None:
     os.environ["VLLM_SERVER_DEV_MODE"] = "1"
-    token = os.environ.get("SLIME_ADMIN_API_KEY")
+    api_key = os.environ.get("SLIME_API_KEY")
+    token = api_key or os.environ.get("SLIME_ADMIN_API_KEY")
     if token:
         os.environ["VLLM_API_KEY"] = token
-        guard_every_route()
+        guard_every_route(open_routes(api_key))
     add_sglang_route()
     threading.Thread(target=renice_engine_core, daemon=True).start()
     sys.argv = ["vllm.entrypoints.openai.api_server", *sys.argv[1:]]

@@ -3,6 +3,7 @@ by the run as Ray actors. Skipped only where there is no vLLM (``scripts/setup-d
 ``.venv-vllm``). The model is the tiny Qwen3 with hidden size 128: vLLM's CPU attention takes
 heads of 32, not the suite model's 16."""
 
+import json
 import os
 import signal
 import threading
@@ -10,6 +11,7 @@ import threading
 import pytest
 
 from slime_core import hookimpl
+from slime_core.loop.run_dir import read_metrics
 from slime_core.testing import processes_running
 from slime_vllm.servers import find_vllm_python
 
@@ -38,12 +40,15 @@ def test_grpo_learns_on_two_vllm_engines_with_partial_rollout_and_exact_weights(
     """Two engines behind slime-router: its middleware front (``metrics``, whose summary the run
     logs, and ``retry``) before the real sglang-router (it spreads SGLang's /generate over both, which
     slime's vLLM servers translate), over-sampling whose surplus is aborted on every engine and
-    comes back with --partial-rollout, and the trainer's weights arriving intact by the tensor
-    transport after every update. The engines are the session's two vLLM servers (the root
+    comes back with --partial-rollout, the trainer's weights arriving intact by the tensor
+    transport after every update, and the greedy evaluation (before training and after the last
+    rollout) rising. The engines are the session's two vLLM servers (the root
     conftest's ``vllm_shared_backend``): what a run does with vLLM, not its start-up, which the
     fault run below tests (its own server, started, replaced and stopped by the run)."""
     logs = [vllm_server_pair.log_dir / "engines" / f"engine_{i}.log" for i in range(2)]
     before = [log.read_text().count("POST /generate") for log in logs]
+    eval_data = slime_run.tmp_path / "eval.jsonl"
+    eval_data.write_text("".join(json.dumps({"prompt": f"{a}+1=", "label": str(a + 1)}) + "\n" for a in range(8)))
     shared = vllm_shared_backend(2)
     try:
         records = slime_run(
@@ -62,6 +67,7 @@ def test_grpo_learns_on_two_vllm_engines_with_partial_rollout_and_exact_weights(
             "--update-weight-transport",
             "tensor",
             "--check-weight-update-equal",
+            *("--eval-prompt-data", "small", str(eval_data), "--eval-interval", "6", "--eval-temperature", "0"),
             hooks=[shared],
         )
     finally:
@@ -79,6 +85,9 @@ def test_grpo_learns_on_two_vllm_engines_with_partial_rollout_and_exact_weights(
     trained = round(sum(r["rollout/samples"] * r["rollout/response_length_mean"] for r in records))
     assert sum(r["router/completion_tokens"] for r in records) >= trained > 0
     assert all(r["router/requests"] > 0 and r["router/errors"] == 0 for r in records)
+    before = read_metrics(slime_run.tmp_path / "run" / "metrics.jsonl")[0]
+    greedy = [before["eval/small/reward_mean"], records[-1]["eval/small/reward_mean"]]
+    assert greedy[1] > greedy[0], greedy
 
 
 class KillEngine:

@@ -1,14 +1,14 @@
-"""Whole `slime run`s on the session's vLLM server (the first of the root conftest's
+"""Whole `slime run`s on the session's two vLLM servers (the root conftest's
 ``vllm_server_pair``), which they share instead of starting their own: these test what a run
 does with vLLM, not its start-up (``tests/test_vllm_loop.py``'s fault run starts its own, and
 replaces one).
 
-The run reaches the server through rollout backend ``vllm-shared`` (the root conftest's
+The run reaches the servers through rollout backend ``vllm-shared`` (the root conftest's
 `SharedVLLMServers`): vLLM's own engines and client (`slime_vllm.engines.VLLMEngines`,
 `slime_vllm.client.VLLMClient`), started once. Engines a run did not start may hold any
 weights, so the run pushes its trainer's weights before the first rollout
 (``slime_core.loop.parts._engines_may_hold_other_weights``), as it does for external engines;
-the test puts the server's own weights back after.
+the test puts the servers' own weights back after.
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ def _tool_run(shared, model_dir, out: Path, *flags) -> tuple[list[dict], list]:
         plugins.register_object(name, obj)
     argv = [
         str(EXAMPLE / "calculator.yaml"),
-        *("--rollout-backend", "vllm-shared", "--router", "none", "--hf-checkpoint", str(model_dir)),
+        *("--rollout-backend", "vllm-shared", "--router", "none", "--rollout-num-gpus", "2"),
+        *("--hf-checkpoint", str(model_dir)),
         *("--prompt-data", str(EXAMPLE / "data" / "multiply_train.jsonl")),
         *("--num-rollout", "2", "--rollout-batch-size", "4", "--n-samples-per-prompt", "4"),
         *("--global-batch-size", "16", "--use-dynamic-batch-size", "--max-tokens-per-gpu", "4096"),
@@ -100,8 +101,10 @@ def test_seeded_reruns_of_a_tool_calling_run_are_identical_across_weight_transpo
     ``--check-weight-update-equal``: multi-turn tool calls through the default rollout on vLLM
     (the model's calls stopped by the ``</calc>`` stop string, the tool's answer in the sample
     with loss mask 0), and the same tokens, rewards and losses in both runs, rollout after
-    rollout: the second rollout is drawn on weights each transport delivered."""
-    shared = vllm_shared_backend(1)
+    rollout: the second rollout is drawn on weights each transport delivered. Two engines and
+    ``--router none``: the rollout spreads the requests over them itself."""
+    shared = vllm_shared_backend(2)
+    served = _served(shared.pair)
     try:
         by_buckets, samples = _tool_run(
             shared,
@@ -122,3 +125,10 @@ def test_seeded_reruns_of_a_tool_calling_run_are_identical_across_weight_transpo
     for key in ("rollout/reward_mean", "rollout/response_length_mean", "train/loss", "train/grad_norm"):
         assert [r.get(key) for r in by_buckets] == [r.get(key) for r in from_disk], key
     assert _drawn(samples) == _drawn(samples_again)
+    # --router none: the rollout spread the requests over both engines itself
+    assert min(now - was for now, was in zip(_served(shared.pair), served)) > 4, (served, _served(shared.pair))
+
+
+def _served(pair) -> list[int]:
+    """``POST /generate`` answered so far by each of the pair's servers (their access logs)."""
+    return [(pair.log_dir / "engines" / f"engine_{i}.log").read_text().count("POST /generate") for i in range(2)]

@@ -36,7 +36,7 @@ def _chat(router_url: str, messages: list[dict]) -> dict:
     return answer.json()["choices"][0]["message"]
 
 
-def test_an_agent_s_session_through_slime_router_on_vllm_is_exact_sticky_and_cached(
+def test_an_agent_s_session_through_slime_router_on_vllm_is_exact_sticky_and_counted(
     vllm_server_pair, vllm_model_dir, tmp_path
 ):
     prompts = tmp_path / "prompts.jsonl"

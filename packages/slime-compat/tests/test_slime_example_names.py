@@ -8,9 +8,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 
 import httpx
+import numpy as np
 import pytest
+import torch
 
 #: (module, name) pairs imported by THUDM/slime 624b824a's examples/*/*.py example functions and by the
 #: slime/rollout modules a user copies (fully_async_rollout, on_policy_distillation, sft_rollout), found with
@@ -88,6 +91,31 @@ def test_processing_utils_load_a_vlms_processor_as_slimes_geo3k_functions_call_i
     output = processor(text=text, **build_processor_kwargs({"images": [image]}))
     assert output["input_ids"][0].count(processor.image_token_id) == 16 and output["pixel_values"].shape[0] == 64
     assert encode_image_for_rollout_engine(image) == encode_image(image)
+    # its first turn calls the processor as it comes, and torch.cat's the features of each turn (tensors only)
+    first = processor(text=text, images=[image])
+    assert first["input_ids"][0] == output["input_ids"][0]
+    assert all(isinstance(first[key], torch.Tensor) for key in ("pixel_values", "image_grid_thw"))
+    assert isinstance(processor(text=text, images=[image], return_tensors="np")["pixel_values"], np.ndarray)
+
+
+def test_a_sample_s_train_inputs_stay_out_of_its_dict_and_must_count_its_images():
+    """``multimodal_train_inputs`` hold tensors: ``to_dict`` (saved rollouts) leaves them out; a slime
+    function's train inputs for more images than the sample carries are refused."""
+    from PIL import Image
+
+    from slime.utils.types import Sample
+    from slime_compat.generate import check_train_pictures
+
+    image = Image.new("RGB", (8, 8), "red")
+    train_inputs = {"pixel_values": torch.zeros(8, 96), "image_grid_thw": torch.tensor([[1, 2, 2], [1, 2, 2]])}
+    sample = Sample(prompt="q", multimodal_inputs={"images": [image]}, multimodal_train_inputs=train_inputs)
+    assert "multimodal_train_inputs" not in json.dumps(sample.to_dict())
+    with pytest.raises(
+        ValueError, match=r"multimodal_train_inputs for 2 images but 1 in multimodal_inputs\['images'\]"
+    ):
+        check_train_pictures(sample, "pkg.generate")
+    sample.multimodal_inputs["images"].append(image)
+    check_train_pictures(sample, "pkg.generate")
 
 
 def test_an_image_is_encoded_as_an_rgb_png_data_url():

@@ -37,6 +37,8 @@ class Sample(CoreSample):
     Status = SampleStatus  # slime spells it Sample.Status.COMPLETED; the values are the same strings
 
     rollout_id: int | None = None  # the rollout execution this training sample came from
+    # slime's trainer input for the images (the processor's pixel_values, image_grid_thw, ...); the trainers here
+    # compute the same from multimodal_inputs, which must hold every image shown (`slime_compat.generate`)
     multimodal_train_inputs: dict[str, Any] | None = None
     multimodal_train_input_id: str | None = None
     apply_chat_template_kwargs: dict = field(default_factory=dict)
@@ -111,10 +113,13 @@ class Sample(CoreSample):
         self.rollout_routed_experts = list(self.rollout_routed_experts or [])[:start] + rows
 
     def to_dict(self) -> dict[str, Any]:
-        """The core's dict, slime's non-default extras under ``metadata["slime"]``."""
+        """The core's dict, slime's non-default extras under ``metadata["slime"]`` but
+        ``multimodal_train_inputs``: the images' features are recomputed from ``multimodal_inputs``
+        (which the dict holds) where they are needed, as the trainer does."""
         data = CoreSample.to_dict(self)
         data["index"] = self.__dict__["index"]  # the core's position (asdict read the property)
         extras = {name: data.pop(name) for name in list(data) if name not in _CORE_FIELDS}
+        extras.pop("multimodal_train_inputs")  # tensors; the images they come from are multimodal_inputs
         changed = {name: value for name, value in extras.items() if value != _default(name)}
         if changed:
             data["metadata"] = {**data["metadata"], _EXTRAS_KEY: changed}

@@ -7,7 +7,11 @@ rollout engine takes them.
   (the one the data, the engine and the trainer use; it also loads Qwen-VL processors where
   torchvision is missing), else transformers' ``AutoProcessor``; None for a text-only model,
   whose "processor" is only its tokenizer, and for one whose processor does not load (a warning
-  says why).
+  says why). Called without ``return_tensors``, it gives the images' and videos' features as
+  torch tensors, as slime's processors do (transformers' fast, torchvision-based image
+  processors); where torchvision is missing the processor is transformers' slower one, which would
+  give numpy arrays, and slime's geo3k rollout concatenates the features of its turns with
+  ``torch.cat``, keeping only tensors.
 - ``build_processor_kwargs(multimodal_inputs)``: the keyword arguments for calling a processor:
   the given inputs, with the text's ids as plain lists and the images', videos' and audio's
   features as torch tensors.
@@ -18,6 +22,7 @@ rollout engine takes them.
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import logging
 
@@ -25,7 +30,13 @@ log = logging.getLogger(__name__)
 #: a processor's keyword groups for the modalities it turns into tensors
 MODALITY_KWARGS = ("audio_kwargs", "images_kwargs", "videos_kwargs")
 
-__all__ = ["build_processor_kwargs", "encode_image_for_rollout_engine", "load_processor", "load_tokenizer"]
+__all__ = [
+    "build_processor_kwargs",
+    "encode_image_for_rollout_engine",
+    "load_processor",
+    "load_tokenizer",
+    "with_tensor_features",
+]
 
 
 def load_tokenizer(name_or_path: str, **kwargs):
@@ -44,13 +55,43 @@ def load_processor(name_or_path: str, **kwargs):
     if Path(name_or_path).is_dir():
         from slime_core.multimodal.processor import load_processor as load_local
 
-        return load_local(str(name_or_path))
+        local = load_local(str(name_or_path))
+        return None if local is None else with_tensor_features(local)
     try:
         processor = AutoProcessor.from_pretrained(name_or_path, **kwargs)
     except (OSError, ValueError) as exc:
         log.warning("no processor loaded from %s: %s", name_or_path, exc)
         return None
     return processor if isinstance(processor, ProcessorMixin) else None
+
+
+def with_tensor_features(processor):
+    """``processor`` when transformers' fast image processors serve it (torchvision is installed),
+    else a copy whose calls without ``return_tensors`` give the features as torch tensors (the text's
+    ids stay lists, as with the fast ones); the processor loaded once for the run is not changed."""
+    import copy
+
+    import transformers
+
+    if transformers.utils.is_torchvision_available():
+        return processor
+    tensors = copy.copy(processor)
+    tensors.__class__ = _tensor_features_class(type(processor))
+    return tensors
+
+
+@functools.cache
+def _tensor_features_class(processor_class):
+    """A subclass of ``processor_class`` whose ``__call__`` asks the image and video processors for
+    torch tensors unless the call names ``return_tensors`` itself."""
+
+    def __call__(self, *args, **kwargs):
+        if "return_tensors" not in kwargs:
+            for key in ("images_kwargs", "videos_kwargs"):
+                kwargs[key] = {"return_tensors": "pt", **kwargs.get(key, {})}
+        return processor_class.__call__(self, *args, **kwargs)
+
+    return type(processor_class.__name__, (processor_class,), {"__call__": __call__})
 
 
 def build_processor_kwargs(multimodal_inputs: dict | None = None) -> dict:

@@ -9,14 +9,15 @@ resolves), and the example's own folder too where its launch script names its mo
 ``from slime... import`` resolves to slime-compat's namespace. A file slime users copy out of
 slime's library (its dynamic-sampling filters) is copied the same way. Each example then runs
 ``slime run`` on CPU (CPU engine, FSDP, a tiny random Qwen3 with a character tokenizer, two
-rollouts) with the flags its launch script gives it, shrunk to the tiny model; search-r1 gets a
+rollouts) with the flags its launch script gives it, shrunk to the tiny model; geo3k's multi-turn
+example gets a tiny random Qwen2.5-VL and two geo3k-style records with a figure each; search-r1 gets a
 fake retrieval server on the address its code names (127.0.0.1:8000), retool runs its own local
 Python tool, on-policy distillation a teacher CPU engine on the tiny model at ``--rm-url`` (as
 slime's launch starts a teacher SGLang server). An example trains when its run exits 0 and logged
 train metrics for every rollout.
 
-Examples that need a third-party service or package slime does not install itself, or a model
-kind the tiny model is not (images), are listed with what they need, not run. NAME picks examples.
+Examples that need a third-party service or package slime does not install itself are listed
+with what they need, not run. NAME picks examples.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class Example:
     bare_modules_from: str | None = None  # an examples/ folder whose modules the launch names bare
     copied_library_file: str | None = None  # a file of slime's library a user copies next to their code
     needs: str | None = None  # why it is not run here
+    family: str = "qwen3"  # the tiny model's (`slime tiny-model --family`)
 
 
 def opd_launch(module: str, *teacher: str) -> tuple[str, ...]:
@@ -215,8 +217,52 @@ EXAMPLES = [
         "SLIME_AGENT_SANDBOX_IMAGE_METADATA_KEY) reachable both ways, and the Node 22 and Claude Code CLI tarballs "
         "it uploads into each sandbox (SLIME_AGENT_NODE_TARBALL, SLIME_AGENT_CC_TARBALL)",
     ),
-    Example("geo3k_vlm_multi_turn", "`examples/geo3k_vlm_multi_turn`", needs="a vision-language model (images)"),
+    Example(
+        "geo3k_vlm_multi_turn",
+        "`examples/geo3k_vlm_multi_turn`: `rollout.generate` with its `geo3k_vlm_multi_turn_config.yaml` (`env_geo3k`; "
+        "the tiny model calls no tool, so each episode ends after one turn: packages/slime-compat's "
+        "test_geo3k_example.py runs these files with an environment that shows a picture in a second turn)",
+        (
+            "--input-key",
+            "problem",
+            "--label-key",
+            "answer",
+            "--multimodal-keys",
+            '{"image": "images"}',
+            "--rm-type",
+            "math",
+            "--apply-chat-template",
+            "--custom-generate-function-path",
+            "examples.geo3k_vlm_multi_turn.rollout.generate",
+            "--custom-config-path",
+            "examples/geo3k_vlm_multi_turn/geo3k_vlm_multi_turn_config.yaml",
+            # its turns' token budget counts the prompt against --rollout-max-response-len unless this is set
+            "--rollout-max-context-len",
+            "200",
+        ),  # fmt: skip
+        data=[],  # geo3k_records()
+        family="qwen2_5_vl",
+    ),
 ]
+
+
+def geo3k_records() -> list[dict]:
+    """Two records as slime's geo3k data has them (a problem with an ``<image>``, the answer, the
+    figure under ``images``), the figures inline as PNG data URLs."""
+    import base64
+    import io
+
+    from PIL import Image, ImageDraw
+
+    records = []
+    for side in (3, 5):
+        figure = Image.new("RGB", (32, 32), "white")
+        ImageDraw.Draw(figure).rectangle([4, 4, 4 + 4 * side, 24], outline="red")
+        png = io.BytesIO()
+        figure.save(png, format="PNG")
+        url = "data:image/png;base64," + base64.b64encode(png.getvalue()).decode()
+        records.append({"problem": "<image>Find x. Put the answer in \\boxed{}.", "answer": str(side), "images": [url]})
+    return records
 
 
 class FakeRetrieval(BaseHTTPRequestHandler):
@@ -257,7 +303,8 @@ def run_example(example: Example, checkout: Path, scratch: Path, model: Path, te
     work = scratch / example.name.replace(" ", "_")
     work.mkdir()
     data = work / "prompts.jsonl"
-    data.write_text("".join(json.dumps(record) + "\n" for record in example.data))
+    records = example.data or geo3k_records()
+    data.write_text("".join(json.dumps(record) + "\n" for record in records))
     flags = [flag.replace("{model}", str(model)).replace("{teacher}", teacher) for flag in example.flags]
     argv = [
         str(Path(sys.executable).parent / "slime"),
@@ -306,6 +353,15 @@ def _environ() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
 
 
+def tiny_model(scratch: Path, family: str, *flags: str) -> Path:
+    """``slime tiny-model`` of ``family`` in ``scratch`` (written once)."""
+    model = scratch / f"tiny-{family}"
+    if not model.exists():
+        slime = str(Path(sys.executable).parent / "slime")
+        subprocess.run([slime, "tiny-model", str(model), "--family", family, *flags], check=True)
+    return model
+
+
 def main(checkout: Path, names: list[str]) -> None:
     commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
     chosen = [example for example in EXAMPLES if not names or example.name in names]
@@ -313,14 +369,12 @@ def main(checkout: Path, names: list[str]) -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     rows = []
     with tempfile.TemporaryDirectory(prefix="slime-examples-") as scratch:
-        model = Path(scratch) / "tiny-qwen3"
-        subprocess.run(
-            [str(Path(sys.executable).parent / "slime"), "tiny-model", str(model), "--max-positions", "4096"]
-        )
+        model = tiny_model(Path(scratch), "qwen3", "--max-positions", "4096")
         with teacher_engine(model, chosen) as teacher:
             for example in chosen:
                 result = f"not run: needs {example.needs}" if example.needs else None
-                result = result or run_example(example, checkout, Path(scratch), model, teacher)
+                family_model = model if example.family == "qwen3" else tiny_model(Path(scratch), example.family)
+                result = result or run_example(example, checkout, Path(scratch), family_model, teacher)
                 print(f"{example.name}: {result}", flush=True)
                 rows.append(f"| {example.runs} | {result} |")
     server.shutdown()

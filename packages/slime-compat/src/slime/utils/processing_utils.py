@@ -30,13 +30,7 @@ log = logging.getLogger(__name__)
 #: a processor's keyword groups for the modalities it turns into tensors
 MODALITY_KWARGS = ("audio_kwargs", "images_kwargs", "videos_kwargs")
 
-__all__ = [
-    "build_processor_kwargs",
-    "encode_image_for_rollout_engine",
-    "load_processor",
-    "load_tokenizer",
-    "with_tensor_features",
-]
+__all__ = ["build_processor_kwargs", "encode_image_for_rollout_engine", "load_processor", "load_tokenizer"]
 
 
 def load_tokenizer(name_or_path: str, **kwargs):
@@ -56,7 +50,7 @@ def load_processor(name_or_path: str, **kwargs):
         from slime_core.multimodal.processor import load_processor as load_local
 
         local = load_local(str(name_or_path))
-        return None if local is None else with_tensor_features(local)
+        return None if local is None else _with_tensor_features(local)
     try:
         processor = AutoProcessor.from_pretrained(name_or_path, **kwargs)
     except (OSError, ValueError) as exc:
@@ -65,7 +59,7 @@ def load_processor(name_or_path: str, **kwargs):
     return processor if isinstance(processor, ProcessorMixin) else None
 
 
-def with_tensor_features(processor):
+def _with_tensor_features(processor):
     """``processor`` when transformers' fast image processors serve it (torchvision is installed),
     else a copy whose calls without ``return_tensors`` give the features as torch tensors (the text's
     ids stay lists, as with the fast ones); the processor loaded once for the run is not changed."""

@@ -23,6 +23,18 @@ class _Rewards:
         register("digit_share", digit_share)
 
 
+def _improved(records) -> bool:
+    rewards = [r["rollout/reward_mean"] for r in records]
+    return sum(rewards[-2:]) / 2 > sum(rewards[:2]) / 2 + 0.02
+
+
+@pytest.fixture(scope="session")
+def improved():
+    """``improved(records)``: whether a run's reward rose, the mean of its last two rollouts above
+    that of its first two by more than 0.02 (the sync and the async run's check that GRPO learns)."""
+    return _improved
+
+
 @pytest.fixture(scope="session")
 def test_rewards():
     """The plugin object that registers the ``digit_share`` reward, for runs made outside `slime_run`."""

@@ -1,7 +1,7 @@
 """The model families slime's users train, end to end on both train backends with the CPU
 engine: a tiny model of each released shape (`slime tiny-model --family`), two GRPO rollouts
 that train, a weight push after each, after which the engine's log-probs equal the trainer's,
-and a checkpoint. Qwen3 runs are tested beside the backends (tests/test_loop.py,
+and a checkpoint. Qwen3 runs are tested beside the backends (tests/test_loop_*.py,
 packages/slime-megatron/tests/test_megatron_backend.py). Resuming a checkpoint is tested per
 family at the rank level (packages/slime-{megatron,fsdp}/tests/test_family_resume.py).
 Qwen3-Next and GLM-5, which only the FSDP backend trains, are tests/test_new_architectures.py's."""
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 
 #: The released shapes of slime-core's tiny models (`TINY_FAMILIES`). Their variants (Qwen2.5
 #: tied, Qwen3 untied) differ from these runs in nothing a run reaches that another does not: Qwen3
-#: runs tied in tests/test_loop.py, Qwen2.5-7B and Llama push an untied output layer, and
+#: runs tied in tests/test_loop_sync.py, Qwen2.5-7B and Llama push an untied output layer, and
 #: packages/slime-megatron/tests/test_conversion.py exports every variant's weights.
 RUN_FAMILIES = ["qwen2", "llama", "qwen3_moe", "glm4", "glm4_moe", "deepseek_v3"]
 

@@ -6,7 +6,7 @@ after each push, ``--save``), and
   samples, since rollout 0 is generated from the checkpoint's weights with per-sample seeds);
 - a resume from its checkpoint of rollout 0 reproduces its rollout 1 bit for bit (for the layouts
   of `RESUMED`: those that combine two kinds of sharding; a checkpoint of one kind alone resumes
-  bit for bit elsewhere: TP in tests/test_loop.py's Megatron TP-2 rerun and resume, PP in
+  bit for bit elsewhere: TP in tests/test_loop_rerun_and_resume.py's Megatron TP-2 rerun and resume, PP in
   packages/slime-megatron/tests/test_pipeline_parallel.py, CP in its test_megatron_backend.py,
   DP in ep2-tp2-sp here (its dense weights on 2 data-parallel replicas), TP × PP and TP × CP in
   the MoE lines moe-tp2-pp2-sp and moe-tp2-cp2-sp here (their attention and embeddings are sharded

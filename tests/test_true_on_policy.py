@@ -1,7 +1,7 @@
 """``--true-on-policy-mode`` where it cannot hold is refused at config time, naming the fix; on
 a GPU, a run with real SGLang (deterministic inference) and the FSDP trainer (SGLang's
 batch-invariant kernels) gives rollout and training log-probs that are equal. The CPU run that
-shows the gap at exactly 0 is in test_loop.py."""
+shows the gap at exactly 0 is in test_loop_delta_sync.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,14 @@
 """slime's ``--custom-loss-function-path`` (``--loss-type custom_loss``) on a real train rank
 (FSDP, Megatron) in this process: a slime-style loss (below, named by dotted path as in a launch script)
 that re-implements the on-policy policy gradient from the logits must give the loss, gradient
-norm and updated weights of our built-in loss on the same batch; and the config checks."""
+norm and updated weights of our built-in loss on the same batch; in a real ``slime run`` on either
+backend, a slime-style loss that takes the per-token log-probs and entropy as slime's policy loss
+does (`slime.backends.megatron_utils.loss.get_log_probs_and_entropy`) gets π_old's and the
+entropy the run logs for ``--use-rollout-entropy``; and the config checks."""
+
+import json
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,6 +34,34 @@ def pg_from_logits(args, batch, logits, sum_of_sample_mean):
     ratio = torch.exp(torch.cat(log_probs) - torch.cat(batch["log_probs"]))
     loss = sum_of_sample_mean(-torch.cat(batch["advantages"]) * ratio)
     return loss, {"loss": loss.detach(), "pg_loss": loss.detach()}
+
+
+def pg_with_entropy(args, batch, logits, sum_of_sample_mean):
+    """The policy gradient with slime's entropy bonus, from what slime's
+    ``get_log_probs_and_entropy`` gives; records each sample's entropy and the largest gap between
+    its log-probs and π_old's in <output-dir>/custom_loss_calls.jsonl."""
+    from slime.backends.megatron_utils.loss import get_log_probs_and_entropy
+
+    _, scored = get_log_probs_and_entropy(
+        logits,
+        args=args,
+        unconcat_tokens=batch["unconcat_tokens"],
+        total_lengths=batch["total_lengths"],
+        response_lengths=batch["response_lengths"],
+        with_entropy=True,
+    )
+    log_probs, entropy = torch.cat(scored["log_probs"]), torch.cat(scored["entropy"])
+    with open(Path(args.output_dir) / "custom_loss_calls.jsonl", "a") as f:
+        call = {
+            "response_lengths": batch["response_lengths"],
+            "entropy": [e.tolist() for e in scored["entropy"]],
+            "log_prob_gap": float((log_probs - torch.cat(batch["log_probs"])).abs().max()),
+        }
+        f.write(json.dumps(call) + "\n")
+    pg_loss = sum_of_sample_mean(-torch.cat(batch["advantages"]) * torch.exp(log_probs - torch.cat(batch["log_probs"])))
+    entropy_loss = sum_of_sample_mean(entropy)
+    loss = pg_loss - args.entropy_coef * entropy_loss
+    return loss, {"loss": loss.detach(), "pg_loss": pg_loss.detach(), "entropy_loss": entropy_loss.detach()}
 
 
 # ------------------------------------------------------------ through a real rank
@@ -93,6 +128,40 @@ def test_a_slime_loss_from_the_logits_trains_as_the_built_in_policy_gradient(
         assert theirs[key] == pytest.approx(ours[key], rel=1e-4, abs=1e-6)
     for name, weight in ours_weights.items():  # Adam moves each weight by about lr = 1e-3 (less where g ≈ eps)
         torch.testing.assert_close(their_weights[name], weight, rtol=0, atol=2e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize("backend", ["fsdp", "megatron"])
+def test_a_slime_loss_gets_the_per_token_entropy_the_run_logs(ray_cluster, tiny_model_dir, tmp_path, backend):
+    """One rollout, one step on π_old's weights: the loss's per-sample entropies have the
+    response's length, their mean over every response token is ``train/rollout_entropy`` (the
+    old log-prob pass's), and its log-probs are π_old's."""
+    from slime_core.cli.run import run_command
+    from slime_core.loop.run_dir import read_metrics
+    from slime_core.plugins import Plugins
+
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{a}+1=", "label": str(a + 1)}) + "\n" for a in range(4)))
+    out = tmp_path / "run"
+    flags = [
+        *("--prompt-data", str(data), "--hf-checkpoint", str(tiny_model_dir), "--train-backend", backend),
+        *("--rollout-engine", "cpu", "--rm-type", "exact_match", "--num-rollout", "1", "--rollout-batch-size", "2"),
+        *("--n-samples-per-prompt", "2", "--rollout-max-response-len", "4", "--output-dir", str(out)),
+        *("--loss-type", "custom_loss", "--custom-loss-function-path", HERE + "pg_with_entropy"),
+        *("--use-rollout-entropy", "--entropy-coef", "0.01", "--router", "none"),
+    ]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", str(Path(__file__).parent), prepend=os.pathsep)  # the ranks import HERE
+        assert run_command(flags, Plugins()) == 0
+    [record] = [r for r in read_metrics(out / "metrics.jsonl") if r["rollout_id"] >= 0]
+    calls = [json.loads(line) for line in (out / "custom_loss_calls.jsonl").read_text().splitlines()]
+    entropy = [e for call in calls for e in call["entropy"]]
+    assert [len(e) for e in entropy] == [n for call in calls for n in call["response_lengths"]]
+    assert len(entropy) == 4 and all(0 < h for e in entropy for h in e)
+    tokens = [h for e in entropy for h in e]
+    assert sum(tokens) / len(tokens) == pytest.approx(record["train/rollout_entropy"], abs=1e-5)
+    assert max(call["log_prob_gap"] for call in calls) < 1e-5
 
 
 # ------------------------------------------------------------ config

@@ -12,6 +12,7 @@ MODULES = [
     "slime.utils.misc",
     "slime.utils.http_utils",
     "slime.utils.mask_utils",
+    "slime.backends.megatron_utils.loss",
     "slime.rollout.base_types",
     "slime.rollout.rm_hub",
     "slime.rollout.sglang_rollout",

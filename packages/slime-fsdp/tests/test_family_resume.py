@@ -4,7 +4,7 @@ sparse-attention indexer), and the frozen parameters of ``--freeze-params-name-l
 ``--only-train-params-name-list`` (restored from the checkpoint, with optimizer state for the
 trained ones alone), at the rank level: `slime_core.testing.check_rank_resume`. Qwen3's resume
 is `test_fsdp_backend.py`'s; the driver's side of a resume (data source, rollout id) is
-tests/test_loop.py's."""
+tests/test_loop_rerun_and_resume.py's."""
 
 import pytest
 from torch.distributed.checkpoint import FileSystemReader

@@ -1,7 +1,7 @@
 """Resuming a Megatron checkpoint keeps each model family's own state (an expert bias, MLA's
 projections, GLM-4's norms after attention and MLP), at the rank level:
 `slime_core.testing.check_rank_resume`. Qwen3's resume is `test_megatron_backend.py`'s; the
-driver's side of a resume (data source, rollout id) is tests/test_loop.py's."""
+driver's side of a resume (data source, rollout id) is tests/test_loop_rerun_and_resume.py's."""
 
 import json
 

@@ -1,1 +1,1 @@
-"""slime.backends.megatron_utils: the Megatron helpers slime's user code imports (`cp_utils`)."""
+"""slime.backends.megatron_utils: the Megatron helpers slime's user code imports (`cp_utils`, `loss`)."""

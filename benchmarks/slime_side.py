@@ -18,7 +18,7 @@ class CpuSampler:
 
     ROLES = {
         "train rank": ("ray::RankProcess",),
-        "engine": ("engine serve",),
+        "engine": ("engine serve", "slime_vllm.serve", "VLLM::"),  # CPU engine; vLLM's API server and engine core
         "driver": ("slime run",),
         "sglang-router": ("sglang::router",),
         "Ray's processes": ("ray/", "ray::"),

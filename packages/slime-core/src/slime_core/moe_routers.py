@@ -85,6 +85,17 @@ class RouterTaps:
         return logits, weights, index
 
 
+def replay_mismatch(counts: dict[str, list[int]], phase: str) -> dict[str, float]:
+    """``routing_replay_<phase>_mismatch``: the share of ``phase``'s routing decisions the replay
+    changed (``counts[phase]``: changed, decisions) over every rank, then zeroes the counts; empty
+    without any decision. Both backends' routing replays report it."""
+    from slime_core.rank.step import sum_over_ranks
+
+    summed = sum_over_ranks({"changed": counts[phase][0], "decisions": counts[phase][1]})
+    counts[phase] = [0, 0]
+    return {f"routing_replay_{phase}_mismatch": summed["changed"] / summed["decisions"]} if summed["decisions"] else {}
+
+
 def expert_weights(router, logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """The weights ``router`` gives the experts ``index`` ((tokens, top_k)) from its ``logits``."""
     if type(router).__name__ in SIGMOID_ROUTERS:

@@ -18,8 +18,7 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
-from slime_core.moe_routers import RouterTaps
-from slime_core.rank.step import sum_over_ranks
+from slime_core.moe_routers import RouterTaps, replay_mismatch
 from slime_core.rollout_batch import RolloutBatch
 from slime_fsdp.inputs import MicroBatch
 
@@ -72,11 +71,7 @@ class RoutingReplay:
 
     def metrics(self, phase: str) -> dict[str, float]:
         """The share of ``phase``'s routing decisions the replay changed, over every rank; empty without any."""
-        summed = sum_over_ranks({"changed": self.counts[phase][0], "decisions": self.counts[phase][1]})
-        self.counts[phase] = [0, 0]
-        return (
-            {f"routing_replay_{phase}_mismatch": summed["changed"] / summed["decisions"]} if summed["decisions"] else {}
-        )
+        return replay_mismatch(self.counts, phase)
 
     @contextmanager
     def _replayed(self, micro: MicroBatch, indices: list[int], phase: str):

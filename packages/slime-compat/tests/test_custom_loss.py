@@ -26,6 +26,7 @@ def pg_from_logits(args, batch, logits, sum_of_sample_mean):
     with log π read from the packed logits at the rollout temperature."""
     assert logits.shape[:2] == (1, sum(batch["total_lengths"])) and logits.dtype == torch.float32
     assert batch["tokens"].shape == logits.shape[:2]
+    assert batch["values"] is None and batch["returns"] is None and batch["teacher_log_probs"] is None  # as slime's
     log_probs, start = [], 0
     for tokens, total, response in zip(batch["unconcat_tokens"], batch["total_lengths"], batch["response_lengths"]):
         rows = logits[0, start + total - response - 1 : start + total - 1] / args.rollout_temperature

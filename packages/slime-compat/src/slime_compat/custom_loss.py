@@ -13,7 +13,9 @@ the step, as our losses return it.
 
 The logits are the Megatron backend's gathered over tensor parallelism (every rank holds the
 whole vocabulary, padding ids dropped) and are float32, as slime's loss asserts. ``batch``
-has no ``values`` / ``returns`` (no critic here) and no ``packed_seq_params``.
+holds every key slime's asks for, ``None`` where there is no value as in slime (``values`` /
+``returns``: no critic in a policy loss here; ``teacher_log_probs``: a teacher's enter the
+advantages; ``multimodal_train_inputs``), and no ``packed_seq_params``.
 """
 
 from __future__ import annotations
@@ -48,9 +50,10 @@ custom_loss.needs_logits = True
 
 
 def _slime_batch(tokens: list[torch.Tensor], inputs, rows: _Rows) -> dict:
-    """slime's micro-batch dict (keys with no value are left out, as slime's lacks them)."""
+    """slime's micro-batch dict: the keys slime's loss asks its batch for, ``None`` where there
+    is no value (as slime's data iterator answers a key the rollout data lacks)."""
     split = lambda t: None if t is None else rows.split(t)  # noqa: E731
-    batch = {
+    return {
         "unconcat_tokens": tokens,
         "tokens": torch.cat(tokens)[None],
         "total_lengths": inputs.total_lengths.tolist(),
@@ -61,8 +64,11 @@ def _slime_batch(tokens: list[torch.Tensor], inputs, rows: _Rows) -> dict:
         "ref_log_probs": split(inputs.ref_log_probs),
         "rollout_log_probs": split(inputs.rollout_log_probs),
         "rollout_mask_sums": inputs.sample_tokens,
+        "values": None,
+        "returns": None,
+        "teacher_log_probs": None,
+        "multimodal_train_inputs": None,
     }
-    return {key: value for key, value in batch.items() if value is not None}
 
 
 def _sum_of_sample_mean(loss_masks, sample_tokens, lengths: list[int], per_token: bool):

@@ -123,3 +123,18 @@ def test_nuclei_that_do_not_fit_the_tokens_are_refused():
         nucleus_keep_mask(NUCLEUS_IDS, NUCLEUS_OFFSETS, NUCLEUS_TARGETS[:3], vocab_width=6)
     with pytest.raises(ValueError, match="offsets cover 2 ids but the sample has 3"):
         nucleus_keep_mask([[1, 3, 2]], [[0, 1, 2]], torch.tensor([1, 3]), vocab_width=6)
+
+
+def test_entropy_over_logits_at_minus_infinity_is_the_entropy_of_the_rest():
+    """A vision-language model's image placeholders are -inf logits: they add nothing to H nor to its
+    gradient (0·log 0 is 0), instead of making both NaN."""
+    logits = torch.randn(3, 7, dtype=torch.float64)
+    masked = logits.clone().index_fill_(-1, torch.tensor([2, 5]), float("-inf")).requires_grad_()
+    rest = logits[:, [0, 1, 3, 4, 6]].clone().requires_grad_()
+    entropy = entropy_from_logits(masked, temperature=0.7)
+    expected = entropy_from_logits(rest, temperature=0.7)
+    torch.testing.assert_close(entropy, expected)
+    entropy.sum().backward()
+    expected.sum().backward()
+    assert torch.equal(masked.grad[:, [2, 5]], torch.zeros(3, 2, dtype=torch.float64))
+    torch.testing.assert_close(masked.grad[:, [0, 1, 3, 4, 6]], rest.grad)

@@ -153,7 +153,7 @@ class _ChunkedEntropy(torch.autograd.Function):
             log_p = _scaled_chunk(logits, keep, rows, temperature)  # (C, V) float32, z for now
             lse[rows] = torch.logsumexp(log_p, dim=-1)
             p = log_p.sub_(lse[rows, None]).exp()
-            entropy[rows] = -p.mul_(_finite(log_p, keep, rows)).sum(-1)  # -Σ p·log p
+            entropy[rows] = -p.mul_(_finite(log_p)).sum(-1)  # -Σ p·log p
         ctx.save_for_backward(logits, keep, lse, entropy)
         ctx.temperature, ctx.chunk_size = temperature, chunk_size
         return entropy
@@ -166,7 +166,7 @@ class _ChunkedEntropy(torch.autograd.Function):
         for rows in _chunks(logits.shape[0], ctx.chunk_size):
             log_p = _scaled_chunk(logits, keep, rows, ctx.temperature).sub_(lse[rows, None])  # (C, V)
             p = log_p.exp()
-            log_p_plus_h = _finite(log_p, keep, rows).add_(entropy[rows, None])
+            log_p_plus_h = _finite(log_p).add_(entropy[rows, None])
             scale = (-grad_out[rows] / ctx.temperature)[:, None]
             grad[rows] = p.mul_(log_p_plus_h).mul_(scale)  # -g·p·(log p + H) / τ
         return grad, None, None, None
@@ -210,6 +210,7 @@ def _scaled_chunk(logits, keep, rows: slice, temperature: float) -> torch.Tensor
     return z
 
 
-def _finite(log_p: torch.Tensor, keep, rows: slice) -> torch.Tensor:
-    """log_p with dropped tokens' -inf set to 0 in place (their p is 0: p·log p is 0, not NaN)."""
-    return log_p if keep is None else log_p.masked_fill_(~keep[rows], 0.0)
+def _finite(log_p: torch.Tensor) -> torch.Tensor:
+    """log_p with its -inf set to 0 in place: tokens of probability 0 (dropped by a keep mask, or
+    logits at -inf, as a vision-language model's placeholders) add p·log p = 0, not NaN."""
+    return log_p.masked_fill_(torch.isneginf(log_p), 0.0)

@@ -37,6 +37,19 @@ def pg_from_logits(args, batch, logits, sum_of_sample_mean):
     return loss, {"loss": loss.detach(), "pg_loss": loss.detach()}
 
 
+def grpo_recording_entropy(args, rollout_data):
+    """``--custom-advantage-function-path``: the reward on every token (GRPO's advantages, as
+    ``rewards`` come group-normalised); records ``rollout_data["entropy"]`` (the old log-prob
+    pass's, with ``--use-rollout-entropy``) in <output-dir>/advantage_entropy.jsonl."""
+    entropy = rollout_data["entropy"]
+    with open(Path(args.output_dir) / "advantage_entropy.jsonl", "a") as f:
+        record = {"entropy": [e.tolist() for e in entropy], "response_lengths": rollout_data["response_lengths"]}
+        f.write(json.dumps({**record, "has_ref_entropy": "ref_entropy" in rollout_data}) + "\n")
+    lengths = rollout_data["response_lengths"]
+    rollout_data["advantages"] = [torch.full((n,), float(r)) for r, n in zip(rollout_data["rewards"], lengths)]
+    rollout_data["returns"] = rollout_data["advantages"]
+
+
 def pg_with_entropy(args, batch, logits, sum_of_sample_mean):
     """The policy gradient with slime's entropy bonus, from what slime's
     ``get_log_probs_and_entropy`` gives; records each sample's entropy and the largest gap between
@@ -137,7 +150,8 @@ def test_a_slime_loss_from_the_logits_trains_as_the_built_in_policy_gradient(
 def test_a_slime_loss_gets_the_per_token_entropy_the_run_logs(ray_cluster, tiny_model_dir, tmp_path, backend):
     """One rollout, one step on π_old's weights: the loss's per-sample entropies have the
     response's length, their mean over every response token is ``train/rollout_entropy`` (the
-    old log-prob pass's), and its log-probs are π_old's."""
+    old log-prob pass's), and its log-probs are π_old's; a ``--custom-advantage-function-path``
+    function gets the same per-sample entropies in ``rollout_data["entropy"]``, as in slime."""
     from slime_core.cli.run import run_command
     from slime_core.loop.run_dir import read_metrics
     from slime_core.plugins import Plugins
@@ -151,6 +165,7 @@ def test_a_slime_loss_gets_the_per_token_entropy_the_run_logs(ray_cluster, tiny_
         *("--n-samples-per-prompt", "2", "--rollout-max-response-len", "4", "--output-dir", str(out)),
         *("--loss-type", "custom_loss", "--custom-loss-function-path", HERE + "pg_with_entropy"),
         *("--use-rollout-entropy", "--entropy-coef", "0.01", "--router", "none"),
+        *("--custom-advantage-function-path", HERE + "grpo_recording_entropy"),
     ]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTHONPATH", str(Path(__file__).parent), prepend=os.pathsep)  # the ranks import HERE
@@ -163,6 +178,12 @@ def test_a_slime_loss_gets_the_per_token_entropy_the_run_logs(ray_cluster, tiny_
     tokens = [h for e in entropy for h in e]
     assert sum(tokens) / len(tokens) == pytest.approx(record["train/rollout_entropy"], abs=1e-5)
     assert max(call["log_prob_gap"] for call in calls) < 1e-5
+    seen = [json.loads(line) for line in (out / "advantage_entropy.jsonl").read_text().splitlines()]
+    given = [e for call in seen for e in call["entropy"]]  # slime's rollout_data["entropy"], per sample
+    assert [len(e) for e in given] == [n for call in seen for n in call["response_lengths"]] and len(given) == 4
+    assert not any(call["has_ref_entropy"] for call in seen)  # no reference model in this run
+    tokens = [h for e in given for h in e]
+    assert sum(tokens) / len(tokens) == pytest.approx(record["train/rollout_entropy"], abs=1e-5)
 
 
 # ------------------------------------------------------------ config

@@ -9,7 +9,8 @@ adapter converts one way on the call and back on the return:
   ``rollout_data["advantages"]`` and ``["returns"]``. ``rewards`` are what slime's reward
   post-processing gives (group-normalised as ``--advantage-estimator`` asks, see
   `slime_compat.train_options`; a ``--custom-reward-post-process-path``'s own), ``raw_reward``
-  the rewards as scored.
+  the rewards as scored; with ``--use-rollout-entropy``, ``entropy`` / ``ref_entropy``: each
+  sample's per-token entropy of π_old / the reference model from their log-prob passes.
 - ``--custom-tis-function-path``: ``fn(args=, pg_loss=, train_log_probs=, rollout_log_probs=,
   loss_masks=, total_lengths=, response_lengths=) -> (pg_loss, loss_masks, metrics)``, with
   ``--use-tis``; the metrics are per-token and reduced like the loss.
@@ -126,6 +127,8 @@ def _rollout_data(inputs, args) -> dict:
         "rollout_log_probs": rollout if rollout and all(len(r) for r in rollout) else None,
         "values": split(inputs.values),
         "kl": _kl(rollout if args.use_rollout_logprobs else log_probs, ref, inputs, lengths),
+        "entropy": (inputs.entropy or {}).get("actor") or None,  # with --use-rollout-entropy
+        "ref_entropy": (inputs.entropy or {}).get("ref") or None,  # ... and a reference model
     }
     return {key: value for key, value in data.items() if value is not None}
 

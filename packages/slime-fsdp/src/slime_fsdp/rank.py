@@ -165,6 +165,7 @@ class FSDPTrainRank:
         if model == "ref" and self.reference is None:
             raise ValueError("reference log-probs need a reference model: set --use-kl-loss or --kl-coef")
         out: list[torch.Tensor | None] = [None] * len(batch)
+        entropies: list[torch.Tensor] = [torch.zeros(0)] * len(batch)  # in sample order, as `out`
         self.profiler.begin("train_log_probs")
         with (
             torch.no_grad(),
@@ -181,9 +182,12 @@ class FSDPTrainRank:
                 for index, lp in zip(indices, inputs.response_log_probs(logits, micro, temperature)):
                     out[index] = lp.float().cpu()
                 if entropy is not None and indices:
-                    entropy.extend(h.float().cpu() for h in inputs.response_entropy(logits, micro, temperature))
+                    for index, h in zip(indices, inputs.response_entropy(logits, micro, temperature)):
+                        entropies[index] = h.float().cpu()
                 self.profiler.tick("train_log_probs")
         self.profiler.end("train_log_probs")
+        if entropy is not None:
+            entropy.extend(entropies)
         return out
 
     def _routing_of(self, micro: inputs.MicroBatch, indices: list[int]):
@@ -214,6 +218,7 @@ class FSDPTrainRank:
             lambda model: self._log_probs(batch, model, replay=True, entropy=entropy.get(model) if wanted else None),
             reference=self.reference is not None,
             teacher=self.teacher is not None,
+            entropy=entropy,
         )
         self.steps = RolloutSteps.plan(batch, data, self.config.num_steps_per_rollout)
         routing = self.routing.metrics("logprob") if self.routing is not None else {}

@@ -309,6 +309,7 @@ class MegatronTrainRank:
             lambda model: self._log_probs(batch, model, entropy=entropy.get(model) if wanted else None, replay=True),
             reference=self.reference is not None,
             teacher=self.teacher is not None,
+            entropy=entropy,
         )
         routing = self.routing.recorded() if self.routing is not None else {}
         self.logprob_metrics = {**routing, **self.step.rollout_entropy(entropy)}  # of the log-prob passes

@@ -45,6 +45,9 @@ class AdvantageInputs:
     batch: Any = field(
         default=None, repr=False
     )  # the rank's RolloutBatch these rows come from (tokens, engine log-probs)
+    entropy: dict[str, list[torch.Tensor]] | None = field(
+        default=None, repr=False
+    )  # --use-rollout-entropy: per sample, the per-token entropy of "actor" (π_old) and "ref" from their passes
 
 
 def group_normalize_rewards(

@@ -183,10 +183,19 @@ class RankStep:
         """SFT trains on -log π alone: no old log-probs, no advantages, no rollout gap."""
         return self.loss_config.loss_type == "sft_loss"
 
-    def tensors(self, batch: RolloutBatch, log_probs: LogProbsFn, reference: bool, teacher: bool) -> StepTensors:
+    def tensors(
+        self,
+        batch: RolloutBatch,
+        log_probs: LogProbsFn,
+        reference: bool,
+        teacher: bool,
+        entropy: dict[str, list[torch.Tensor]] | None = None,
+    ) -> StepTensors:
         """Old / reference / teacher log-probs (through ``log_probs``) and advantages of the
         share; ``reference`` / ``teacher``: whether the rank holds that model. Teacher log-probs
-        the samples carry (``batch.teacher_log_probs``) stand for a teacher model's."""
+        the samples carry (``batch.teacher_log_probs``) stand for a teacher model's. ``entropy``:
+        the lists ``log_probs`` fills with each sample's per-token entropy (in sample order) with
+        ``--use-rollout-entropy``, handed to the estimator (slime's ``rollout_data["entropy"]``)."""
         cfg = self.config
         carried = batch.teacher_log_probs
         teacher = teacher or carried is not None
@@ -210,6 +219,7 @@ class RankStep:
             std_normalize=not cfg.disable_grpo_std_normalization,
             run_config=cfg,
             batch=batch,
+            entropy=entropy if cfg.get("use_rollout_entropy") else None,
         )
         advantages, _ = self.estimator(advantage_inputs)
         if teacher:

@@ -36,6 +36,9 @@ from slime_core.tools.tiny_models import build_tiny_model
 
 pytestmark = pytest.mark.integration
 
+#: MoE routing replay (R3) on a layout: the trainer replays the engine's routing of each token
+R3 = "--use-rollout-routing-replay --router none"
+
 #: (id, tiny model family, training ranks, the layout's flags)
 LAYOUTS = [
     ("dp2", "qwen3", 2, ""),
@@ -45,8 +48,8 @@ LAYOUTS = [
     ("cp2", "qwen3", 2, "--context-parallel-size 2 --use-dynamic-batch-size --max-tokens-per-gpu 16"),
     ("pp2-cp2", "qwen3", 4, "--pipeline-model-parallel-size 2 --context-parallel-size 2"),
     ("moe-tp2-sp", "qwen3_moe", 2, "--tensor-model-parallel-size 2 --sequence-parallel"),
-    ("moe-pp2", "qwen3_moe", 2, "--pipeline-model-parallel-size 2"),
-    ("moe-cp2", "qwen3_moe", 2, "--context-parallel-size 2"),
+    ("moe-pp2", "qwen3_moe", 2, f"--pipeline-model-parallel-size 2 {R3}"),
+    ("moe-cp2", "qwen3_moe", 2, f"--context-parallel-size 2 {R3}"),
     (
         "moe-tp2-pp2-sp",
         "qwen3_moe",
@@ -123,6 +126,8 @@ def test_a_layout_trains_as_one_rank_does_and_resumes_bit_identically(
     assert whole[0]["train/grad_norm"] > 0
     for key in ("train/loss", "train/grad_norm"):
         assert whole[0][key] == pytest.approx(one_rank[key], **TOLERANCE), key
+    if R3 in layout:
+        assert_replayed_in_place(whole)
     if name not in RESUMED:
         return
     resumed = layout_run(
@@ -134,3 +139,14 @@ def test_a_layout_trains_as_one_rank_does_and_resumes_bit_identically(
     learned = [key for key in learned if key != engine_side]
     assert "train/loss" in learned and "train/grad_norm" in learned
     assert {key: resumed[0][key] for key in learned} == {key: whole[1][key] for key in learned}
+
+
+def assert_replayed_in_place(records: list[dict]) -> None:
+    """A layout's R3 run (one step per rollout: the update is the only forward, no π_old pass): the
+    float32 trainer routes as the float32 engine did, so each rank's routers, given the engine's
+    experts of the tokens they see (their pipeline stage's layers, their context-parallel chunks),
+    would have picked the same ones; experts replayed to other tokens or layers would differ (and
+    the loss with them)."""
+    for record in records:
+        assert record["train/routing_replay_update_mismatch"] < 0.01
+        assert record["train/train_rollout_logprob_abs_diff"] < 1e-3

@@ -11,7 +11,9 @@ runs' near ties.
 
 Both on the FSDP backend, and on the Megatron backend (megatron-core's router replay), whose R3 run
 splits every layer over two tensor-parallel ranks with sequence parallelism: each rank's routers
-see half of the tokens, which the replay must give them in their order.
+see half of the tokens, which the replay must give them in their order; its R2 run splits every
+sequence over two context-parallel ranks, whose recordings of their chunks are merged. (R3 on
+pipeline and context parallelism: the moe-pp2 and moe-cp2 lines of tests/test_parallel_layouts.py.)
 """
 
 import pytest
@@ -57,21 +59,27 @@ def float32_routing(path, samples) -> list[torch.Tensor]:
 
 #: The Megatron backend's R3 run: two tensor-parallel ranks with sequence parallelism.
 MEGATRON_TP2_SP = ["--actor-num-gpus-per-node", "2", "--tensor-model-parallel-size", "2", "--sequence-parallel"]
+#: The Megatron backend's R2 run: two context-parallel ranks, whose recordings are merged.
+MEGATRON_CP2 = ["--actor-num-gpus-per-node", "2", "--context-parallel-size", "2"]
 
 
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("backend", "r3_layout"), [("fsdp", []), ("megatron", MEGATRON_TP2_SP)], ids=["fsdp", "megatron-tp2-sp"]
+    ("backend", "r3_layout", "r2_layout"),
+    [("fsdp", [], []), ("megatron", MEGATRON_TP2_SP, MEGATRON_CP2)],
+    ids=["fsdp", "megatron-tp2-sp-cp2"],
 )
-def test_routing_replay_r3_matches_the_engine_and_r2_holds_pi_old_routing(slime_run, tmp_path, backend, r3_layout):
+def test_routing_replay_r3_matches_the_engine_and_r2_holds_pi_old_routing(
+    slime_run, tmp_path, backend, r3_layout, r2_layout
+):
     model = near_tied_moe(tmp_path / "model")
     flags = ["--hf-checkpoint", str(model), "--num-rollout", "1", "--rollout-batch-size", "2"]
     flags += ["--n-samples-per-prompt", "4", "--rollout-max-response-len", "6", "--bf16", "--router", "none"]
     flags += ["--num-steps-per-rollout", "2", "--lr", "0.05", "--train-backend", backend]
     CAPTURED.clear()
     r3 = slime_run(*flags, *r3_layout, "--use-rollout-routing-replay", hooks=[_Capture], output="r3")[0]
-    r2 = slime_run(*flags, "--use-routing-replay", output="r2")[0]
+    r2 = slime_run(*flags, *r2_layout, "--use-routing-replay", output="r2")[0]
 
     engine = [torch.tensor(s.rollout_routed_experts).view(len(s.tokens) - 1, 2, 2).sort(-1).values for s in CAPTURED]
     assert len(engine) == 8 and all(torch.equal(e, f) for e, f in zip(engine, float32_routing(model, CAPTURED)))
@@ -94,11 +102,6 @@ def test_routing_replay_r3_matches_the_engine_and_r2_holds_pi_old_routing(slime_
             "moe",
             {"use_routing_replay": True, "train_backend": "megatron", "recompute_granularity": "full"},
             "backward runs the routers again",
-        ),
-        (
-            "moe",
-            {"use_rollout_routing_replay": True, "train_backend": "megatron", "context_parallel_size": 2},
-            "not yet with this layout",
         ),
     ],
 )

@@ -87,8 +87,7 @@ def _check_routing_replay(config: Config) -> list[str]:
     """MoE routing replay (`slime_megatron.routing_replay`) gives megatron-core's routers each
     micro-batch's top-k before its forward: refused where a router would run again without them
     (activation recomputation of the MoE layers in the backward), where the routers are not the
-    backend's (a model provider's), and on the parallel layouts not yet tested (pipeline and
-    context parallelism)."""
+    backend's (a model provider's)."""
     if not config.get("use_routing_replay"):
         return []
     flag = "--use-rollout-routing-replay" if config.get("use_rollout_routing_replay") else "--use-routing-replay"
@@ -108,20 +107,7 @@ def _check_routing_replay(config: Config) -> list[str]:
         )
     if "moe_enable_routing_replay" in overrides:
         errors.append(f"--megatron-config moe_enable_routing_replay is set by {flag}; drop it from --megatron-config")
-    untested = [
-        f"--{key.replace('_', '-')} {config.get(key)}" for key in UNREPLAYED_SIZES if (config.get(key) or 1) > 1
-    ]
-    errors += [
-        f"{flag} with {size}: routing replay on Megatron is tested with tensor parallelism and sequence "
-        "parallelism, not yet with this layout (data and expert parallelism need nothing: each router sees its "
-        "rank's own tokens); use --train-backend fsdp, or drop one of them"
-        for size in untested
-    ]
     return errors
-
-
-#: Parallel sizes routing replay refuses (not tested with them yet; see `_check_routing_replay`).
-UNREPLAYED_SIZES = ("pipeline_model_parallel_size", "context_parallel_size")
 
 
 def _check_lora(config: Config) -> list[str]:

@@ -87,6 +87,8 @@ def rollout_data_postprocess(args, rollout_id, rollout_data):
         keys=sorted(rollout_data),
         samples=len(rollout_data["tokens"]),
         mask_lengths_match=[len(m) for m in rollout_data["loss_masks"]] == rollout_data["response_lengths"],
+        response_lengths=rollout_data["response_lengths"],
+        entropy={key: [e.tolist() for e in rollout_data[key]] for key in ("entropy", "ref_entropy")},
     )
     if rollout_id == 1:  # train on nothing: every gradient of this rollout is zero
         for mask in rollout_data["loss_masks"]:

@@ -66,6 +66,7 @@ def hooked_run(ray_cluster, tiny_model_dir, tmp_path_factory):
         "--entropy-coef",
         "0.01",
         "--use-kl-loss",
+        "--use-rollout-entropy",
         "--update-weight-transport",
         "disk",
         "--output-dir",
@@ -130,6 +131,12 @@ def test_rollout_data_postprocess_gets_slime_rollout_data_and_its_loss_masks_are
             "rewards",
         } <= set(call["keys"])
         assert call["samples"] == 4 and call["mask_lengths_match"]
+    for call, record in zip(calls["postprocess"], metrics):  # --use-rollout-entropy: π_old's and π_ref's, per token
+        for key, logged in (("entropy", "train/rollout_entropy"), ("ref_entropy", "train/rollout_ref_entropy")):
+            entropy = call["entropy"][key]
+            assert [len(e) for e in entropy] == call["response_lengths"] and len(entropy) == 4
+            tokens = [h for e in entropy for h in e]
+            assert sum(tokens) / len(tokens) == pytest.approx(record[logged], abs=1e-5)
     assert metrics[0]["train/grad_norm"] > 0
     assert metrics[1]["train/grad_norm"] == 0.0  # rollout 1's masks were zeroed by the function
 

@@ -150,7 +150,8 @@ def as_rollout_data(batch, data) -> dict:
     (`StepTensors`): per-sample lists, the per-token ones as CPU tensors of response length
     (``loss_masks`` int, the rest float32). ``log_probs`` is left out when π_old comes from
     the training forward itself (slime skips that pass then too); slime's ``returns`` are not
-    kept here."""
+    kept here. With ``--use-rollout-entropy``, ``entropy`` / ``ref_entropy``: each sample's
+    per-token entropy of π_old / the reference model (read only: training does not read them)."""
     import torch
 
     lengths = batch.response_lengths
@@ -165,6 +166,9 @@ def as_rollout_data(batch, data) -> dict:
         if tensor is not None and not (key == "log_probs" and data.old_from_forward):
             out[key] = [tensor[i, :n].clone() for i, n in enumerate(lengths)]
     out["loss_masks"] = [mask.int() for mask in out["loss_masks"]]
+    for key, model in (("entropy", "actor"), ("ref_entropy", "ref")):  # --use-rollout-entropy; read only
+        if (data.entropy or {}).get(model):
+            out[key] = [h.clone() for h in data.entropy[model]]
     return out
 
 

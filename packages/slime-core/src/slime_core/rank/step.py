@@ -89,6 +89,7 @@ class StepTensors:
     sample_tokens: torch.Tensor | None = None  # (N,) their sample-mean denominators (`share_rollout_denominators`)
     response_lengths: torch.Tensor | None = None  # (N,) int, response tokens of each sample
     total_lengths: torch.Tensor | None = None  # (N,) int, prompt + response tokens of each sample
+    entropy: dict[str, list[torch.Tensor]] | None = None  # --use-rollout-entropy: "actor" / "ref" per sample
 
     def loss_inputs(
         self, indices: list[int], log_probs: torch.Tensor, entropy: torch.Tensor | None
@@ -195,7 +196,8 @@ class RankStep:
         share; ``reference`` / ``teacher``: whether the rank holds that model. Teacher log-probs
         the samples carry (``batch.teacher_log_probs``) stand for a teacher model's. ``entropy``:
         the lists ``log_probs`` fills with each sample's per-token entropy (in sample order) with
-        ``--use-rollout-entropy``, handed to the estimator (slime's ``rollout_data["entropy"]``)."""
+        ``--use-rollout-entropy``, handed to the estimator and kept on the step's tensors (slime's
+        ``rollout_data["entropy"]``)."""
         cfg = self.config
         carried = batch.teacher_log_probs
         teacher = teacher or carried is not None
@@ -230,7 +232,10 @@ class RankStep:
         reads_rollout = not self.sft or self.loss_config.needs_rollout_log_probs
         rollout = pad_rows(batch.rollout_log_probs) if reads_rollout else None
         lengths = torch.tensor(batch.response_lengths), torch.tensor([len(t) for t in batch.tokens])
-        return StepTensors(mask, old, ref, rollout, advantages, old_from_forward, batch.rollout_ids, None, *lengths)
+        entropy = entropy if cfg.get("use_rollout_entropy") else None
+        return StepTensors(
+            mask, old, ref, rollout, advantages, old_from_forward, batch.rollout_ids, None, *lengths, entropy
+        )
 
     def on_policy(self, teacher: bool) -> bool:
         """Whether the step's own forward may stand for π_old: one optimizer step per rollout

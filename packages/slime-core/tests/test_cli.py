@@ -139,3 +139,17 @@ def test_a_broken_plugin_is_reported_not_a_traceback(tmp_path):
     assert result.returncode == 2
     assert "-p broken_plug" in result.stderr or "broken_plug" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_plugin_module_in_the_working_directory_loads_with_p(tmp_path):
+    """`slime -p my_rewards ...` run in the folder that holds my_rewards.py finds it, as slime's
+    `python train.py` finds modules beside it (a console script's path holds only its own folder)."""
+    (tmp_path / "cwd_rewards_of_the_user.py").write_text(
+        "from slime_core import hookimpl\n\n\n"
+        "async def score(sample, **kwargs):\n    return 1.0\n\n\n"
+        "@hookimpl\ndef slime_register_reward_functions(register):\n    register('from_the_cwd', score)\n"
+    )
+    result = run("-p", "cwd_rewards_of_the_user", "plugins", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    mine = [p for p in json.loads(result.stdout) if p["name"] == "cwd_rewards_of_the_user"]
+    assert mine and "from_the_cwd" in json.dumps(mine[0])

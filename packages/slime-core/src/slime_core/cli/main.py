@@ -8,6 +8,7 @@ ordinary argparse subcommands.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from slime_core import __version__
@@ -15,12 +16,24 @@ from slime_core import __version__
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    put_working_directory_on_path()
     modules, argv = extract_plugin_modules(argv)
     try:
         return _dispatch(argv, modules)
     except KeyboardInterrupt:
         print("slime: interrupted", file=sys.stderr)
         return 130
+
+
+def put_working_directory_on_path() -> None:
+    """Let ``-p module`` and ``--custom-*-path module.fn`` name modules in the folder the command
+    runs in, as ``python train.py`` in slime and Ray's workers (which get the driver's working
+    directory) do; a console script's path holds its own folder instead. Appended, not
+    prepended: run inside a THUDM/slime checkout, its ``slime/`` folder must not shadow the
+    installed ``slime`` of slime-compat."""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.append(here)
 
 
 def _dispatch(argv: list[str], modules: list[str]) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from slime_sglang.client import EngineClient
+from slime_sglang.deployment import EnginePlan, deployment
 from slime_sglang.engine_group import EngineGroup, engine_count
 
 if TYPE_CHECKING:
@@ -29,11 +30,17 @@ class SGLangBackend:
 
     def engine_bundles(self, config: Config, gpu: bool) -> list[dict[str, float]]:
         """One bundle per engine started: ``--rollout-num-gpus-per-engine`` GPUs with CUDA (the
-        CPU engine: a CPU slot); none for external engines."""
+        CPU engine: a CPU slot); none for external engines. With ``--sglang-config``: each
+        engine's group's size, then one bundle per slot of its placeholder groups (reserved idle)."""
         if config.get("rollout_external_engine_addrs"):
             return []
-        gpus = config.rollout_num_gpus_per_engine if gpu and config.rollout_engine != "cpu" else 0
-        return [{"GPU": gpus, "CPU": 1} if gpus else {"CPU": 1}] * engine_count(config)
+        models = deployment(config)
+        if models is None:
+            return [_bundle(config, gpu, config.rollout_num_gpus_per_engine)] * engine_count(config)
+        plan = EnginePlan.of(models)
+        return [_bundle(config, gpu, group.num_gpus_per_engine) for group in plan.engines] + [
+            _bundle(config, gpu, 1)
+        ] * plan.idle_slots
 
     def start(self, config: Config, actor_options=None, plugins=None) -> EngineGroup:
         if config.get("rollout_external_engine_addrs"):
@@ -53,6 +60,12 @@ class SGLangBackend:
 
     def client(self, url: str, api_key: str | None = None) -> EngineClient:
         return EngineClient(url, api_key=api_key)
+
+
+def _bundle(config: Config, gpu: bool, gpus_per_engine: int) -> dict[str, float]:
+    """One engine's bundle: its GPUs with CUDA, a CPU slot for the CPU engine."""
+    gpus = gpus_per_engine if gpu and config.rollout_engine != "cpu" else 0
+    return {"GPU": gpus, "CPU": 1} if gpus else {"CPU": 1}
 
 
 #: The instance registered as rollout backend ``sglang``.

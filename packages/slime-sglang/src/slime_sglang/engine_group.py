@@ -4,7 +4,8 @@
 ``EngineGroup.start(config, model_path)`` starts ``--rollout-num-gpus //
 --rollout-num-gpus-per-engine`` servers of the registered engine ``--rollout-engine``, each
 an `EngineServer` Ray actor (with ``--rollout-engine cpu`` the same options count CPU
-engines), side by side, and returns once every one answers ``/health``. With
+engines), side by side (with ``--sglang-config``: the engines of its server groups, each with
+its group's options, `slime_sglang.deployment`), and returns once every one answers ``/health``. With
 ``--rollout-external-engine-addrs HOST:PORT ...`` it starts nothing: it uses those engines,
 already running (SGLang servers or ``slime engine serve``), checks that each answers, and
 never shuts them down.
@@ -37,6 +38,7 @@ from slime_core.cluster.network import Network
 from slime_core.rank.weight_bucket import WeightBucket
 from slime_core.rollout_backend import WEIGHT_TRANSPORTS
 from slime_sglang.client import EngineClient
+from slime_sglang.deployment import engine_configs
 
 if TYPE_CHECKING:
     from slime_core.config.config import Config
@@ -63,6 +65,7 @@ class EngineGroup:
         ranks_per_engine: int = 1,
         network: Network | None = None,
         per_copy_seeds: bool = False,
+        engine_configs: list[Config] | None = None,
     ):
         self.urls = list(urls)
         self.per_copy_seeds = per_copy_seeds  # the engine command is `slime_sglang.servers.seeds_each_copy`
@@ -72,6 +75,7 @@ class EngineGroup:
         self._launch = launch  # (config, command_fn, model_path, actor_options) of started engines
         self._ranks_per_engine = ranks_per_engine  # ranks of one engine in a broadcast group (its TP size on GPUs)
         self._broadcaster = None  # slime_sglang.weight_broadcast.WeightBroadcaster, once a broadcast update ran
+        self._engine_configs = list(engine_configs or [])  # the config each started engine runs with (its group's)
 
     @classmethod
     def start(cls, config: Config, model_path: str, plugins=None, actor_options=None) -> EngineGroup:
@@ -90,22 +94,25 @@ class EngineGroup:
         if config.get("rollout_external_engine_addrs"):
             return cls.connect(config.rollout_external_engine_addrs, per_copy_seeds=per_copy_seeds)
         actor_options = _loading_plugins(actor_options, plugins.worker_env())
+        configs = engine_configs(config) or [config] * engine_count(config)  # --sglang-config's groups, or alike
         urls, servers = start_servers(
             config,
             command_fn,
             model_path,
-            engine_count(config),
+            len(configs),
             actor_options,
             kind=config.rollout_engine,
-            gpus=server_gpus(config),
+            gpus=server_gpus(configs[0]),
+            engine_config=configs.__getitem__,
         )
         return cls(
             urls,
             servers,
             launch=(config, command_fn, model_path, actor_options),
-            ranks_per_engine=config.rollout_num_gpus_per_engine,
+            ranks_per_engine=configs[0].rollout_num_gpus_per_engine,
             network=config.network,
             per_copy_seeds=per_copy_seeds,
+            engine_configs=configs,
         )
 
     @classmethod
@@ -243,9 +250,9 @@ class EngineGroup:
         fails, and is tried again (`RESTART_ATTEMPTS` times, `RESTART_WAIT_S` apart)."""
         if not self.restartable:
             raise RuntimeError("external engines (--rollout-external-engine-addrs) cannot be restarted by slime")
-        config = self._launch[0]
+        config = self._engine_configs[index]
         self.urls[index], self._servers[index] = restart_server(
-            self._servers, index, self._launch, kind=config.rollout_engine, gpus=server_gpus(config)
+            self._servers, index, (config, *self._launch[1:]), kind=config.rollout_engine, gpus=server_gpus(config)
         )
         return self.urls[index]
 

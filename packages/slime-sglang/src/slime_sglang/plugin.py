@@ -35,12 +35,30 @@ def slime_add_options(options):
         help="HOST:PORT of engines already running (SGLang servers or `slime engine serve`): use them "
         "instead of starting engines; slime checks that they answer and never shuts them down",
     )
+    options.add(
+        "--sglang-config",
+        type=str,
+        default=None,
+        group=GROUP,
+        help="slime's YAML deployment of the rollout servers: a 'sglang:' list of models, each with server_groups "
+        "(worker_type regular or placeholder, num_gpus adding up to --rollout-num-gpus, num_gpus_per_engine, "
+        "overrides: SGLang ServerArgs fields for that group's servers); see docs/coming-from-slime.md",
+    )
+    options.add(
+        "--prefill-num-servers",
+        type=int,
+        default=None,
+        group=GROUP,
+        help="slime's prefill/decode disaggregation: this many prefill engines, the rest decode; refused here "
+        "(the CPU engine has no KV-cache transfer, and slime does not start SGLang's PD mode yet)",
+    )
 
 
 @hookimpl
 def slime_validate_config(config: Config, plugins):
     from slime_core.components import run_generates
     from slime_core.routing_replay import engine_problem
+    from slime_sglang.deployment import problems
     from slime_sglang.engine_group import engine_count, engine_url
 
     errors = []
@@ -49,6 +67,7 @@ def slime_validate_config(config: Config, plugins):
             "--use-fault-tolerance restarts the engines slime started; engines given by "
             "--rollout-external-engine-addrs are not slime's to restart (drop one of the two options)"
         )
+    errors += problems(config)  # --sglang-config / --prefill-num-servers (slime_sglang.deployment)
     if config.get("rollout_backend") != "sglang":
         return errors
     if (
@@ -76,7 +95,8 @@ def slime_validate_config(config: Config, plugins):
             engine_url(address)
         except ValueError as exc:
             errors.append(f"--rollout-external-engine-addrs: {exc}")
-    if not config.get("rollout_external_engine_addrs"):
+    deployed = config.get("sglang_config") or config.get("prefill_num_servers")
+    if not config.get("rollout_external_engine_addrs") and not deployed:
         try:
             engine_count(config)
         except ValueError as exc:

@@ -160,18 +160,20 @@ def start_servers(
     *,
     kind: str,
     gpus: int,
+    engine_config=None,
 ) -> tuple[list[str], list]:
     """Start ``count`` `EngineServer` actors side by side (engines ``first_index`` ... of the
     run); their URLs and actors once all are healthy. ``kind`` names the engine in errors;
     each actor takes ``gpus`` GPUs unless ``actor_options(index) -> dict`` (the run's
-    placement) says otherwise for that engine.
+    placement) says otherwise for that engine. ``engine_config(index) -> Config``, if given, is
+    the config engine ``index`` is started with (its server group's options), else ``config``.
     If one does not come up, all are stopped and the error names each that failed."""
     import ray
 
     actor_class = ray.remote(num_cpus=0, num_gpus=gpus)(EngineServer)
     servers = [
         actor_class.options(**(actor_options(index) if actor_options else {})).remote(
-            config, command_fn, model_path, first_index + index
+            engine_config(first_index + index) if engine_config else config, command_fn, model_path, first_index + index
         )
         for index in range(count)
     ]

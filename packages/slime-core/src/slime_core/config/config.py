@@ -86,13 +86,15 @@ class Config:
         return self
 
     def replace(self, **changes: Any) -> Config:
-        """A copy with ``changes`` (option values by key, or ``network``), frozen if this one is;
-        this config is left as it is. Sources stay those of the loaded values."""
+        """A copy with ``changes`` (option values by key, ``network``, or ``sglang``: the
+        pass-through SGLang options), frozen if this one is; this config is left as it is.
+        Sources stay those of the loaded values."""
         network = changes.pop("network", self.network)
+        sglang = changes.pop("sglang", self.sglang)
         unknown = [key for key in changes if key not in self._values]
         if unknown:
             raise AttributeError(f"config has no option '{unknown[0]}'; declare it with the slime_add_options hook")
-        copy = Config({**self._values, **changes}, self.sources, self.sglang, self.router_args, self.vllm)
+        copy = Config({**self._values, **changes}, self.sources, sglang, self.router_args, self.vllm)
         copy.__dict__["network"] = network
         return copy.freeze() if self.frozen else copy
 

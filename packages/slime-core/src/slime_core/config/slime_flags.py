@@ -18,7 +18,6 @@ _DEEPGEMM = "a DeepGEMM forward path of slime's Megatron backend; the backends c
 _OFFLOAD = (
     "colocated runs (--colocate) take turns on the devices as the loop decides; there is no separate offload switch"
 )
-_PD = f"prefill/decode disaggregation of the engines is {_NOT_YET}"
 _LOGPROBS_MEMORY = "the backends bound log-prob memory by --max-tokens-per-gpu (there is no separate chunking)"
 
 SLIME_FLAGS: tuple[Accepted, ...] = (
@@ -130,7 +129,6 @@ SLIME_FLAGS: tuple[Accepted, ...] = (
         Accepted(flag, reason=_OFFLOAD)
         for flag in ("--offload", "--offload-train", "--offload-rollout", "--release-train")
     ),
-    Accepted("--prefill-num-servers", type=int, reason=_PD),
     Accepted(
         "--update-weight-disk-dir", type=str, reason="--update-weight-transport disk writes under <output-dir>/weights"
     ),

@@ -72,8 +72,13 @@ def run_serve(args) -> int:
 
     from slime_sglang.cpu_engine.server import create_app
 
-    def announce(_aiohttp_banner: str) -> None:  # called once the port is bound
-        print(f"slime engine: serving {args.model} on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
+    def announce(_aiohttp_banner: str) -> None:  # called once the port is bound; says the limits it runs with
+        print(
+            f"slime engine: serving {args.model} on http://{args.host}:{args.port} "
+            f"(max_running_requests {args.max_running_requests}, context_length {args.context_length})",
+            file=sys.stderr,
+            flush=True,
+        )
 
     try:
         web.run_app(

@@ -87,3 +87,26 @@ def test_the_deployment_flags_exclude_each_other_as_in_slime(config_with):
     assert "--sglang-config and --prefill-num-servers each say which engines serve the run" in message
     message = problems(config_with, GROUPS, rollout_external_engine_addrs="127.0.0.1:1")
     assert "--sglang-config and --rollout-external-engine-addrs" in message
+
+
+def test_a_real_sglang_server_of_a_group_is_launched_with_its_size_and_overrides(config_with):
+    """``--rollout-engine sglang`` (GPU only): each group's server command carries the group's
+    ``--tp-size`` and its overrides over the run's ``--sglang-*`` options. Engines of different
+    sizes take weights from disk here (a broadcast gives every engine as many ranks)."""
+    from slime_sglang.servers import sglang_command
+
+    text = GROUPS.replace(
+        "num_gpus: 1, overrides: {context_length: 64}",
+        "num_gpus: 2, num_gpus_per_engine: 2, overrides: {context_length: 64, enable_torch_compile: true}",
+    )
+    options = dict(rollout_engine="sglang", rollout_num_gpus=6, sglang_mem_fraction_static=0.7)
+    assert "engines of different sizes [1, 2]" in problems(config_with, text, **options)
+    config = config_with(text, update_weight_transport="disk", **options)
+    commands = [sglang_command(engine, "/m", 30001)[3:] for engine in engine_configs(config)]
+    assert len(commands) == 3 and commands[0] == [
+        *"--model-path /m --host 127.0.0.1 --port 30001 --tp-size 1".split(),
+        *"--mem-fraction-static 0.7 --max-running-requests 3".split(),
+    ]
+    assert commands[2][6:] == [
+        *"--tp-size 2 --mem-fraction-static 0.7 --context-length 64 --enable-torch-compile".split()
+    ]

@@ -117,6 +117,14 @@ def engine_configs(config: Config) -> list[Config] | None:
     ]
 
 
+def _broadcasts(config: Config) -> bool:
+    """Whether new weights reach the engines by broadcast: asked for, or the default of
+    disaggregated GPUs (``slime_core.loop.weight_sync.default_transport``)."""
+    transport = config.get("update_weight_transport")
+    default = config.get("rollout_engine") != "cpu" and not config.get("colocate")
+    return transport == "broadcast" or (transport is None and config.get("update_weight_mode") != "delta" and default)
+
+
 # -- reading and checking the file -----------------------------------------------------------
 
 
@@ -263,9 +271,9 @@ def _checked(config: Config, models: list[ModelDeployment], source: str) -> list
                     f"only {', '.join(CPU_ENGINE_SGLANG_OPTIONS)}; drop them or use --rollout-engine sglang"
                 )
     sizes = {g.num_gpus_per_engine for m in models for g in m.groups if g.engines}
-    if len(sizes) > 1:
+    if len(sizes) > 1 and _broadcasts(config):
         errors.append(
-            f"{source}: engines of different sizes {sorted(sizes)}: weight updates by broadcast give every engine "
-            "the same number of ranks here; use one num_gpus_per_engine for the groups that start engines"
+            f"{source}: engines of different sizes {sorted(sizes)}: a weight broadcast here gives every engine the "
+            "same number of ranks; use one num_gpus_per_engine, or --update-weight-transport disk"
         )
     return errors

@@ -3,7 +3,7 @@ group's engines with the group's SGLang options, and the run trains on them."""
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 DEPLOYMENT = """\
 sglang:

@@ -64,6 +64,8 @@ def test_a_malformed_deployment_names_the_file_and_the_key(config_with, tmp_path
     )
     assert "different model_path values" in message
     assert "hold 5 GPUs and --rollout-num-gpus is 4" in problems(config_with, GROUPS, rollout_num_gpus=4)
+    idle = "sglang:\n  - {name: actor, server_groups: [{worker_type: placeholder, num_gpus: 1}]}\n"
+    assert "starts no engine (placeholder groups only)" in problems(config_with, idle, rollout_num_gpus=1)
     assert "overrides ['mem_fraction_static'] would change nothing" in problems(
         config_with, GROUPS.replace("context_length", "mem_fraction_static"), rollout_num_gpus=5
     )

@@ -253,6 +253,8 @@ def _checked(config: Config, models: list[ModelDeployment], source: str) -> list
         if total == wanted
         else [f"{source}: its groups hold {total} GPUs and --rollout-num-gpus is {wanted}; make them equal"]
     )
+    if not any(group.engines for model in models for group in model.groups):
+        errors.append(f"{source}: starts no engine (placeholder groups only); give a regular group")
     if len(models) > 1 or not models[0].update_weights:
         errors.append(
             f"{source}: deploys {[m.name for m in models]}; this slime serves only the trained model "

@@ -248,11 +248,9 @@ def _checked(config: Config, models: list[ModelDeployment], source: str) -> list
     from slime_sglang.servers import CPU_ENGINE_SGLANG_OPTIONS
 
     total, wanted = sum(g.num_gpus for m in models for g in m.groups), config.get("rollout_num_gpus")
-    errors = (
-        []
-        if total == wanted
-        else [f"{source}: its groups hold {total} GPUs and --rollout-num-gpus is {wanted}; make them equal"]
-    )
+    errors = []
+    if total != wanted:  # GPUs, or CPU slots for the CPU engine, as --rollout-num-gpus counts them
+        errors.append(f"{source}: its groups hold {total} GPUs and --rollout-num-gpus is {wanted}; make them equal")
     if not any(group.engines for model in models for group in model.groups):
         errors.append(f"{source}: starts no engine (placeholder groups only); give a regular group")
     if len(models) > 1 or not models[0].update_weights:

@@ -55,9 +55,18 @@ def launch_flags(checkout: Path) -> set[str]:
     return flags
 
 
+#: Declared flags that every run refuses for now, with why (the row would otherwise say "same").
+REFUSED = {
+    "prefill_num_servers": "declared, refused with the reason: prefill/decode disaggregation is not started here "
+    "yet (see `--sglang-config` above)",
+}
+
+
 def status(flag: str, options, accepted) -> str:
     """What `slime run` does with ``flag``."""
     key = flag[2:].replace("-", "_")
+    if key in REFUSED:
+        return REFUSED[key]
     if flag.endswith("-path") and key not in accepted and key != "megatron_config_path":
         return "function hook (see below)"
     if key in accepted:

@@ -1,5 +1,5 @@
-"""`slime tiny-model --family qwen2_5_vl / qwen3_vl`: a tiny vision-language model written offline
-with its processor, whose prompts hold one image token per 2 x 2 merged 4-pixel patches, and one
+"""`slime tiny-model --family qwen2_5_vl / qwen3_vl / qwen3_5 / qwen3_5_moe`: a tiny vision-language
+model written offline with its processor, whose prompts hold one image token per 2 x 2 merged 4-pixel patches, and one
 video token per 2 x 2 merged 4-pixel patches of each pair of frames."""
 
 import json
@@ -10,6 +10,9 @@ from slime_core.cli.main import main
 from slime_core.multimodal.videos import processor_video_kwargs
 from slime_core.tools.tiny_vlms import TINY_VLM_FAMILIES
 
+#: Rotary pairs per head: head_dim 16 / 2, and Qwen3.5's head_dim 32 with a quarter rotated / 2.
+ROTARY_PAIRS = {"qwen2_5_vl": 8, "qwen3_vl": 8, "qwen3_5": 4, "qwen3_5_moe": 4}
+
 
 @pytest.mark.parametrize("family", sorted(TINY_VLM_FAMILIES))
 def test_the_command_writes_a_vlm_whose_processor_expands_an_image_into_its_tokens(family, tmp_path):
@@ -18,10 +21,12 @@ def test_the_command_writes_a_vlm_whose_processor_expands_an_image_into_its_toke
 
     from slime_core.multimodal.processor import load_processor
 
-    assert main(["tiny-model", str(tmp_path), "--family", family, "--hidden-size", "64", "--num-layers", "1"]) == 0
+    assert main(["tiny-model", str(tmp_path), "--family", family, "--hidden-size", "64", "--num-layers", "2"]) == 0
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["model_type"] == family and config["text_config"]["hidden_size"] == 64
-    assert sum(config["text_config"]["rope_parameters"]["mrope_section"]) == 8  # head_dim 16 / 2
+    assert sum(config["text_config"]["rope_parameters"]["mrope_section"]) == ROTARY_PAIRS[family]
+    if family.startswith("qwen3_5"):  # both of Qwen3.5's layer kinds in 2 layers
+        assert config["text_config"]["layer_types"] == ["linear_attention", "full_attention"]
     processor = load_processor(str(tmp_path))
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "2+2?"}]}]
     text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -38,7 +43,7 @@ def test_the_command_writes_a_vlm_whose_processor_expands_an_image_into_its_toke
     inputs = processor(text=[text], videos=[frames], return_tensors="pt", **processor_video_kwargs([frames]))
     video_token = processor.tokenizer.convert_tokens_to_ids("<|video_pad|>")
     assert (inputs["input_ids"] == video_token).sum() == 32 and inputs["video_grid_thw"].tolist() == [[2, 8, 8]]
-    if family == "qwen3_vl":  # each frame pair's time (frames at 2 per second), as transformers writes it
+    if family != "qwen2_5_vl":  # each frame pair's time (frames at 2 per second), as transformers writes it
         assert "<0.2 seconds>" in processor.tokenizer.decode(inputs["input_ids"][0])
     assert model(**inputs).logits.shape == (1, inputs["input_ids"].shape[1], len(processor.tokenizer))
 

@@ -288,3 +288,33 @@ def test_the_ppo_critic_of_a_vlm_sees_the_images(tiny_vlm_dir, tmp_path):
         destroy_default_group()
     assert first[0] == pytest.approx(first[1], abs=1e-6)  # the same prompt and picture
     assert abs(first[0] - first[2]) > 1e-4  # another picture
+
+
+@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_5_moe"])
+def test_qwen3_5_trains_padded_and_the_push_keeps_the_engine_equal(family, tmp_path):
+    """Qwen3.5 (gated delta-net layers with full attention, dense or MoE) on prompts with images:
+    the trainer scores as the engine, one padded row per sample (packing would carry the linear
+    attention's state across samples), and again after a train step and the push."""
+    from slime_core.tools.tiny_vlms import build_tiny_vlm
+
+    model_dir = build_tiny_vlm(tmp_path / family, family)
+    engine = load_engine(str(model_dir), max_running_requests=8)
+    pictures = [[data_url("red")], [data_url("blue", 16), data_url("red")]]
+    batch, engine_log_probs = rollout(engine, pictures, steps=3)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "x", "label": "1"}\n')
+    config = make_config(
+        prompts, model_dir, train_backend="fsdp", rollout_batch_size=2, n_samples_per_prompt=2, lr=3e-3,
+        micro_batch_size=2,
+    )  # fmt: skip
+    try:
+        group = TrainGroup(FSDPTrainRank, config, 1, in_process=True)
+        group.init()
+        close(group.compute_log_probs(batch), engine_log_probs)
+        group.train(0, batch)
+        apply_update(engine.model, list(exported(group).items()))
+        after, engine_after = rollout(engine, pictures, steps=3)
+        close(group.compute_log_probs(after), engine_after)
+        assert torch.tensor(engine_after).sub(torch.tensor(engine_log_probs)).abs().max() > 1e-3  # the weights moved
+    finally:
+        destroy_default_group()

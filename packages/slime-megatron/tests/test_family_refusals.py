@@ -1,6 +1,7 @@
 """Architectures that megatron-core 0.16 cannot build for slime are refused when the run is
 configured, each naming what megatron-core lacks and the backend that trains it: Qwen3-Next
-(gated delta-net) and GLM-5 (``glm_moe_dsa``, DeepSeek sparse attention)."""
+(gated delta-net) and GLM-5 (``glm_moe_dsa``, DeepSeek sparse attention); and vision-language
+models (Qwen2.5-VL, Qwen3-VL, Qwen3.5)."""
 
 import json
 import re
@@ -65,7 +66,7 @@ def test_a_supported_family_with_fields_megatron_cannot_build_is_refused_at_conf
     assert problem is not None and re.search(message, problem)
 
 
-@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe"])
 def test_megatron_refuses_a_vision_language_model_at_config_time_with_the_reason(tmp_path, family):
     from slime_core.tools.tiny_vlms import tiny_vlm_config
 
@@ -77,3 +78,18 @@ def test_megatron_refuses_a_vision_language_model_at_config_time_with_the_reason
         "the Megatron backend builds text-only models .*; use --train-backend fsdp",
     ):
         make_config(tmp_path / "prompts.jsonl", tmp_path, rollout_batch_size=2, train_backend="megatron")
+
+
+@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_5_moe"])
+def test_megatron_refuses_qwen3_5_saying_slime_runs_it_on_its_native_megatron_model(tmp_path, family):
+    """Qwen3.5 (slime's geo3k_vlm example): the refusal also names its gated delta-net layers and
+    where THUDM/slime runs it; the FSDP backend takes it."""
+    from slime_core.tools.tiny_vlms import tiny_vlm_config
+
+    tiny_vlm_config(family).save_pretrained(tmp_path)
+    (tmp_path / "prompts.jsonl").write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
+    with pytest.raises(
+        ConfigError, match="gated delta-net .*THUDM/slime runs Qwen3.5 on its own native Megatron model"
+    ):
+        make_config(tmp_path / "prompts.jsonl", tmp_path, rollout_batch_size=2, train_backend="megatron")
+    assert make_config(tmp_path / "prompts.jsonl", tmp_path, rollout_batch_size=2, train_backend="fsdp")

@@ -9,7 +9,8 @@ weights from the router's own logits as the router does, so gradients reach the 
 ordinary update, and a replay of the experts the router would pick anyway changes nothing, bit for
 bit. Two kinds of router are known:
 
-- softmax (Qwen3-MoE, Qwen3-Next): ``softmax(logits)`` at the experts, renormalised with ``norm_topk_prob``;
+- softmax (Qwen3-MoE, Qwen3-Next, Qwen3.5-MoE): ``softmax(logits)`` at the experts, renormalised with
+  ``norm_topk_prob`` (always, for Qwen3.5-MoE's router, which has no such option);
 - sigmoid with a correction bias (DeepSeek-V3, GLM-4.5, GLM-5): ``sigmoid(logits)`` at the experts,
   renormalised with ``norm_topk_prob``, times ``routed_scaling_factor`` (the bias only picks experts).
 """
@@ -22,7 +23,7 @@ from contextlib import contextmanager
 import torch
 
 #: transformers' router classes by how they weight their experts (see the module docstring)
-SOFTMAX_ROUTERS = ("Qwen3MoeTopKRouter", "Qwen3NextTopKRouter")
+SOFTMAX_ROUTERS = ("Qwen3MoeTopKRouter", "Qwen3NextTopKRouter", "Qwen3_5MoeTopKRouter")
 SIGMOID_ROUTERS = ("DeepseekV3TopkRouter", "Glm4MoeTopkRouter", "GlmMoeDsaTopkRouter")
 _LAYER = re.compile(r"layers\.(\d+)\.")
 
@@ -104,7 +105,7 @@ def expert_weights(router, logits: torch.Tensor, index: torch.Tensor) -> torch.T
             weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
         return weights * router.routed_scaling_factor
     weights = torch.softmax(logits, dim=-1, dtype=torch.float).gather(1, index)
-    if router.norm_topk_prob:
+    if getattr(router, "norm_topk_prob", True):  # Qwen3.5-MoE's router always renormalises
         weights = weights / weights.sum(dim=-1, keepdim=True)
     return weights
 

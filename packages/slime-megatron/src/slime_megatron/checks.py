@@ -230,6 +230,14 @@ def _check_layout(config: Config) -> list[str]:
     return problems + ([vocab] if vocab else []) + layout_problems(ModelShape.of(teacher), layout, teacher_where, False)
 
 
+#: What else a vision-language family needs of Megatron, by model type.
+VLM_NOTES = dict.fromkeys(
+    ("qwen3_5", "qwen3_5_moe"),
+    "; its text model's gated delta-net (linear attention) layers have no megatron-core layer here either "
+    "(THUDM/slime runs Qwen3.5 on its own native Megatron model, slime_plugins.models.qwen3_5_vl, not megatron-core's)",
+)
+
+
 def _check_model_family(config: Config) -> list[str]:
     """The checkpoint's architecture (config.json's model_type) is one Megatron can build, and not
     a vision-language model's: said now, not when every rank fails building the model."""
@@ -247,7 +255,7 @@ def _check_model_family(config: Config) -> list[str]:
         return [
             f"--hf-checkpoint {checkpoint}: {model.get('model_type')} is a vision-language model (config.json has a "
             "vision_config); the Megatron backend builds text-only models (no vision tower, no image features in "
-            "its inputs); use --train-backend fsdp"
+            f"its inputs){VLM_NOTES.get(model.get('model_type'), '')}; use --train-backend fsdp"
         ]
     reason = unsupported_reason(model.get("model_type"))
     return [f"--hf-checkpoint {checkpoint}: {reason}"] if reason else []

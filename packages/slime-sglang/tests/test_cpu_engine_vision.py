@@ -283,3 +283,33 @@ def encode(image) -> str:
     from slime_core.multimodal.images import encode_image
 
     return encode_image(image)
+
+
+@pytest.mark.parametrize("family", ["qwen3_5_moe"])
+def test_qwen3_5_requests_with_images_join_and_leave_its_hybrid_batch_and_score_as_if_alone(family, tmp_path):
+    """Qwen3.5 (the MoE: gated delta-net state and key-value caches in one batch, interleaved
+    multimodal rotary over a quarter of each head): a and c, the same ids with other images,
+    d (text) joins after 2 steps, e (an image) after a left; each scores as alone."""
+    from slime_core.tools.tiny_vlms import build_tiny_vlm
+
+    engine = load_engine(str(build_tiny_vlm(tmp_path, family)), max_running_requests=8)
+    red, green = data_url("red"), data_url("green")
+    a, c = request(engine, "a", "hi", [red]), request(engine, "c", "hi", [green])
+    with torch.no_grad():
+        batch, logits = batching.prefill(engine.model, [a, c])
+        greedy(batch.requests, logits)
+        for _ in range(2):
+            greedy(batch.requests, batching.decode(engine.model, batch))
+        d = request(engine, "d", "no image", [])
+        joining, logits = batching.prefill(engine.model, [d])
+        greedy([d], logits)
+        batch = batching.keep(batching.merge(batch, joining), [1, 2])
+        e = request(engine, "e", "?", [red])
+        joining, logits = batching.prefill(engine.model, [e])
+        greedy([e], logits)
+        batch = batching.merge(batch, joining)
+        for _ in range(2):
+            greedy(batch.requests, batching.decode(engine.model, batch))
+    for r in (a, c, d, e):
+        torch.testing.assert_close(torch.tensor(r.output_logprobs), alone(engine, r), atol=1e-4, rtol=1e-4)
+    assert a.output_ids != c.output_ids  # the image changes what the model says

@@ -33,7 +33,8 @@ def load_model(
     )
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.config.use_cache = False
+    for config in (model.config, model.config.get_text_config()):  # a VLM's text model reads its own
+        config.use_cache = False  # no key-value / linear-attention caches built in training forwards
     freeze_indexers(model)
     if compile_layers:
         compile_decoder_layers(model)

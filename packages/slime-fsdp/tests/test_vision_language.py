@@ -10,6 +10,7 @@ import io
 import pytest
 import torch
 
+from slime_core.config import ConfigError
 from slime_core.rollout_batch import RolloutBatch
 from slime_core.testing import destroy_default_group, make_config
 from slime_core.train_backend import TrainGroup
@@ -293,8 +294,9 @@ def test_the_ppo_critic_of_a_vlm_sees_the_images(tiny_vlm_dir, tmp_path):
 @pytest.mark.parametrize("family", ["qwen3_5", "qwen3_5_moe"])
 def test_qwen3_5_trains_padded_and_the_push_keeps_the_engine_equal(family, tmp_path):
     """Qwen3.5 (gated delta-net layers with full attention, dense or MoE) on prompts with images:
-    the trainer scores as the engine, one padded row per sample (packing would carry the linear
-    attention's state across samples), and again after a train step and the push."""
+    the trainer scores as the engine, one padded row per sample (packing, which would carry the
+    linear attention's state across samples, is refused when the run is configured), and again
+    after a train step and the push."""
     from slime_core.tools.tiny_vlms import build_tiny_vlm
 
     model_dir = build_tiny_vlm(tmp_path / family, family)
@@ -307,6 +309,11 @@ def test_qwen3_5_trains_padded_and_the_push_keeps_the_engine_equal(family, tmp_p
         prompts, model_dir, train_backend="fsdp", rollout_batch_size=2, n_samples_per_prompt=2, lr=3e-3,
         micro_batch_size=2,
     )  # fmt: skip
+    with pytest.raises(ConfigError, match="linear-attention layers, whose recurrent state would flow"):
+        make_config(
+            prompts, model_dir, train_backend="fsdp", rollout_batch_size=2, use_dynamic_batch_size=True,
+            max_tokens_per_gpu=1024,
+        )  # fmt: skip
     try:
         group = TrainGroup(FSDPTrainRank, config, 1, in_process=True)
         group.init()

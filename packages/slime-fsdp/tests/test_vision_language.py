@@ -298,8 +298,11 @@ def test_qwen3_5_trains_padded_and_the_push_keeps_the_engine_equal(family, tmp_p
     linear attention's state across samples, is refused when the run is configured), and again
     after a train step and the push."""
     from slime_core.tools.tiny_vlms import build_tiny_vlm
+    from slime_fsdp.model import load_model
 
     model_dir = build_tiny_vlm(tmp_path / family, family)
+    with torch.no_grad():  # the trainer's forwards build no caches (its text model reads its own use_cache)
+        assert load_model(str(model_dir))(input_ids=torch.tensor([[5, 6, 7]])).get("cache") is None
     engine = load_engine(str(model_dir), max_running_requests=8)
     pictures = [[data_url("red")], [data_url("blue", 16), data_url("red")]]
     batch, engine_log_probs = rollout(engine, pictures, steps=3)

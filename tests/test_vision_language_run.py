@@ -40,7 +40,15 @@ class Rollouts:
 
 
 @pytest.mark.slow
-def test_grpo_on_a_vlm_through_slime_run_keeps_the_engine_equal_to_the_trainer(ray_cluster, tiny_vlm_dir, tmp_path):
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_5_moe"])
+def test_grpo_on_a_vlm_through_slime_run_keeps_the_engine_equal_to_the_trainer(
+    ray_cluster, tiny_vlm_dir, tmp_path, family
+):
+    """Qwen2.5-VL, and Qwen3.5-MoE (gated delta-net layers: one padded row per sample)."""
+    from slime_core.tools.tiny_vlms import build_tiny_vlm
+
+    if family != "qwen2_5_vl":
+        tiny_vlm_dir = build_tiny_vlm(tmp_path / family, family)
     flags = [
         "--prompt-data", picture_records(tmp_path), "--hf-checkpoint", str(tiny_vlm_dir),
         "--input-key", "prompt", "--label-key", "label", "--multimodal-keys", '{"image": "images"}',

@@ -7,8 +7,8 @@ The reference log-probs use the nuclei too: at rollout 0 the KL to the reference
 import pytest
 import torch
 
-from slime_core import hookimpl
 from slime_core.algorithms import log_probs_from_logits
+from slime_core.testing import RolloutSamples
 
 pytestmark = pytest.mark.integration
 
@@ -31,18 +31,6 @@ FLAGS = (
 )
 
 
-CAPTURED = []  # the samples of the run's rollouts, kept by `_Capture`
-
-
-class _Capture:
-    """A plugin on the driver that keeps the samples of every rollout."""
-
-    @staticmethod
-    @hookimpl
-    def slime_after_rollout(rollout_id, groups, metrics):
-        CAPTURED.extend(sample for group in groups for sample in group)
-
-
 def whole_vocabulary_gap(model_dir, samples) -> float:
     """Mean |engine log-prob − whole-vocabulary log-prob| of the samples' trained tokens
     under the starting weights: the gap the trainer would show without the nuclei."""
@@ -61,9 +49,9 @@ def whole_vocabulary_gap(model_dir, samples) -> float:
 def test_the_fsdp_trainer_scores_tokens_over_the_engine_s_nuclei(slime_run, tiny_model_dir):
     """One FSDP rank. (Megatron masks each tensor-parallel slice: slime-megatron's vocabulary-parallel
     test checks that; a Megatron run would take about a minute more.)"""
-    CAPTURED.clear()
-    train = slime_run(*FLAGS, hooks=[_Capture])[0]
-    samples = CAPTURED
+    kept = RolloutSamples()
+    train = slime_run(*FLAGS, hooks=[kept])[0]
+    samples = kept.samples
     assert len(samples) == 16 and all(s.rollout_top_p_token_offsets is not None for s in samples)
     nucleus_sizes = [
         b - a for s in samples for a, b in zip(s.rollout_top_p_token_offsets, s.rollout_top_p_token_offsets[1:])

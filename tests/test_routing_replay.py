@@ -19,20 +19,9 @@ pipeline and context parallelism: the moe-pp2 and moe-cp2 lines of tests/test_pa
 import pytest
 import torch
 
-from slime_core import hookimpl
 from slime_core.moe_routers import RouterTaps
+from slime_core.testing import RolloutSamples
 from slime_core.tools.tiny_models import build_tiny_model, tie_moe_routers
-
-CAPTURED = []  # the samples of the run's rollouts, kept by `_Capture`
-
-
-class _Capture:
-    """A plugin on the driver that keeps the samples of every rollout."""
-
-    @staticmethod
-    @hookimpl
-    def slime_after_rollout(rollout_id, groups, metrics):
-        CAPTURED.extend(sample for group in groups for sample in group)
 
 
 def near_tied_moe(path):
@@ -77,12 +66,14 @@ def test_routing_replay_r3_matches_the_engine_and_r2_holds_pi_old_routing(
     flags = ["--hf-checkpoint", str(model), "--num-rollout", "1", "--rollout-batch-size", "2"]
     flags += ["--n-samples-per-prompt", "4", "--rollout-max-response-len", "6", "--bf16", "--router", "none"]
     flags += ["--num-steps-per-rollout", "2", "--lr", "0.05", "--train-backend", backend]
-    CAPTURED.clear()
-    r3 = slime_run(*flags, *r3_layout, "--use-rollout-routing-replay", hooks=[_Capture], output="r3")[0]
+    kept = RolloutSamples()
+    r3 = slime_run(*flags, *r3_layout, "--use-rollout-routing-replay", hooks=[kept], output="r3")[0]
     r2 = slime_run(*flags, *r2_layout, "--use-routing-replay", output="r2")[0]
 
-    engine = [torch.tensor(s.rollout_routed_experts).view(len(s.tokens) - 1, 2, 2).sort(-1).values for s in CAPTURED]
-    assert len(engine) == 8 and all(torch.equal(e, f) for e, f in zip(engine, float32_routing(model, CAPTURED)))
+    engine = [
+        torch.tensor(s.rollout_routed_experts).view(len(s.tokens) - 1, 2, 2).sort(-1).values for s in kept.samples
+    ]
+    assert len(engine) == 8 and all(torch.equal(e, f) for e, f in zip(engine, float32_routing(model, kept.samples)))
     # the bf16 trainer would route some tokens elsewhere; R3 routes them as the engine did ...
     assert r3["train/routing_replay_logprob_mismatch"] > 0.02
     # ... so its log-probs are closer to the engine's than without R3 (the same samples: same seed)

@@ -7,25 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from slime_core import hookimpl
 from slime_core.cli.run import run_command
 from slime_core.loop.run_dir import read_metrics
 from slime_core.plugins import Plugins
+from slime_core.testing import RolloutSamples
 
 pytestmark = pytest.mark.integration
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "tool_use"
-
-
-class _Recorder:
-    """Keeps every rollout's groups (the ``slime_after_rollout`` hook)."""
-
-    groups = []
-
-    @staticmethod
-    @hookimpl
-    def slime_after_rollout(rollout_id, groups, metrics):
-        _Recorder.groups.extend(groups)
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +36,8 @@ def warmed_up(tmp_path_factory):
 
 
 def test_the_calculator_example_trains_through_the_loop(ray_cluster, warmed_up, tmp_path):
-    plugins = Plugins()
-    plugins.register_object("tool_use_recorder", _Recorder)
+    plugins, kept = Plugins(), RolloutSamples()
+    plugins.register_object("tool_use_recorder", kept)
     argv = [
         str(EXAMPLE / "calculator.yaml"),
         "--hf-checkpoint",
@@ -79,7 +68,7 @@ def test_the_calculator_example_trains_through_the_loop(ray_cluster, warmed_up, 
     assert [r["rollout_id"] for r in records] == [0, 1]
     assert records[-1]["weight_version"] == 2 and records[-1]["weight_update/max_logprob_diff"] < 1e-3
     assert all(r["rollout/reward_mean"] > 0 for r in records)  # the warmed-up model answers some right
-    samples = [s for group in _Recorder.groups for s in group]
+    samples = kept.samples
     with_tools = [s for s in samples if s.metadata.get("tool_calls")]  # the generate function counts them
     assert len(with_tools) >= len(samples) // 2
     for sample in with_tools:  # tool results are context (mask 0) after a model turn (mask 1)

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from slime_core import hookimpl
 from slime_core.cli.run import run_command
 from slime_core.loop.run_dir import read_metrics
 from slime_core.plugins import Plugins
+from slime_core.testing import RolloutSamples
 
 pytestmark = pytest.mark.integration
 
@@ -26,17 +26,6 @@ def picture_records(folder) -> str:
         lines.append(json.dumps(record) + "\n")
     (folder / "squares.jsonl").write_text("".join(lines))
     return str(folder / "squares.jsonl")
-
-
-class Rollouts:
-    """The samples of every rollout, kept in the driver."""
-
-    def __init__(self):
-        self.samples = []
-
-    @hookimpl
-    def slime_after_rollout(self, rollout_id, groups, metrics):
-        self.samples += [sample for group in groups for sample in group]
 
 
 @pytest.mark.slow
@@ -59,7 +48,7 @@ def test_grpo_on_a_vlm_through_slime_run_keeps_the_engine_equal_to_the_trainer(
         "--entropy-coef", "0.01",  # a gradient even when every sample gets the same reward
         "--check-weight-update-equal", "--output-dir", str(tmp_path / "run"),
     ]  # fmt: skip
-    plugins, kept = Plugins(), Rollouts()
+    plugins, kept = Plugins(), RolloutSamples()
     plugins.register_object("vlm-run-rollouts", kept)
     assert run_command(flags, plugins) == 0
     records = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["rollout_id"] >= 0]

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from slime_core import hookimpl
 from slime_core.cli.run import run_command
 from slime_core.loop.run_dir import read_metrics
 from slime_core.plugins import Plugins
+from slime_core.testing import RolloutSamples
 
 EXAMPLE = "examples/geo3k_vlm_multi_turn"
 FILES = ("rollout.py", "env_geo3k.py", "base_env.py")
@@ -107,17 +107,6 @@ def geo3k_records(folder: Path) -> Path:
     return folder / "geo3k.jsonl"
 
 
-class Rollouts:
-    """Keeps the samples of each rollout, in the driver (where slime's generate function ran)."""
-
-    def __init__(self):
-        self.samples = []
-
-    @hookimpl
-    def slime_after_rollout(self, rollout_id, groups, metrics):
-        self.samples += [sample for group in groups for sample in group]
-
-
 @pytest.mark.slow
 @pytest.mark.integration
 def test_slimes_geo3k_multi_turn_functions_run_unmodified_with_an_image_in_a_later_turn(
@@ -143,7 +132,7 @@ def test_slimes_geo3k_multi_turn_functions_run_unmodified_with_an_image_in_a_lat
         "--rollout-stop-token-ids", *[str(i) for i in range(4, 100)],
         "--output-dir", str(tmp_path / "run"),
     ]  # fmt: skip
-    plugins, rollouts = Plugins(), Rollouts()
+    plugins, rollouts = Plugins(), RolloutSamples()
     plugins.register_object("geo3k-test-rollouts", rollouts)
     assert run_command(argv, plugins) == 0
 

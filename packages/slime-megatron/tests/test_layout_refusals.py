@@ -150,7 +150,7 @@ def test_name_patterns_that_freeze_a_parameter_in_some_layers_only_are_refused_b
     too): a layer frozen by --freeze-params-name-list leaves a hole that its save refuses."""
     import torch
 
-    from slime_megatron.rank import _check_layers_frozen_alike
+    from slime_megatron.trainable import check_layers_frozen_alike
 
     def named(*trained):
         return [
@@ -158,6 +158,6 @@ def test_name_patterns_that_freeze_a_parameter_in_some_layers_only_are_refused_b
             for i, t in enumerate(trained)
         ]
 
-    _check_layers_frozen_alike(named(False, False))  # frozen in every layer: fine
+    check_layers_frozen_alike(named(False, False))  # frozen in every layer: fine
     with pytest.raises(ValueError, match=r"freeze decoder\.layers\.\*\.mlp\.linear_fc1\.weight in some layers"):
-        _check_layers_frozen_alike(named(False, True))
+        check_layers_frozen_alike(named(False, True))

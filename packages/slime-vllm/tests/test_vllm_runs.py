@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from slime_core import hookimpl
 from slime_core.cli.run import run_command
 from slime_core.loop.run_dir import read_metrics
 from slime_core.plugins import Plugins
+from slime_core.testing import RolloutSamples
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -30,17 +30,6 @@ EXAMPLE = Path(__file__).parents[3] / "examples" / "tool_use"
 #: the buckets split every layer (q_proj in one, k_proj in the next, ...): vLLM's layer-wise
 #: reload then gets a layer in parts.
 SMALL_BUCKET = 100_000
-
-
-class Recorder:
-    """Every rollout's samples, as the trainer got them (``slime_after_rollout``)."""
-
-    def __init__(self):
-        self.samples = []
-
-    @hookimpl
-    def slime_after_rollout(self, rollout_id, groups, metrics):
-        self.samples.extend(sample for group in groups for sample in group)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +55,7 @@ def tool_model(tmp_path_factory):
 def _tool_run(shared, model_dir, out: Path, *flags) -> tuple[list[dict], list]:
     """`slime run` of the calculator example on the shared servers ``shared`` hands it (``--router
     none``: the rollout spreads its requests over them); its metrics and samples."""
-    recorder = Recorder()
+    recorder = RolloutSamples()
     plugins = Plugins()
     extra = {"vllm_shared_server": shared, "vllm_run_recorder": recorder}
     for name, obj in extra.items():

@@ -7,7 +7,8 @@ the passes run:
   (``get_forward_backward_func``: plain gradient accumulation, or 1F1B over pipeline
   stages), and the model-grads finalisation (data-parallel all-reduce) runs once per step;
 - log-probs and entropy come from the vocabulary-parallel logits of the rank's tensor-parallel
-  slice (`slime_megatron.logprobs`);
+  slice (`slime_megatron.logprobs`), in the training forward and in the forward-only passes
+  before the update (`slime_megatron.response_log_probs`);
 - ranks of one model replica (tensor/pipeline/context parallel) gather their shares and
   train on the union (`slime_megatron.shares`); metrics and denominators are summed over the
   data-parallel group;
@@ -25,6 +26,7 @@ the optimizer), `.inputs` (padded micro-batches), `.swap` (the reference weights
 `.export` (HF weights for the engines and ``--save-hf``), `.offload` (colocated mode),
 `.chunks` (the model chunks of virtual pipeline stages, or the one chunk),
 `.routing_replay` (MoE routing replay, R2 and R3, around the forwards of the π_old pass and the updates),
+`.scoring_models` (the reference weights and the distillation teacher), `.trainable` (frozen parameters),
 `.hooks` (the user's functions called at fixed points here: after the parallel groups are
 built, before each log-prob pass, on the rollout's train data, before each optimizer step,
 after a disk weight update is written).
@@ -36,8 +38,8 @@ parallelism DDP averages over the data × context-parallel ranks, and megatron's
 multiplies the loss by the CP size to make up for it.
 
 Reference model: its weights are kept in CPU memory as this rank's parameter shards and
-swapped into the model for the reference pass. The distillation teacher is a second
-GPTModel (same parallel layout, no optimizer) kept on the device.
+swapped into the model for the reference pass; the distillation teacher is a second GPTModel
+kept on the device (`slime_megatron.scoring_models`).
 """
 
 from __future__ import annotations
@@ -50,19 +52,12 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
-from slime_core.algorithms import nucleus_keep_mask
-from slime_core.checkpoint.directory import (
-    is_megatron_checkpoint,
-    megatron_checkpoint,
-    resume_checkpoint,
-    starts_from_ref_load,
-)
+from slime_core.checkpoint.directory import megatron_checkpoint, resume_checkpoint, starts_from_ref_load
 from slime_core.rank.optimizer_state import reset_optimizer_states
 from slime_core.rank.profiler import TrainProfiler
 from slime_core.rank.step import (
     RankStep,
     RolloutSteps,
-    SampleLogits,
     StepTensors,
     check_prompts,
     log_prob_temperature,
@@ -75,16 +70,17 @@ from slime_core.rank.step import (
 from slime_core.rank.trainable import freeze_by_name
 from slime_core.rank.weight_bucket import WeightBucket
 from slime_core.rollout_batch import RolloutBatch
-from slime_megatron import context, export, inputs, offload, schedule, swap
+from slime_megatron import export, inputs, offload, schedule, scoring_models, swap
 from slime_megatron.chunks import build_chunks
 from slime_megatron.hooks import RankHooks
-from slime_megatron.layout import check_layout, check_teacher_vocab
-from slime_megatron.logprobs import gather_vocab, vocab_parallel_entropy, vocab_parallel_log_probs
+from slime_megatron.layout import check_layout
 from slime_megatron.models.mtp_loss import mtp_losses
 from slime_megatron.optimizer import build_optimizer, set_lr, torch_optimizers, wrap
 from slime_megatron.parallel import init_parallel, replica_group
+from slime_megatron.response_log_probs import ResponseScorer, log_prob_pass
 from slime_megatron.routing_replay import RoutingReplay
 from slime_megatron.shares import gather_shares
+from slime_megatron.trainable import check_layers_frozen_alike, train_mtp_or_freeze
 
 if TYPE_CHECKING:
     from slime_core.config.config import Config
@@ -134,11 +130,11 @@ class MegatronTrainRank:
         check_layout(self.hf_config, cfg, f"--hf-checkpoint {cfg.hf_checkpoint}")  # the config checks' rules
         modules = build_chunks(self.hf_config, cfg, mtp_layers=cfg.get("mtp_num_layers") or 0)
         for module in modules:
-            _train_mtp_or_freeze(module, bool(cfg.get("enable_mtp_training")))
+            train_mtp_or_freeze(module, bool(cfg.get("enable_mtp_training")))
         named = [pair for module in modules for pair in module.named_parameters()]
         freeze_by_name(named, cfg, whole_model=self.parallel.get_pipeline_model_parallel_world_size() == 1)
         if cfg.save:
-            _check_layers_frozen_alike(named)
+            check_layers_frozen_alike(named)
         if starts_from_ref_load(cfg):
             load_weights(megatron_checkpoint(cfg.ref_load), modules)
         else:
@@ -147,8 +143,10 @@ class MegatronTrainRank:
         self.optimizer = build_optimizer(self.model, cfg)
         rollout_routing = bool(cfg.use_rollout_routing_replay)
         self.routing = RoutingReplay(self.model, rollout_routing, self.parallel) if cfg.use_routing_replay else None
-        self.reference = self._reference_weights()
-        self.teacher = self._teacher()
+        self.reference = scoring_models.reference_weights(self.model.module, cfg, self.hf_config)
+        self.teacher = scoring_models.teacher(cfg, self.hf_config.vocab_size)
+        tp_group = self.parallel.get_tensor_model_parallel_group()
+        self.scorer = ResponseScorer(tp_group, self.hf_config.vocab_size, self.cp_group, self.cp_size)
         self.same_shapes = any(
             inputs.tokens_gathered_across_replicas(net.config) for net in (modules, self.teacher) if net
         )
@@ -159,41 +157,6 @@ class MegatronTrainRank:
         }
         self.profiler.started()
         return resumed
-
-    def _reference_weights(self) -> dict[str, torch.Tensor] | None:
-        """The reference policy's parameter shards on CPU: the starting weights, or ``--ref-load``
-        (a Hugging Face directory, or a Megatron checkpoint: `slime_megatron.torch_dist`)."""
-        from slime_megatron.models import load_hf_weights
-        from slime_megatron.torch_dist import load_weights
-
-        cfg = self.config
-        if not (cfg.use_kl_loss or cfg.kl_coef):
-            return None
-        if not cfg.ref_load or starts_from_ref_load(cfg):
-            return swap.snapshot(self.model.module)
-        with swap.swapped(self.model.module, swap.snapshot(self.model.module)):
-            if is_megatron_checkpoint(cfg.ref_load):
-                load_weights(megatron_checkpoint(cfg.ref_load), self.model.module)
-            else:
-                load_hf_weights(self.model.module, cfg.ref_load, self.hf_config)
-            return swap.snapshot(self.model.module)
-
-    def _teacher(self):
-        """The on-policy distillation teacher (``--opd-teacher-load``), or None."""
-        from transformers import AutoConfig
-
-        from slime_megatron.models import load_hf_weights
-
-        if not self.config.opd_teacher_load:
-            return None
-        teacher_path = self.config.opd_teacher_load
-        teacher_config = AutoConfig.from_pretrained(teacher_path)
-        check_teacher_vocab(self.hf_config.vocab_size, teacher_config.vocab_size, teacher_path)
-        teacher = build_chunks(teacher_config, self.config)
-        load_hf_weights(teacher, teacher_path, teacher_config)
-        for chunk in teacher:
-            chunk.config.variable_seq_lengths = chunk.config.virtual_pipeline_model_parallel_size is None
-        return teacher.eval()
 
     def _resume(self) -> int:
         """Restore from ``--load`` if it holds a checkpoint (the latest, or ``--ckpt-step``'s); the next rollout id."""
@@ -236,59 +199,16 @@ class MegatronTrainRank:
         self.profiler.begin("train_log_probs")
         with torch.no_grad(), reference:
             self.hooks.fire("megatron_before_log_probs_hook", list(net), model)
-            tick = partial(self.profiler.tick, "train_log_probs")
-            collect = partial(
-                self._collect_log_probs,
-                entropy=entropy is not None,
-                temperature=log_prob_temperature(self.config, model),
-            )
+            temperature = log_prob_temperature(self.config, model)
             around = self.routing.log_probs if replay and model == "actor" and self.routing else None
-            results = schedule.run(net, micros, collect, forward_only=True, on_forward=tick, around=around)
+            tick = partial(self.profiler.tick, "train_log_probs")
+            out, entropies = log_prob_pass(
+                net, micros, len(batch), self.scorer, temperature, entropy is not None, on_forward=tick, around=around
+            )
         self.profiler.end("train_log_probs")
-        out: list[torch.Tensor | None] = [None] * len(batch)
-        entropies: list[torch.Tensor | None] = [None] * len(batch)
-        for micro, (log_probs, micro_entropy) in zip(micros, results):
-            for position, index in enumerate(micro.indices):
-                out[index] = log_probs[position]
-                entropies[index] = micro_entropy[position] if micro_entropy else None
         if entropy is not None:
             entropy.extend(h for h in entropies if h is not None)
         return out
-
-    def _collect_log_probs(self, micro: inputs.MicroBatch, logits: torch.Tensor, entropy: bool, temperature: float):
-        """The schedule's loss function in a log-prob pass at ``temperature``: no loss; the
-        log-probs (and with ``entropy`` the entropy, else None) as CPU tensors."""
-        if not micro.indices:
-            return torch.zeros((), device=logits.device), ([], None)
-        log_probs, entropies = self._response_log_probs(logits, micro, entropy, temperature)
-        cpu = lambda values: [v.float().cpu() for v in values]  # noqa: E731
-        return torch.zeros((), device=logits.device), (cpu(log_probs), None if entropies is None else cpu(entropies))
-
-    def _response_log_probs(
-        self, logits: torch.Tensor, micro: inputs.MicroBatch, entropy: bool = False, temperature: float | None = None
-    ):
-        """Per sample, log π of each response token (over its nucleus with top-p replay) and
-        the entropy of π, from the (B, W, V/tp) vocabulary-parallel logits, at ``temperature``
-        (default ``--rollout-temperature``)."""
-        positions, targets, counts = micro.response_positions()
-        held, local = micro.held(positions)  # with context parallelism: the rank's (N_cp,) of them
-        scores = logits.reshape(-1, logits.shape[-1])[local]  # (N_cp, V/tp)
-        group, vocab = self.parallel.get_tensor_model_parallel_group(), self.hf_config.vocab_size
-        temperature = self.config.rollout_temperature if temperature is None else temperature
-        keep = None
-        if micro.nuclei is not None:  # the nuclei's ids in this rank's slice of the vocabulary
-            width = scores.shape[-1]
-            keep = nucleus_keep_mask(*micro.nuclei, targets, width, vocab_start=dist.get_rank(group) * width)[held]
-        log_probs = vocab_parallel_log_probs(scores, targets[held], temperature, group, vocab, keep)
-        log_probs = self._whole(log_probs, held).split(counts)
-        if not entropy:
-            return log_probs, None
-        return log_probs, self._whole(vocab_parallel_entropy(scores, temperature, group, vocab), held).split(counts)
-
-    def _whole(self, values: torch.Tensor, held: torch.Tensor) -> torch.Tensor:
-        """The (N, ...) values of every scored position from this rank's ``held`` ones: assembled
-        over the context-parallel group (`slime_megatron.context.assemble`), or ``values`` as they are."""
-        return context.assemble(values, held, self.cp_group) if self.cp_size > 1 else values
 
     # ---------------------------------------------------------------- training
 
@@ -379,9 +299,9 @@ class MegatronTrainRank:
             return logits.sum() * 0.0, {}
         logits, *depths = logits.split(micro.input_ids.shape[1], dim=1)  # MTP depths with --enable-mtp-training
         with_entropy = bool(self.step.loss_config.entropy_coef)
-        log_probs, entropy = self._response_log_probs(logits, micro, entropy=with_entropy)
+        log_probs, entropy = self.scorer.log_probs(logits, micro, self.config.rollout_temperature, with_entropy)
         entropy = pad_rows(entropy) if with_entropy else None
-        logits_for_loss = self._sample_logits(logits, micro) if self.step.needs_logits else None
+        logits_for_loss = self.scorer.sample_logits(logits, micro) if self.step.needs_logits else None
         loss, metrics = self.step.loss(
             data.loss_inputs(micro.indices, pad_rows(log_probs), entropy), denominators, logits_for_loss
         )
@@ -399,23 +319,6 @@ class MegatronTrainRank:
         metrics["mtp_loss"] = mtp.item() / scale  # summed over micro-batches and replicas: their mean
         # not scaled: the schedule and DDP average it over micro-batches and replicas (see the module docstring)
         return loss * scale + self.config.mtp_loss_scaling_factor / len(depths) * mtp, metrics
-
-    def _sample_logits(self, logits: torch.Tensor, micro: inputs.MicroBatch) -> SampleLogits:
-        """Per sample, the full-vocabulary logits of its real positions (gathered over the
-        tensor-parallel group) and its tokens, for a ``needs_logits`` loss."""
-        width = micro.input_ids.shape[1]
-        index = torch.cat([torch.arange(row * width, row * width + n) for row, n in enumerate(micro.lengths)])
-        index = index.to(logits.device)
-        held, local = micro.held(index)
-        rows = gather_vocab(
-            logits.reshape(-1, logits.shape[-1])[local],
-            self.parallel.get_tensor_model_parallel_group(),
-            self.hf_config.vocab_size,
-        )
-        rows = self._whole(rows, held)
-        return SampleLogits(
-            list(rows.split(micro.lengths)), list(micro.input_ids.reshape(-1)[index].split(micro.lengths))
-        )
 
     def _micro_batches(self, batch: RolloutBatch, indices: list[int]) -> list[inputs.MicroBatch]:
         """The micro-batches of ``indices`` (planned by `RankStep.plan`) as model inputs."""
@@ -513,32 +416,3 @@ class MegatronTrainRank:
 
     def memory(self) -> dict[str, float]:
         return memory_gib(self.device)
-
-
-def _check_layers_frozen_alike(named_parameters) -> None:
-    """megatron-core checkpoints a parameter of every decoder layer as one tensor, and its
-    optimizer state too, which a layer frozen by name does not have: refuse patterns that freeze
-    a parameter in some layers and train it in others before the first save fails."""
-    import re
-
-    trained: dict[str, set[bool]] = {}
-    for name, param in named_parameters:
-        trained.setdefault(re.sub(r"layers\.\d+\.", "layers.*.", name), set()).add(param.requires_grad)
-    mixed = sorted(name for name, states in trained.items() if len(states) > 1)
-    if mixed:
-        raise ValueError(
-            f"--only-train-params-name-list / --freeze-params-name-list freeze {mixed[0]} in some layers and not in "
-            "others, which megatron-core's checkpoints (one tensor over the layers) cannot save with --save: "
-            "freeze a parameter in every layer or in none (or use --train-backend fsdp)"
-        )
-
-
-def _train_mtp_or_freeze(model, train: bool) -> None:
-    """A model's multi-token prediction layers are trained with ``train`` (the MTP loss,
-    `slime_megatron.models.mtp_loss`); otherwise frozen, so that neither DDP nor the optimizer
-    (its weight decay) touches them and checkpoints keep them as loaded."""
-    if not getattr(model, "mtp_process", False):
-        return
-    model.train_mtp = train
-    for param in model.mtp.parameters():
-        param.requires_grad_(train)

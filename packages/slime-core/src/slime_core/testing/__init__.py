@@ -5,6 +5,7 @@
 - fakes: `fakes` (a train backend, a rollout backend and a router named ``fake``, registered
   through the public hooks) and `driver` (``slime run`` on them, in this process);
 - helpers: `config` (a resolved run config), `plugins` (a plugin installed and light),
+  `rollouts` (``RolloutSamples``: a plugin keeping every rollout's samples for a test's asserts),
   `batches` (train data without an engine), `models` (reference log-probs), `train_backend`
   (checks a train backend passes), `ray` (a local Ray session), `processes` and `files` (what a
   run left running or wrote), `payloads` (a hostile checkpoint).
@@ -22,6 +23,7 @@ from slime_core.testing.payloads import PicklePayload
 from slime_core.testing.plugins import HEAVY_MODULES, PluginSites, check_plugin_installed
 from slime_core.testing.processes import alive, command_line, descendants, processes_running
 from slime_core.testing.ray import ray_session
+from slime_core.testing.rollouts import RolloutSamples
 from slime_core.testing.train_backend import (
     RESUME_METRICS,
     actor_and_reference_log_probs,
@@ -40,6 +42,7 @@ __all__ = [
     "PicklePayload",
     "PluginSites",
     "Recorder",
+    "RolloutSamples",
     "actor_and_reference_log_probs",
     "alive",
     "check_gpu_train_step",

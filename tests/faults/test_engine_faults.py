@@ -98,16 +98,33 @@ def failing_run(slime_run, capsys, *flags, hooks) -> tuple[str, Path]:
 def test_a_hung_engine_scheduler_is_replaced_with_fault_tolerance(slime_run, tiny_model_dir):
     """The scheduler thread stuck in a step while the event loop answers: /health waits for the
     scheduler, so the health check times out, the monitor replaces the engine, and the run
-    finishes with every sample."""
+    finishes with every sample. The replacement gets the current weights by a gloo broadcast (a
+    new group: the old one had the hung engine in it); with 4 samples in flight, a group's samples
+    go one by one. (A killed engine, weights in memory: ``tests/test_fault_tolerance.py``.)"""
     fault = AtRollout1(hang_scheduler(tiny_model_dir))
-    records = slime_run(*WATCHED, "--use-fault-tolerance", "--num-rollout", "2", hooks=[fault])
+    records = slime_run(
+        *WATCHED,
+        "--use-fault-tolerance",
+        "--num-rollout",
+        "3",
+        "--rollout-concurrency",
+        "4",
+        "--update-weight-transport",
+        "broadcast",
+        "--check-weight-update-equal",
+        hooks=[fault],
+    )
     assert len(fault.hit) == 1
-    assert [r["rollout_id"] for r in records] == [0, 1] and all(r["rollout/samples"] == 64 for r in records)
+    assert [r["rollout_id"] for r in records] == [0, 1, 2] and all(r["rollout/samples"] == 64 for r in records)
     assert sum(r["fault/engine_restarts"] for r in records) == 1
+    assert records[1]["rollout/samples_regenerated"] > 0  # the hung engine's requests, generated again
+    assert records[-1]["weight_version"] == 3
+    assert records[-1]["weight_update/max_logprob_diff"] < 1e-3  # the new engine serves the trainer's weights
     run_dir = slime_run.tmp_path / "run"
     assert "[fault tolerance] engine 0 failed (http://" in (run_dir / "slime.log").read_text()
     assert "within 3 s (hung)" in (run_dir / "slime.log").read_text()
     assert "this step never ends" in (run_dir / "engines" / "engine_0.log").read_text()  # the failed engine's log
+    assert processes_running("engine", "serve", str(tiny_model_dir)) == []  # the hung one is gone too
 
 
 def test_a_hung_engine_scheduler_stops_a_run_without_fault_tolerance(slime_run, tiny_model_dir, capsys):

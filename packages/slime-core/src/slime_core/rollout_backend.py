@@ -64,7 +64,13 @@ class Engines(Protocol):
     engines also takes a LoRA adapter (``X.lora_A.weight``, ``X.lora_B.weight``, ``X.lora_scaling``
     among the named tensors; a peft adapter directory from disk) and merges it into the base the
     engine holds (the CPU engine: `slime_sglang.cpu_engine.adapters`); a LoRA run then syncs the
-    adapter alone. Absent means False: the merged weights are sent."""
+    adapter alone. Absent means False: the merged weights are sent.
+
+    Optional: ``preferred_transport = "broadcast"`` (one of `transports`) is the transport a run
+    that is not colocated uses when ``--update-weight-transport`` is not given (vLLM's CPU build:
+    its ``tensor`` route takes base64 over HTTP, several times slower than a gloo broadcast).
+    Absent, None or not among `transports`: slime-core's rule (``tensor`` when colocated or
+    without GPUs, ``broadcast`` on GPUs; `slime_core.loop.weight_sync.default_transport`)."""
 
     @property
     def urls(self) -> list[str]:

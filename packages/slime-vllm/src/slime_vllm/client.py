@@ -84,7 +84,14 @@ class VLLMClient(SGLangGenerate, HttpClient):
         await self._call("POST", "/abort_requests", {})
 
     async def flush_cache(self) -> None:
-        await self._call("POST", "/reset_prefix_cache")
+        """Empty vLLM's prefix cache. vLLM answers whether it did: it refuses while requests hold cache
+        blocks (none do after ``/pause``, which preempts the running ones), and a refusal is an error."""
+        answer = await self._call("POST", "/reset_prefix_cache")
+        if not answer.get("success"):
+            raise EngineError(
+                f"vLLM engine {self.url}/reset_prefix_cache did not empty its prefix cache ({answer}): requests "
+                "still hold cache blocks; pause the engine first"
+            )
 
     async def sleep(self) -> None:
         await self._call("POST", "/sleep", query={"level": "1", "mode": "keep"})

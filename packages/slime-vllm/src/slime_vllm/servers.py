@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 #: The environment `scripts/setup-dev.sh` makes for vLLM at the repository root.
 DEV_VENV = ".venv-vllm"
-#: vLLM's KV cache on CPU, in GiB, unless the environment says otherwise (vLLM's default is 4).
+#: vLLM's KV cache on CPU, in GiB, unless the environment or ``--vllm-kv-cache-memory-bytes`` says otherwise.
 CPU_KV_CACHE_GIB = "1"
 WORKER_EXTENSION = "slime_vllm.worker_extension.SlimeWorkerExtension"
 
@@ -96,8 +96,9 @@ def server_command(python: str, model_path: str, port: int, host: str, gpus: int
         # server ("CPU Generator does not use offset"); unchunked prefill avoids it.
         "no_enable_chunked_prefill": True,
     }
-    kv_cache = os.environ.get("VLLM_CPU_KVCACHE_SPACE", CPU_KV_CACHE_GIB)
-    env = [f"PYTHONPATH={package_path()}", f"VLLM_CPU_KVCACHE_SPACE={kv_cache}"]
+    env = [f"PYTHONPATH={package_path()}"]
+    if not options.get("kv_cache_memory_bytes"):  # vLLM's CPU build lets this variable override that flag
+        env.append(f"VLLM_CPU_KVCACHE_SPACE={os.environ.get('VLLM_CPU_KVCACHE_SPACE', CPU_KV_CACHE_GIB)}")
     return ["env", *env, python, "-m", "slime_vllm.serve", *as_flags({**own, **options})]
 
 

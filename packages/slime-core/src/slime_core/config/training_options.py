@@ -251,8 +251,8 @@ def weights_options(o: OptionSet) -> None:
         default=None,
         choices=["tensor", "broadcast", "disk"],
         help="how new weights reach the engines: tensor (in memory over HTTP; the default when colocated or on CPU), "
-        "broadcast (a collective: nccl on GPU, gloo on CPU; the default when disaggregated on GPUs), disk (a Hugging "
-        "Face directory both sides can read)",
+        "broadcast (a collective: nccl on GPU, gloo on CPU; the default when disaggregated on GPUs, and for vLLM "
+        "engines on CPU), disk (a Hugging Face directory both sides can read)",
         group=g,
     )
     _delta_options(o, g)

@@ -3,11 +3,13 @@
 The train backend exports its weights in Hugging Face names and shapes, a bucket of
 ``--update-weight-buffer-size`` bytes at a time; each bucket goes to every engine by one of
 three transports (``--update-weight-transport``), each a method of the rollout backend's
-`slime_core.rollout_backend.Engines`, which says which of them its engines take:
+`slime_core.rollout_backend.Engines`, which says which of them its engines take and may name
+the one it prefers (`default_transport`):
 
-- ``tensor``: in memory, bucket by bucket (colocated runs and CPU runs);
+- ``tensor``: in memory, bucket by bucket (by default colocated runs and CPU runs);
 - ``broadcast``: a collective from the driver (rank 0) to every engine, nccl on GPUs and
-  gloo on CPU (disaggregated GPUs); the engines keep the group until the run ends;
+  gloo on CPU (by default disaggregated GPUs, and vLLM on CPU); the engines keep the group
+  until the run ends;
 - ``disk``: the trainer writes a Hugging Face directory into the run directory and every
   engine loads it; works wherever both sides see the folder. With ``--update-weight-mode
   delta`` it writes only what changed since the last sync (`slime_core.loop.delta_sync`); each
@@ -41,17 +43,20 @@ if TYPE_CHECKING:
     from slime_core.config import Config
 
 
-def default_transport(config: Config, supported: tuple[str, ...], gpu: bool) -> str:
-    """``--update-weight-transport`` if given; else ``tensor`` when colocated or without GPUs
-    (``gpu``: the placement's) and ``broadcast`` otherwise, or ``disk`` (then the first) when the
-    engines do not take that one."""
+def default_transport(config: Config, supported: tuple[str, ...], gpu: bool, preferred: str | None = None) -> str:
+    """``--update-weight-transport`` if given; else, when not colocated, the engines' ``preferred``
+    one (``Engines.preferred_transport``) if they take it; else ``tensor`` when colocated or without
+    GPUs (``gpu``: the placement's) and ``broadcast`` otherwise, or ``disk`` (then the first) when
+    the engines do not take that one."""
     if config.update_weight_transport:
         return config.update_weight_transport
     if config.update_weight_mode == "delta":  # publishes files
         return "disk"
-    preferred = "tensor" if config.colocate or not gpu else "broadcast"
-    if preferred in supported:
+    if not config.colocate and preferred in supported:
         return preferred
+    rule = "tensor" if config.colocate or not gpu else "broadcast"
+    if rule in supported:
+        return rule
     return "disk" if "disk" in supported else supported[0]
 
 
@@ -85,7 +90,11 @@ class WeightSync:
     def __init__(
         self, config: Config, trainer, engines: EngineControl, weights_dir: Path, gpu: bool, log: Callable = print
     ):
-        self.transport = default_transport(config, tuple(engines.transports), gpu)
+        self.transport = default_transport(config, tuple(engines.transports), gpu, engines.preferred_transport)
+        if not config.update_weight_transport:
+            log(
+                f"slime run: weight updates by {self.transport} (the default here; --update-weight-transport picks one)"
+            )
         if self.transport not in engines.transports:
             raise ValueError(
                 f"--update-weight-transport {self.transport}: these engines take "

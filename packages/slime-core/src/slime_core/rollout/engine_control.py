@@ -30,6 +30,11 @@ class EngineControl:
         return tuple(self.engines.transports)
 
     @property
+    def preferred_transport(self) -> str | None:
+        """The transport the engines default to when not colocated (``Engines``, optional)."""
+        return getattr(self.engines, "preferred_transport", None)
+
+    @property
     def loads_lora_adapters(self) -> bool:
         """Whether the engines merge pushed LoRA adapters themselves (``Engines``, optional)."""
         return getattr(self.engines, "loads_lora_adapters", False)

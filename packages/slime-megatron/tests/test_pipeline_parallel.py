@@ -125,28 +125,34 @@ def one_rank(ray_cluster, pp_config):
     return get
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_two_pipeline_stages_train_like_one_rank(one_rank, pp_config, case):
+@pytest.mark.parametrize(
+    "case, tp",
+    [("qwen3", 2), ("qwen2-uneven", 1), ("qwen3_moe", 1), ("qwen3-interleaved", 1)],
+    ids=["qwen3-tp2", "qwen2-uneven", "qwen3_moe", "qwen3-interleaved"],
+)
+def test_two_pipeline_stages_train_like_one_rank(one_rank, pp_config, case, tp):
     """Log-probs from the last stage of a forward-only pipeline pass (actor, reference and the
     distillation teacher), the first rollout's loss, metrics and gradient norm from the last
     stage, and the weights after megatron's 1F1B schedule (interleaved with virtual stages): one
     rank's. The export before training is the Hugging Face checkpoint itself, gathered from both
-    stages."""
+    stages. The tied qwen3 runs on four ranks, two tensor-parallel ranks on each stage (TP 2 × PP
+    2; the other cases are PP 2 alone)."""
     from safetensors.torch import load_file
 
     options = CASES[case][2]
-    config = pp_config(case, teacher=True, pipeline_model_parallel_size=2, actor_num_gpus_per_node=2, **options)
-    got = run(config, 2)
+    config = pp_config(
+        case,
+        teacher=True,
+        pipeline_model_parallel_size=2,
+        tensor_model_parallel_size=tp,
+        actor_num_gpus_per_node=2 * tp,
+        **options,
+    )
+    got = run(config, 2 * tp)
     assert_runs_alike(got, one_rank(case))
     hf = load_file(f"{config.hf_checkpoint}/model.safetensors")
     assert got.loaded.keys() == hf.keys()
     assert all(torch.equal(got.loaded[name], tensor) for name, tensor in hf.items())
-
-
-def test_tensor_2_by_pipeline_2_trains_like_one_rank(one_rank, pp_config):
-    """Four ranks: two tensor-parallel ranks on each of two stages."""
-    config = pp_config("qwen3", pipeline_model_parallel_size=2, tensor_model_parallel_size=2, actor_num_gpus_per_node=4)
-    assert_runs_alike(run(config, 4), one_rank("qwen3"))
 
 
 @pytest.mark.parametrize("case", ["qwen3", "qwen3-interleaved"])

@@ -1,19 +1,32 @@
-"""The Megatron backend's parallel layouts through ``slime run``: each layout of `LAYOUTS` trains
-the same two GRPO rollouts as one rank does (real Ray, the CPU engine, ``--check-weight-update-equal``
-after each push, ``--save``), and
+"""The Megatron backend's parallel layouts through ``slime run``: each layout of `LAYOUTS` (each
+combines two kinds of sharding) trains the same two GRPO rollouts as one rank does (real Ray, the
+CPU engine, ``--check-weight-update-equal`` after each push, ``--save``), and
 
 - its rollout-0 loss and gradient norm equal the one-rank run's within float tolerance (the same
   samples, since rollout 0 is generated from the checkpoint's weights with per-sample seeds);
-- a resume from its checkpoint of rollout 0 reproduces its rollout 1 bit for bit (for the layouts
-  of `RESUMED`: those that combine two kinds of sharding; a checkpoint of one kind alone resumes
-  bit for bit elsewhere: TP in tests/test_loop_rerun_and_resume.py's Megatron TP-2 rerun and resume, PP in
-  packages/slime-megatron/tests/test_pipeline_parallel.py, CP in its test_megatron_backend.py,
-  DP in ep2-tp2-sp here (its dense weights on 2 data-parallel replicas), TP × PP and TP × CP in
-  the MoE lines moe-tp2-pp2-sp and moe-tp2-cp2-sp here (their attention and embeddings are sharded
-  as the dense lines' are; the experts on top)).
+- a resume from its checkpoint of rollout 0 reproduces its rollout 1 bit for bit (a checkpoint of
+  one kind alone resumes bit for bit elsewhere: TP in tests/test_loop_rerun_and_resume.py's
+  Megatron TP-2 rerun and resume, PP in packages/slime-megatron/tests/test_pipeline_parallel.py,
+  CP in its test_megatron_backend.py, DP in ep2-tp2-sp here (its dense weights on 2 data-parallel
+  replicas)).
+
+One kind of sharding alone has no line: each is proven through ``slime run`` inside these lines and
+against one rank at rank level (losses, gradient norms and weights): DP 2 in ep2-tp2-sp and
+``test_two_ranks_in_either_layout_train_like_one_rank[dp2]``; TP 2 with sequence parallelism in
+ep2-tp2-sp, moe-tp2-pp2-sp and moe-tp2-cp2-sp and ``...[tp2-sp]`` (a dense model's TP-2 push:
+``test_the_cpu_example_loop_runs_with_the_megatron_backend``); a MoE's TP 2 with SP likewise (and
+tests/test_routing_replay.py's Megatron R3 run) and
+``test_a_moe_model_on_two_ranks_trains_like_one_rank[tp2-sp]``; PP 2 in pp2-cp2 and moe-tp2-pp2-sp
+and ``test_two_pipeline_stages_train_like_one_rank``; CP 2 in pp2-cp2 (with dynamic batches of 16
+tokens a rank against one rank's fixed micro-batches) and moe-tp2-cp2-sp, and
+``test_context_parallel_ranks_score_and_train_like_one_rank``. MoE routing replay (R3) on pipeline
+stages and on context-parallel chunks is the moe-tp2-pp2-sp and moe-tp2-cp2-sp lines' (each
+stage's routers replay their own layers, each rank's the tokens of its chunks, sliced again by
+sequence parallelism); its route without sequence parallelism (the whole micro-batch's tokens) is
+tests/test_routing_replay.py's Megatron R2 run on CP 2, whose updates replay the same way.
 
 Dense TP 2 × PP 2 and TP 2 × CP 2 have no line: their training is compared with one rank's at
-rank level (packages/slime-megatron/tests: ``test_tensor_2_by_pipeline_2_trains_like_one_rank``,
+rank level (packages/slime-megatron/tests: ``test_two_pipeline_stages_train_like_one_rank[qwen3-tp2]``,
 ``test_tensor_and_context_parallel_ranks_train_like_one_rank``: losses, gradient norms and the
 exported weights), and their route through ``slime run`` (the push gathered from both kinds of
 shards, checked by the engine) is the MoE lines' moe-tp2-pp2-sp and moe-tp2-cp2-sp, whose
@@ -41,26 +54,26 @@ R3 = "--use-rollout-routing-replay --router none"
 
 #: (id, tiny model family, training ranks, the layout's flags)
 LAYOUTS = [
-    ("dp2", "qwen3", 2, ""),
-    ("tp2-sp", "qwen3", 2, "--tensor-model-parallel-size 2 --sequence-parallel"),
     ("ep2-tp2-sp", "qwen3_moe", 4, "--tensor-model-parallel-size 2 --expert-model-parallel-size 2 --sequence-parallel"),
-    ("pp2", "qwen3", 2, "--pipeline-model-parallel-size 2"),
-    ("cp2", "qwen3", 2, "--context-parallel-size 2 --use-dynamic-batch-size --max-tokens-per-gpu 16"),
-    ("pp2-cp2", "qwen3", 4, "--pipeline-model-parallel-size 2 --context-parallel-size 2"),
-    ("moe-tp2-sp", "qwen3_moe", 2, "--tensor-model-parallel-size 2 --sequence-parallel"),
-    ("moe-pp2", "qwen3_moe", 2, f"--pipeline-model-parallel-size 2 {R3}"),
-    ("moe-cp2", "qwen3_moe", 2, f"--context-parallel-size 2 {R3}"),
+    (
+        "pp2-cp2",
+        "qwen3",
+        4,
+        "--pipeline-model-parallel-size 2 --context-parallel-size 2 --use-dynamic-batch-size --max-tokens-per-gpu 16",
+    ),
     (
         "moe-tp2-pp2-sp",
         "qwen3_moe",
         4,
-        "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel",
+        f"--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel {R3}",
     ),
-    ("moe-tp2-cp2-sp", "qwen3_moe", 4, "--tensor-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel"),
+    (
+        "moe-tp2-cp2-sp",
+        "qwen3_moe",
+        4,
+        f"--tensor-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel {R3}",
+    ),
 ]
-
-#: the layouts whose checkpoint is also resumed (each resume is one more ``slime run``)
-RESUMED = {"ep2-tp2-sp", "pp2-cp2", "moe-tp2-pp2-sp", "moe-tp2-cp2-sp"}
 
 #: the training metrics a layout may change only by float rounding
 TOLERANCE = dict(rel=1e-4, abs=0)
@@ -128,8 +141,6 @@ def test_a_layout_trains_as_one_rank_does_and_resumes_bit_identically(
         assert whole[0][key] == pytest.approx(one_rank[key], **TOLERANCE), key
     if R3 in layout:
         assert_replayed_in_place(whole)
-    if name not in RESUMED:
-        return
     resumed = layout_run(
         family, ranks, "--num-rollout", "2", "--load", ckpt, "--ckpt-step", "0", *flags, output=f"resumed-{name}"
     )

@@ -13,7 +13,8 @@ Both on the FSDP backend, and on the Megatron backend (megatron-core's router re
 splits every layer over two tensor-parallel ranks with sequence parallelism: each rank's routers
 see half of the tokens, which the replay must give them in their order; its R2 run splits every
 sequence over two context-parallel ranks, whose recordings of their chunks are merged. (R3 on
-pipeline and context parallelism: the moe-pp2 and moe-cp2 lines of tests/test_parallel_layouts.py.)
+pipeline and context parallelism: the moe-tp2-pp2-sp and moe-tp2-cp2-sp lines of
+tests/test_parallel_layouts.py.)
 """
 
 import pytest

@@ -1,6 +1,6 @@
 """The architectures megatron-core cannot build, refused when the run is configured (not when
-its ranks start). The families it builds: real runs in tests/test_model_families.py (Qwen3's and
-Qwen3-MoE's in test_megatron_backend.py), resumes in test_family_resume.py."""
+its ranks start). The families it builds: real runs in tests/test_model_families.py (Qwen3's in
+test_megatron_backend.py, Qwen3-MoE's in tests/test_parallel_layouts.py), resumes in test_family_resume.py."""
 
 import json
 

@@ -81,9 +81,10 @@ def all_weights(group: TrainGroup) -> dict[str, torch.Tensor]:
     return {name: tensor for bucket in group.export_weights(64 * 1024) for name, tensor in bucket}
 
 
-def run(config, num_ranks: int, rollouts: int = 1, num_gpus_per_rank: int = 0) -> SimpleNamespace:
+def run(config, num_ranks: int, rollouts: int = 1, num_gpus_per_rank: int = 0, then=None) -> SimpleNamespace:
     """Log-probs of the actor and the reference (and of the teacher, if the config has one) and
-    the exported weights before training, then ``rollouts`` rollouts: metrics and weights."""
+    the exported weights before training, then ``rollouts`` rollouts: metrics and weights;
+    ``then(group, out)`` goes on with the same group (`save_and_train_on`)."""
     group = TrainGroup(MegatronTrainRank, config, num_ranks, num_gpus_per_rank=num_gpus_per_rank)
     try:
         group.init()
@@ -92,6 +93,8 @@ def run(config, num_ranks: int, rollouts: int = 1, num_gpus_per_rank: int = 0) -
         out.teacher = group.compute_log_probs(batch(), "teacher") if config.opd_teacher_load else None
         out.metrics = [group.train(r, rollout_batch(num_groups=4, group_size=2, seed=r)) for r in range(rollouts)]
         out.weights = all_weights(group)
+        if then is not None:
+            then(group, out)
         return out
     finally:
         group.shutdown()
@@ -125,63 +128,69 @@ def one_rank(ray_cluster, pp_config):
     return get
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_two_pipeline_stages_train_like_one_rank(one_rank, pp_config, case):
+#: The cases whose run is also saved after rollout 0 and resumed: tied embeddings on TP 2 × PP 2,
+#: and two model chunks per stage (PP 2 alone).
+RESUMED = {"qwen3", "qwen3-interleaved"}
+
+
+@pytest.mark.parametrize(
+    "case, tp",
+    [("qwen3", 2), ("qwen2-uneven", 1), ("qwen3_moe", 1), ("qwen3-interleaved", 1)],
+    ids=["qwen3-tp2", "qwen2-uneven", "qwen3_moe", "qwen3-interleaved"],
+)
+def test_two_pipeline_stages_train_like_one_rank(one_rank, pp_config, tmp_path, case, tp):
     """Log-probs from the last stage of a forward-only pipeline pass (actor, reference and the
     distillation teacher), the first rollout's loss, metrics and gradient norm from the last
     stage, and the weights after megatron's 1F1B schedule (interleaved with virtual stages): one
     rank's. The export before training is the Hugging Face checkpoint itself, gathered from both
-    stages."""
+    stages. The tied qwen3 runs on four ranks, two tensor-parallel ranks on each stage (TP 2 × PP
+    2; the other cases are PP 2 alone). The cases of `RESUMED` go on as a run saved after rollout 0
+    and are resumed: `assert_resumes_bit_for_bit`."""
     from safetensors.torch import load_file
 
-    options = CASES[case][2]
-    config = pp_config(case, teacher=True, pipeline_model_parallel_size=2, actor_num_gpus_per_node=2, **options)
-    got = run(config, 2)
+    layout = dict(pipeline_model_parallel_size=2, tensor_model_parallel_size=tp, actor_num_gpus_per_node=2 * tp)
+    layout.update(CASES[case][2])
+    saving = dict(save=str(tmp_path / "ckpt"), save_hf=str(tmp_path / "hf")) if case in RESUMED else {}
+    config = pp_config(case, teacher=True, **layout, **saving)
+    got = run(config, 2 * tp, then=save_and_train_on if saving else None)
     assert_runs_alike(got, one_rank(case))
     hf = load_file(f"{config.hf_checkpoint}/model.safetensors")
     assert got.loaded.keys() == hf.keys()
     assert all(torch.equal(got.loaded[name], tensor) for name, tensor in hf.items())
+    if saving:
+        resumed = pp_config(case, teacher=True, load=str(tmp_path / "ckpt"), **layout)
+        assert_resumes_bit_for_bit(got, resumed, 2 * tp, tmp_path / "hf")
 
 
-def test_tensor_2_by_pipeline_2_trains_like_one_rank(one_rank, pp_config):
-    """Four ranks: two tensor-parallel ranks on each of two stages."""
-    config = pp_config("qwen3", pipeline_model_parallel_size=2, tensor_model_parallel_size=2, actor_num_gpus_per_node=4)
-    assert_runs_alike(run(config, 4), one_rank("qwen3"))
+def save_and_train_on(group: TrainGroup, out: SimpleNamespace) -> None:
+    """After rollout 0: an offload / onload round trip (the weights exported while offloaded, as
+    a colocated run pushes them), ``--save`` and ``--save-hf``, then rollout 1: its weights."""
+    group.call("offload")
+    out.exported = all_weights(group)
+    group.call("onload")
+    group.call("save", 0)
+    group.train(1, rollout_batch(num_groups=4, group_size=2, seed=1))
+    out.uninterrupted = all_weights(group)
 
 
-@pytest.mark.parametrize("case", ["qwen3", "qwen3-interleaved"])
-def test_a_pipeline_checkpoint_resumes_bit_for_bit_and_save_hf_is_the_export(ray_cluster, pp_config, tmp_path, case):
-    """Over 2 stages (with two model chunks each, interleaved): a run saved after rollout 0
-    (``--save`` and ``--save-hf``, after an offload / onload round trip) and resumed ends
-    rollout 1 with the uninterrupted run's weights, bit for bit; the ``--save-hf`` directory
-    holds exactly the weights exported for the engines then."""
+def assert_resumes_bit_for_bit(got: SimpleNamespace, config, num_ranks: int, hf) -> None:
+    """The ``--save-hf`` directory holds exactly the weights exported for the engines after
+    rollout 0, and the run resumed from the checkpoint ends rollout 1 with the uninterrupted
+    run's weights, bit for bit."""
     from safetensors.torch import load_file
 
-    layout = dict(pipeline_model_parallel_size=2, actor_num_gpus_per_node=2, **CASES[case][2])
-    config = pp_config(case, save=str(tmp_path / "ckpt"), save_hf=str(tmp_path / "hf"), **layout)
-    group = TrainGroup(MegatronTrainRank, config, 2)
-    try:
-        group.init()
-        group.train(0, rollout_batch(num_groups=4, group_size=2, seed=0))
-        group.call("offload")
-        exported = all_weights(group)  # pushed while offloaded, as in a colocated run
-        group.call("onload")
-        group.call("save", 0)
-        group.train(1, rollout_batch(num_groups=4, group_size=2, seed=1))
-        uninterrupted = all_weights(group)
-    finally:
-        group.shutdown()
-    saved = load_file(tmp_path / "hf" / "iter_0000000" / "model.safetensors")
-    assert saved.keys() == exported.keys()
-    assert all(torch.equal(saved[name], tensor) for name, tensor in exported.items())
-    group = TrainGroup(MegatronTrainRank, pp_config(case, load=str(tmp_path / "ckpt"), **layout), 2)
+    saved = load_file(hf / "iter_0000000" / "model.safetensors")
+    assert saved.keys() == got.exported.keys()
+    assert all(torch.equal(saved[name], tensor) for name, tensor in got.exported.items())
+    group = TrainGroup(MegatronTrainRank, config, num_ranks)
     try:
         assert group.init() == {"rollout_id": 1, "weight_version": 1}
         group.train(1, rollout_batch(num_groups=4, group_size=2, seed=1))
         resumed = all_weights(group)
     finally:
         group.shutdown()
-    assert all(torch.equal(resumed[name], tensor) for name, tensor in uninterrupted.items())
+    assert resumed.keys() == got.uninterrupted.keys()
+    assert all(torch.equal(resumed[name], tensor) for name, tensor in got.uninterrupted.items())
 
 
 # ---------------------------------------------------------------- HF → Megatron → HF over 2 stages

@@ -6,6 +6,7 @@ second turn shows another picture is scored as the engine generated it."""
 
 import base64
 import io
+from functools import partial
 
 import pytest
 import torch
@@ -206,13 +207,22 @@ def test_the_trainer_scores_videos_as_the_engine_before_and_after_a_push(tiny_vl
         prompts, tiny_vlm_dir, train_backend="fsdp", rollout_batch_size=2, n_samples_per_prompt=2, lr=3e-3,
         use_dynamic_batch_size=True, max_tokens_per_gpu=1024,
     )  # fmt: skip
+    again = partial(rollout, engine, pictures[0], videos_per_prompt=pictures[1])
+    scores_as_the_engine_before_and_after_a_push(config, engine, (batch, engine_log_probs), again)
+
+
+def scores_as_the_engine_before_and_after_a_push(config, engine, scored, again) -> None:
+    """A one-rank FSDP trainer scores ``scored`` (a batch and the engine's log-probs of it) as the
+    engine did; after a train step on it and the push of its weights into ``engine``, a new rollout
+    (``again()``) is scored as the engine scores it, and the engine's log-probs moved."""
+    batch, engine_log_probs = scored
     try:
         group = TrainGroup(FSDPTrainRank, config, 1, in_process=True)
         group.init()
         close(group.compute_log_probs(batch), engine_log_probs)
         group.train(0, batch)
         apply_update(engine.model, list(exported(group).items()))
-        after, engine_after = rollout(engine, pictures[0], videos_per_prompt=pictures[1])
+        after, engine_after = again()
         close(group.compute_log_probs(after), engine_after)
         assert torch.tensor(engine_after).sub(torch.tensor(engine_log_probs)).abs().max() > 1e-3  # the weights moved
     finally:
@@ -317,14 +327,5 @@ def test_qwen3_5_trains_padded_and_the_push_keeps_the_engine_equal(family, tmp_p
             prompts, model_dir, train_backend="fsdp", rollout_batch_size=2, use_dynamic_batch_size=True,
             max_tokens_per_gpu=1024,
         )  # fmt: skip
-    try:
-        group = TrainGroup(FSDPTrainRank, config, 1, in_process=True)
-        group.init()
-        close(group.compute_log_probs(batch), engine_log_probs)
-        group.train(0, batch)
-        apply_update(engine.model, list(exported(group).items()))
-        after, engine_after = rollout(engine, pictures, steps=3)
-        close(group.compute_log_probs(after), engine_after)
-        assert torch.tensor(engine_after).sub(torch.tensor(engine_log_probs)).abs().max() > 1e-3  # the weights moved
-    finally:
-        destroy_default_group()
+    again = partial(rollout, engine, pictures, steps=3)
+    scores_as_the_engine_before_and_after_a_push(config, engine, (batch, engine_log_probs), again)
